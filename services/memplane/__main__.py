@@ -1,0 +1,7 @@
+"""`python -m memplane` runs the CLI."""
+
+import sys
+
+from memplane.cli.main import main
+
+sys.exit(main())

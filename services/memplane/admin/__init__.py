@@ -1,0 +1,1 @@
+"""Workspace lifecycle, API keys, authentication and usage."""

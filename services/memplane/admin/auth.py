@@ -1,0 +1,55 @@
+"""From an API key to a `Principal`: the workspace always comes from the credential.
+
+Verified keys are cached for `key_cache_seconds` (a hash lookup per RPC otherwise costs a
+database round trip); a revoke or workspace deletion in this process evicts at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from memplane.domain.models import Principal
+from memplane.errors import UnauthenticatedError
+from memplane.storage.keys import ApiKeyStore, split_key
+from memplane.storage.workspaces import WorkspaceStore
+
+
+class Authenticator:
+    """Verifies bearer keys against the key store."""
+
+    def __init__(self, keys: ApiKeyStore, workspaces: WorkspaceStore, cache_seconds: float) -> None:
+        self._keys = keys
+        self._workspaces = workspaces
+        self._ttl = cache_seconds
+        self._cache: dict[str, tuple[float, Principal]] = {}
+
+    async def authenticate(self, api_key: str) -> Principal:
+        """The principal of *api_key*. Raises `UnauthenticatedError` for a missing,
+        malformed, unknown or revoked key, or a key whose workspace is gone."""
+        if not api_key:
+            raise UnauthenticatedError("missing credential: send 'authorization: Bearer <API key>'")
+        cached = self._cache.get(api_key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        record = await self._keys.verify(api_key)
+        if record is None:
+            raise UnauthenticatedError("unknown or revoked API key")
+        workspace = None
+        if record.workspace_key is not None:
+            workspace = await self._workspaces.get_by_key(record.workspace_key)
+        principal = Principal(actor=f"key:{record.key_id}", workspace=workspace)
+        if self._ttl > 0:
+            self._cache[api_key] = (time.monotonic() + self._ttl, principal)
+        return principal
+
+    def forget_key(self, key_id: str) -> None:
+        """Evict a key from the cache (after a revoke)."""
+        for api_key in [k for k in self._cache if (split_key(k) or ("", ""))[0] == key_id]:
+            del self._cache[api_key]
+
+    def forget_workspace(self, name: str) -> None:
+        """Evict every key of a workspace (after its deletion)."""
+        for api_key in [
+            k for k, (_, p) in self._cache.items() if p.workspace is not None and p.workspace.name == name
+        ]:
+            del self._cache[api_key]

@@ -1,0 +1,92 @@
+"""One table from `MemplaneError` classes to gRPC status codes, with `google.rpc` details.
+
+Every error carries an `ErrorInfo` (reason UPPER_SNAKE_CASE, domain "memplane.io",
+AIP-193) plus, by kind: `BadRequest` field violations, `ResourceInfo`, `QuotaFailure`.
+Clients read them with `grpc_status.rpc_status.from_call` (memplane.client does).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from memplane import errors
+
+_log = logging.getLogger(__name__)
+
+ERROR_DOMAIN = "memplane.io"
+
+# Most specific class first.
+STATUS_CODES: list[tuple[type[errors.MemplaneError], grpc.StatusCode]] = [
+    (errors.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.VersionConflictError, grpc.StatusCode.ABORTED),
+    (errors.QuotaExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
+]
+
+
+def status_code_of(error: errors.MemplaneError) -> grpc.StatusCode:
+    """The gRPC code for *error* (INTERNAL for the root class)."""
+    for cls, code in STATUS_CODES:
+        if isinstance(error, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _pack(message: object) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)  # type: ignore[arg-type]
+    return packed
+
+
+def to_status(error: errors.MemplaneError) -> status_pb2.Status:
+    """A `google.rpc.Status` with the code, message and details for *error*."""
+    code = status_code_of(error)
+    details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))]
+    if isinstance(error, errors.InvalidArgumentError):
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                        for v in error.violations
+                    ]
+                )
+            )
+        )
+    elif isinstance(error, errors.NotFoundError | errors.AlreadyExistsError):
+        details.append(
+            _pack(
+                error_details_pb2.ResourceInfo(
+                    resource_type=error.resource_type, resource_name=error.resource_name, description=str(error)
+                )
+            )
+        )
+    elif isinstance(error, errors.QuotaExceededError):
+        details.append(
+            _pack(
+                error_details_pb2.QuotaFailure(
+                    violations=[
+                        error_details_pb2.QuotaFailure.Violation(subject=error.subject, description=error.description)
+                    ]
+                )
+            )
+        )
+    return status_pb2.Status(code=code.value[0], message=str(error), details=details)
+
+
+async def abort_with(context: grpc.aio.ServicerContext[object, object], error: errors.MemplaneError) -> None:
+    """Abort the RPC with the rich status of *error* (never returns)."""
+    await context.abort_with_status(rpc_status.to_status(to_status(error)))
+
+
+INTERNAL_STATUS = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error")

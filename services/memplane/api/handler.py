@@ -1,0 +1,73 @@
+"""What every RPC handler shares: the caller's principal and error translation."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from memplane.admin.auth import Authenticator
+from memplane.api.errors import abort_with
+from memplane.domain.models import Principal, Workspace
+from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError
+
+_log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Self = TypeVar("Self")
+
+
+def bearer_token(context: Context) -> str:
+    """The key of the `authorization: Bearer <key>` metadata entry ("" if absent)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
+            raise UnauthenticatedError("authorization metadata must read 'Bearer <API key>'")
+    return ""
+
+
+async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:
+    """The caller and its workspace. Raises `UnauthenticatedError`, or
+    `PermissionDeniedError` for the admin key (it owns no memories)."""
+    principal = await authenticator.authenticate(bearer_token(context))
+    if principal.workspace is None:
+        raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
+    return principal, principal.workspace
+
+
+async def require_admin(authenticator: Authenticator, context: Context) -> Principal:
+    """The caller if it holds the admin key; `PermissionDeniedError` for a workspace key."""
+    principal = await authenticator.authenticate(bearer_token(context))
+    if not principal.is_admin:
+        raise PermissionDeniedError("AdminService needs the admin key")
+    return principal
+
+
+def rpc(
+    method: Callable[[Self, Req, Context], Awaitable[Resp]],
+) -> Callable[[Self, Req, Context], Awaitable[Resp]]:
+    """Turn `MemplaneError`s into rich statuses and anything else into INTERNAL (logged
+    with its traceback, never echoed to the client)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Self, request: Req, context: Context) -> Resp:
+        try:
+            return await method(self, request, context)
+        except MemplaneError as error:
+            await abort_with(context, error)
+            raise  # unreachable: abort raises
+        except Exception:
+            if context.code() is not None:  # already aborted by gRPC itself
+                raise
+            _log.exception("unhandled error in %s", method.__qualname__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            raise
+
+    return wrapper

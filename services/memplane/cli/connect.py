@@ -1,0 +1,40 @@
+"""Where the CLI finds the server and its key: flags, then MEMPLANE_TARGET /
+MEMPLANE_API_KEY / MEMPLANE_ADMIN_KEY, then data_dir/credentials.json written by the
+server's first local run (so the quick start needs no copy-paste)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from memplane.credentials import CREDENTIALS_FILE, read_credentials
+from memplane.client.aio import DEFAULT_TARGET, AsyncMemplaneClient
+from memplane.settings import Settings
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default=None, help=f"server host:port (default {DEFAULT_TARGET})")
+    parser.add_argument("--api-key", default=None, help="workspace or admin API key")
+
+
+def _target(ns: argparse.Namespace, settings: Settings) -> str:
+    if ns.target:
+        return str(ns.target)
+    return os.environ.get("MEMPLANE_TARGET") or f"{settings.grpc.host}:{settings.grpc.port}"
+
+
+def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
+    """A client with the workspace key (flag, env, or the local default workspace's)."""
+    key = ns.api_key or os.environ.get("MEMPLANE_API_KEY") or read_credentials(
+        settings.data_dir / CREDENTIALS_FILE
+    ).get("api_key", "")
+    return AsyncMemplaneClient(_target(ns, settings), key)
+
+
+def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
+    """A client with the admin key (flag, env, settings, or the local credentials file)."""
+    configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else ""
+    key = ns.api_key or os.environ.get("MEMPLANE_ADMIN_KEY") or configured or read_credentials(
+        settings.data_dir / CREDENTIALS_FILE
+    ).get("admin_key", "")
+    return AsyncMemplaneClient(_target(ns, settings), key)

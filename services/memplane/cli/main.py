@@ -1,0 +1,194 @@
+"""`memplane` — serve, migrate, manage workspaces and keys, add, search, import, eval.
+
+Settings come from the environment (MEMPLANE_*, see memplane.settings) and are loaded
+once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
+2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
+from memplane.errors import MemplaneError
+from memplane.settings import Settings
+from memplane.v1 import filter_pb2, memory_pb2
+
+_log = logging.getLogger("memplane")
+
+
+def _setup_logging(settings: Settings) -> None:
+    if settings.log_json:
+        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
+    else:
+        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=settings.log_level.upper(), format=fmt, stream=sys.stderr)
+
+
+async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
+    """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
+    from memplane.api.interceptors import server_interceptors
+    from memplane.api.server import start_server
+    from memplane.app import build_app
+    from memplane.telemetry import setup_telemetry
+
+    interceptors = server_interceptors() if setup_telemetry() else []
+    app = await build_app(settings)
+    running = await start_server(
+        app,
+        host=ns.host or settings.grpc.host,
+        port=settings.grpc.port if ns.port is None else ns.port,
+        services=ns.services.split(","),
+        interceptors=interceptors,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    _log.info("shutting down (grace %.1f s)", settings.grpc.grace_period)
+    await running.stop(settings.grpc.grace_period)
+    await app.close()
+    return 0
+
+
+async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
+    from memplane.app import migrate
+
+    applied = await migrate(settings)
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+    return 0
+
+
+async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
+    async with admin_client(ns, settings) as client:
+        if ns.action == "create":
+            ws = await client.create_workspace(ns.name, max_memories=ns.max_memories)
+            print(f"created workspace {ws.name} ({ws.embedding_model}, {ws.embedding_dimensions}-d)")
+            key = await client.create_api_key(ws.name, "created by the CLI")
+            print(f"API key (shown once): {key.api_key}")
+        elif ns.action == "delete":
+            n = await client.delete_workspace(ns.name)
+            print(f"deleted workspace {ns.name} and its {n} memories")
+        else:
+            token = ""
+            while True:
+                page = await client.list_workspaces(page_token=token)
+                for ws in page.workspaces:
+                    usage = await client.get_workspace_usage(ws.name)
+                    print(f"{ws.name}\t{usage.memory_count} memories\t{usage.storage_bytes} bytes\t{ws.embedding_model}")
+                token = page.next_page_token
+                if not token:
+                    break
+    return 0
+
+
+async def cmd_key(ns: argparse.Namespace, settings: Settings) -> int:
+    async with admin_client(ns, settings) as client:
+        if ns.action == "create":
+            reply = await client.create_api_key(ns.workspace, ns.display_name)
+            print(f"key id {reply.key_id}\nAPI key (shown once): {reply.api_key}")
+        else:
+            await client.revoke_api_key(ns.key_id)
+            print(f"revoked {ns.key_id}")
+    return 0
+
+
+async def cmd_add(ns: argparse.Namespace, settings: Settings) -> int:
+    scope = memory_pb2.Scope(user_id=ns.user_id, agent_id=ns.agent_id, session_id=ns.session_id)
+    mtype = memory_pb2.MemoryType.Value(f"MEMORY_TYPE_{ns.type.upper()}")
+    async with workspace_client(ns, settings) as client:
+        stored = await client.add_memories([memory_pb2.MemoryInput(content=ns.content, scope=scope, type=mtype)])
+    print(stored[0].id)
+    return 0
+
+
+async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
+    flt = filter_pb2.MemoryFilter(user_id=ns.user_id, agent_id=ns.agent_id, session_id=ns.session_id)
+    async with workspace_client(ns, settings) as client:
+        reply = await client.search(ns.query, top_k=ns.top_k, filter=flt)
+    for i, hit in enumerate(reply.hits, start=1):
+        text = " ".join(hit.memory.content.split())
+        print(f"{i:>2}. {hit.score:.3f}  {text[:160]}")
+    if not reply.hits:
+        print("no memories found")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from memplane.cli import locomo
+
+    parser = argparse.ArgumentParser(prog="memplane", description="Multi-tenant long-term memory for LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the gRPC server (embedded PostgreSQL unless MEMPLANE_DATABASE__DSN is set)")
+    p.add_argument("--services", default="retrieval,writeback,admin", help="comma-separated subset to serve")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 50051; 0 picks a free one)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("migrate", help="apply database migrations (serve also does)")
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("workspace", help="create, delete or list workspaces (admin key)")
+    wsub = p.add_subparsers(dest="action", required=True)
+    c = wsub.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--max-memories", type=int, default=0, help="quota; 0 = unlimited")
+    d = wsub.add_parser("delete")
+    d.add_argument("name")
+    wsub.add_parser("list")
+    for q in (c, d, wsub.choices["list"]):
+        add_connection_flags(q)
+    p.set_defaults(func=cmd_workspace)
+
+    p = sub.add_parser("key", help="create or revoke API keys (admin key)")
+    ksub = p.add_subparsers(dest="action", required=True)
+    c = ksub.add_parser("create")
+    c.add_argument("workspace")
+    c.add_argument("--display-name", default="")
+    r = ksub.add_parser("revoke")
+    r.add_argument("key_id")
+    for q in (c, r):
+        add_connection_flags(q)
+    p.set_defaults(func=cmd_key)
+
+    for name, func, helptext in (("add", cmd_add, "store one memory"), ("search", cmd_search, "hybrid search")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("content" if name == "add" else "query")
+        p.add_argument("--user-id", default="")
+        p.add_argument("--agent-id", default="")
+        p.add_argument("--session-id", default="")
+        if name == "add":
+            p.add_argument("--type", default="user", choices=["user", "feedback", "project", "reference",
+                                                               "procedural", "tool", "episodic"])
+        else:
+            p.add_argument("--top-k", type=int, default=5)
+        add_connection_flags(p)
+        p.set_defaults(func=func)
+
+    locomo.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `memplane` script."""
+    ns = build_parser().parse_args(argv)
+    settings = Settings()
+    _setup_logging(settings)
+    try:
+        return int(asyncio.run(ns.func(ns, settings)))
+    except MemplaneError as error:
+        print(f"memplane: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""`AsyncMemplaneClient`: one grpc.aio channel, the API key sent as bearer metadata on
+every call, failures raised as `memplane.errors` classes.
+
+    async with AsyncMemplaneClient("127.0.0.1:50051", api_key) as client:
+        await client.add_memories([MemoryInput(content="I like green tea")])
+        hits = await client.search("what drinks do I like?", top_k=5)
+
+Replies are the generated `memplane.v1` messages (documented in proto/memplane/v1/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import field_mask_pb2
+
+from memplane.client.errors import from_rpc_error
+from memplane.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    filter_pb2,
+    memory_pb2,
+    retrieval_pb2,
+    retrieval_pb2_grpc,
+    writeback_pb2,
+    writeback_pb2_grpc,
+)
+
+T = TypeVar("T")
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+class AsyncMemplaneClient:
+    """Async client of every memplane service on one channel.
+
+    *target* is "host:port"; *api_key* a workspace key (memories) or the admin key
+    (AdminService); *timeout* the per-call deadline in seconds.
+    """
+
+    def __init__(self, target: str = DEFAULT_TARGET, api_key: str = "", *, timeout: float = 60.0) -> None:
+        self._channel = grpc.aio.insecure_channel(
+            target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+        )
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self._timeout = timeout
+        self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
+        self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    async def __aenter__(self) -> AsyncMemplaneClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close()
+
+    async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
+        try:
+            return await method(request, metadata=self._metadata, timeout=self._timeout)
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+
+    # -- write-back ---------------------------------------------------------------
+    async def add_memories(
+        self, memories: Sequence[memory_pb2.MemoryInput], *, request_id: str = ""
+    ) -> list[memory_pb2.Memory]:
+        """Store memories as given; returns them with ids and versions."""
+        reply = await self._call(
+            self.writeback.AddMemories, writeback_pb2.AddMemoriesRequest(memories=memories, request_id=request_id)
+        )
+        return list(reply.memories)
+
+    async def write_conversation(
+        self,
+        scope: memory_pb2.Scope,
+        messages: Sequence[writeback_pb2.ConversationMessage],
+        *,
+        request_id: str = "",
+    ) -> writeback_pb2.WriteConversationResponse:
+        """Store a conversation's messages (transcript + one episodic memory each)."""
+        return await self._call(
+            self.writeback.WriteConversation,
+            writeback_pb2.WriteConversationRequest(scope=scope, messages=messages, request_id=request_id),
+        )
+
+    async def update_memory(
+        self,
+        memory_id: str,
+        memory: memory_pb2.MemoryInput,
+        fields: Iterable[str],
+        *,
+        expected_version: int = 0,
+        request_id: str = "",
+    ) -> memory_pb2.Memory:
+        """Change *fields* of a memory; VersionConflictError if expected_version is stale."""
+        reply = await self._call(
+            self.writeback.UpdateMemory,
+            writeback_pb2.UpdateMemoryRequest(
+                id=memory_id,
+                memory=memory,
+                update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+                expected_version=expected_version,
+                request_id=request_id,
+            ),
+        )
+        return reply.memory
+
+    async def delete_memory(self, memory_id: str, *, expected_version: int = 0, request_id: str = "") -> str:
+        """Delete one memory; returns its id."""
+        reply = await self._call(
+            self.writeback.DeleteMemory,
+            writeback_pb2.DeleteMemoryRequest(id=memory_id, expected_version=expected_version, request_id=request_id),
+        )
+        return reply.id
+
+    async def delete_memories_by_scope(
+        self, scope: memory_pb2.Scope, *, request_id: str = ""
+    ) -> writeback_pb2.DeleteMemoriesByScopeResponse:
+        """Erase every memory (and transcript message) of a scope."""
+        return await self._call(
+            self.writeback.DeleteMemoriesByScope,
+            writeback_pb2.DeleteMemoriesByScopeRequest(scope=scope, request_id=request_id),
+        )
+
+    async def list_memory_events(self, memory_id: str) -> list[memory_pb2.MemoryEvent]:
+        """History of a memory, oldest first."""
+        reply = await self._call(
+            self.writeback.ListMemoryEvents, writeback_pb2.ListMemoryEventsRequest(memory_id=memory_id)
+        )
+        return list(reply.events)
+
+    # -- retrieval ----------------------------------------------------------------
+    async def search(
+        self,
+        queries: str | Sequence[str],
+        *,
+        top_k: int = 10,
+        min_score: float = 0.0,
+        filter: filter_pb2.MemoryFilter | None = None,  # noqa: A002 - the API's own word
+        mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
+        fusion: int = retrieval_pb2.FUSION_METHOD_RRF,
+        vector_weight: float = 0.0,
+    ) -> retrieval_pb2.SearchMemoriesResponse:
+        """Hybrid search; *queries* may be one string or several (merged, de-duplicated)."""
+        return await self._call(
+            self.retrieval.SearchMemories,
+            retrieval_pb2.SearchMemoriesRequest(
+                queries=[queries] if isinstance(queries, str) else list(queries),
+                top_k=top_k,
+                min_score=min_score,
+                filter=filter,
+                mode=mode,  # type: ignore[arg-type]
+                fusion=fusion,  # type: ignore[arg-type]
+                vector_weight=vector_weight,
+            ),
+        )
+
+    async def get_memory(self, memory_id: str) -> memory_pb2.Memory:
+        """One memory; NotFoundError if absent from the key's workspace."""
+        reply = await self._call(self.retrieval.GetMemory, retrieval_pb2.GetMemoryRequest(id=memory_id))
+        return reply.memory
+
+    async def list_memories(
+        self, *, filter: filter_pb2.MemoryFilter | None = None, page_size: int = 100, page_token: str = ""  # noqa: A002
+    ) -> retrieval_pb2.ListMemoriesResponse:
+        """One page of memories, newest first."""
+        return await self._call(
+            self.retrieval.ListMemories,
+            retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token),
+        )
+
+    # -- admin --------------------------------------------------------------------
+    async def create_workspace(self, name: str, *, max_memories: int = 0) -> admin_pb2.Workspace:
+        """Create a workspace (admin key)."""
+        reply = await self._call(
+            self.admin.CreateWorkspace, admin_pb2.CreateWorkspaceRequest(name=name, max_memories=max_memories)
+        )
+        return reply.workspace
+
+    async def get_workspace(self, name: str) -> admin_pb2.Workspace:
+        """One workspace (admin key)."""
+        reply = await self._call(self.admin.GetWorkspace, admin_pb2.GetWorkspaceRequest(name=name))
+        return reply.workspace
+
+    async def list_workspaces(self, *, page_size: int = 100, page_token: str = "") -> admin_pb2.ListWorkspacesResponse:
+        """A page of workspaces by name (admin key)."""
+        return await self._call(
+            self.admin.ListWorkspaces, admin_pb2.ListWorkspacesRequest(page_size=page_size, page_token=page_token)
+        )
+
+    async def delete_workspace(self, name: str) -> int:
+        """Delete a workspace and all its rows; returns its memory count (admin key)."""
+        reply = await self._call(self.admin.DeleteWorkspace, admin_pb2.DeleteWorkspaceRequest(name=name))
+        return reply.deleted_memory_count
+
+    async def create_api_key(self, workspace: str, display_name: str = "") -> admin_pb2.CreateApiKeyResponse:
+        """A new key for a workspace; the secret is in the reply only (admin key)."""
+        return await self._call(
+            self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(workspace=workspace, display_name=display_name)
+        )
+
+    async def revoke_api_key(self, key_id: str) -> None:
+        """Revoke a key (admin key)."""
+        await self._call(self.admin.RevokeApiKey, admin_pb2.RevokeApiKeyRequest(key_id=key_id))
+
+    async def get_workspace_usage(self, name: str) -> admin_pb2.GetWorkspaceUsageResponse:
+        """Counts and sizes of a workspace (admin key)."""
+        return await self._call(self.admin.GetWorkspaceUsage, admin_pb2.GetWorkspaceUsageRequest(name=name))

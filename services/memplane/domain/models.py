@@ -1,0 +1,179 @@
+"""Memories and what surrounds them (the words of DESIGN.md).
+
+All times are timezone-aware UTC `datetime`s; a naive datetime is a bug and rejected.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+class MemoryType(enum.StrEnum):
+    """The union of the seeds' vocabularies (AgentScope, ReMe, mem0)."""
+
+    USER = "user"
+    FEEDBACK = "feedback"
+    PROJECT = "project"
+    REFERENCE = "reference"
+    PROCEDURAL = "procedural"
+    TOOL = "tool"
+    EPISODIC = "episodic"
+
+
+class EventKind(enum.StrEnum):
+    """A write decision recorded in a memory's history (mem0's history())."""
+
+    ADD = "ADD"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    NOOP = "NOOP"
+
+
+class MessageRole(enum.StrEnum):
+    """Role of a transcript message (OpenAI chat roles)."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who a memory belongs to inside a workspace; empty string means unset."""
+
+    user_id: str = ""
+    agent_id: str = ""
+    session_id: str = ""
+
+    def is_empty(self) -> bool:
+        return not (self.user_id or self.agent_id or self.session_id)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Session and message ids a memory came from."""
+
+    session_id: str = ""
+    message_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NewMemory:
+    """A memory to store, validated (see `memplane.domain.validation`)."""
+
+    content: str
+    scope: Scope = Scope()
+    type: MemoryType = MemoryType.USER
+    name: str = ""
+    description: str = ""
+    metadata: JsonObject = field(default_factory=dict)
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    expires_at: datetime | None = None
+    provenance: Provenance = Provenance()
+    embedding: tuple[float, ...] | None = None
+
+    def index_text(self) -> str:
+        """The text that is embedded and indexed lexically: name, description, content."""
+        return index_text(self.name, self.description, self.content)
+
+
+def index_text(name: str, description: str, content: str) -> str:
+    """Join the searchable fields: "name. description. content" (empty parts skipped)."""
+    return "\n".join(part for part in (name, description, content) if part)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One stored memory."""
+
+    id: str
+    scope: Scope
+    type: MemoryType
+    name: str
+    description: str
+    content: str
+    metadata: JsonObject
+    valid_from: datetime
+    valid_to: datetime | None
+    expires_at: datetime | None
+    provenance: Provenance
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One entry of a memory's history; before/after are None where not applicable or
+    redacted by an erasure."""
+
+    id: int
+    memory_id: str
+    kind: EventKind
+    before: Memory | None
+    after: Memory | None
+    actor: str
+    request_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ConversationMessage:
+    """One message written back from a conversation."""
+
+    content: str
+    role: MessageRole
+    id: str = ""
+    name: str = ""
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A tenant. `key` is the internal partition key; `name` the public name."""
+
+    key: int
+    name: str
+    embedding_model: str
+    embedding_dimensions: int
+    max_memories: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkspaceUsage:
+    """Sizes of a workspace: counts, bytes of text, bytes on disk."""
+
+    memory_count: int
+    content_bytes: int
+    transcript_message_count: int
+    storage_bytes: int
+
+
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    """A stored API key (the secret itself is only kept as a hash)."""
+
+    key_id: str
+    workspace_name: str | None  # None: the admin key
+    workspace_key: int | None
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: derived from the credential, never from the request body."""
+
+    actor: str
+    workspace: Workspace | None  # None for the admin
+
+    @property
+    def is_admin(self) -> bool:
+        return self.workspace is None

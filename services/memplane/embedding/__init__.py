@@ -1,0 +1,1 @@
+"""Embedding providers behind one interface (`Embedder`), plus a content-hash cache."""

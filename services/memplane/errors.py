@@ -1,0 +1,103 @@
+"""The one exception hierarchy. Domain code raises these; the gRPC edge maps each class
+to a status code and a `google.rpc.ErrorInfo` reason (`memplane.api.errors`); the client
+SDK turns statuses back into the same classes. Driver errors never leave storage/."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a request: *field* is a path such as ``memories[2].metadata``."""
+
+    field: str
+    description: str
+
+
+class MemplaneError(Exception):
+    """Root of every memplane error."""
+
+    reason = "INTERNAL"
+
+
+class InvalidArgumentError(MemplaneError):
+    """The request is malformed; `violations` names each bad field."""
+
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, violations: list[FieldViolation] | FieldViolation) -> None:
+        self.violations = violations if isinstance(violations, list) else [violations]
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in self.violations))
+
+
+class NotFoundError(MemplaneError):
+    """A resource does not exist in the caller's workspace."""
+
+    reason = "NOT_FOUND"
+
+    def __init__(self, resource_type: str, resource_name: str) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        super().__init__(f"{resource_type} {resource_name!r} not found")
+
+
+class AlreadyExistsError(MemplaneError):
+    """A resource with that name already exists."""
+
+    reason = "ALREADY_EXISTS"
+
+    def __init__(self, resource_type: str, resource_name: str) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        super().__init__(f"{resource_type} {resource_name!r} already exists")
+
+
+class VersionConflictError(MemplaneError):
+    """The stored version differs from the expected one (optimistic concurrency)."""
+
+    reason = "VERSION_CONFLICT"
+
+    def __init__(self, memory_id: str, expected: int, actual: int) -> None:
+        self.memory_id, self.expected, self.actual = memory_id, expected, actual
+        super().__init__(f"memory {memory_id} is at version {actual}, not {expected}")
+
+
+class QuotaExceededError(MemplaneError):
+    """A workspace quota would be exceeded."""
+
+    reason = "QUOTA_EXCEEDED"
+
+    def __init__(self, subject: str, description: str) -> None:
+        self.subject, self.description = subject, description
+        super().__init__(f"{subject}: {description}")
+
+
+class FailedPreconditionError(MemplaneError):
+    """The system is not in a state the request needs (e.g. embedding dimension mismatch)."""
+
+    reason = "FAILED_PRECONDITION"
+
+
+class EmbeddingMismatchError(FailedPreconditionError):
+    """The server's embedding model or dimension differs from the workspace's."""
+
+    reason = "EMBEDDING_MISMATCH"
+
+
+class UnauthenticatedError(MemplaneError):
+    """No credential, or an unknown or revoked one."""
+
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(MemplaneError):
+    """The credential is valid but not allowed this call."""
+
+    reason = "PERMISSION_DENIED"
+
+
+class UnavailableError(MemplaneError):
+    """A dependency (database, embedding endpoint) cannot be reached; retry later."""
+
+    reason = "UNAVAILABLE"

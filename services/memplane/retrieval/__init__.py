@@ -1,0 +1,1 @@
+"""Hybrid retrieval: vector + lexical candidates, fused (RRF or weighted), merged over queries."""

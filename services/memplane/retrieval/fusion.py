@@ -1,0 +1,83 @@
+"""Rank fusion of the vector and lexical signals.
+
+- RRF: Cormack, Clarke & Buettcher, "Reciprocal Rank Fusion outperforms Condorcet and
+  individual Rank Learning Methods", SIGIR 2009: score = sum_s w_s / (k + rank_s), k = 60.
+  We divide by the best possible value, sum_s w_s / (k + 1), so the fused score lies in
+  0..1 and rank 1 in every signal scores 1.0 (makes `min_score` meaningful).
+- WEIGHTED: ReMe's hybrid search, w_v * vector + w_l * lexical with w_v = 0.7. Signals
+  are first put on one scale (shared case C002): cosine similarity clipped to 0..1, and
+  BM25 divided by the best BM25 of the query's candidates. A signal that found nothing
+  for this query drops out and the other's weight is renormalised to 1, so a query with
+  no keyword hit does not scale every score by 0.7.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class FusionMethod(enum.StrEnum):
+    """How signals combine."""
+
+    RRF = "rrf"
+    WEIGHTED = "weighted"
+
+
+@dataclass(frozen=True)
+class SignalHit:
+    """One signal's view of a hit: raw score, 0..1 normalised score, 1-based rank."""
+
+    score: float
+    normalized: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class FusedHit:
+    """A memory id with its fused score and per-signal details (None: not retrieved)."""
+
+    id: str
+    score: float
+    vector: SignalHit | None
+    lexical: SignalHit | None
+
+
+def _signal(candidates: Sequence[tuple[str, float]], *, bm25: bool) -> dict[str, SignalHit]:
+    best = max((s for _, s in candidates), default=0.0)
+    out: dict[str, SignalHit] = {}
+    for rank, (memory_id, score) in enumerate(candidates, start=1):
+        normalized = (score / best if best > 0 else 0.0) if bm25 else min(max(score, 0.0), 1.0)
+        out[memory_id] = SignalHit(score=score, normalized=normalized, rank=rank)
+    return out
+
+
+def fuse(
+    vector: Sequence[tuple[str, float]],
+    lexical: Sequence[tuple[str, float]],
+    *,
+    method: FusionMethod,
+    vector_weight: float,
+    rrf_k: int,
+) -> list[FusedHit]:
+    """Fuse two ranked candidate lists of (memory id, raw score), best first; return hits
+    sorted by fused score (ties by id). Either list may be empty (single-signal search:
+    the fused score is then that signal's normalised score, or RRF of its rank alone)."""
+    v, lx = _signal(vector, bm25=False), _signal(lexical, bm25=True)
+    weights = {"v": vector_weight if v else 0.0, "l": (1.0 - vector_weight) if lx else 0.0}
+    total = weights["v"] + weights["l"]
+    if total == 0:
+        return []
+    hits: list[FusedHit] = []
+    for memory_id in dict.fromkeys([*v, *lx]):
+        hv, hl = v.get(memory_id), lx.get(memory_id)
+        if method is FusionMethod.RRF:
+            raw = sum(w / (rrf_k + h.rank) for w, h in ((weights["v"], hv), (weights["l"], hl)) if h is not None)
+            score = raw / (total / (rrf_k + 1))
+        else:
+            raw = sum(w * h.normalized for w, h in ((weights["v"], hv), (weights["l"], hl)) if h is not None)
+            score = raw / total
+        hits.append(FusedHit(id=memory_id, score=score, vector=hv, lexical=hl))
+    hits.sort(key=lambda h: (-h.score, h.id))
+    return hits

@@ -1,0 +1,238 @@
+"""RetrievalService: hybrid search, get and list over one workspace.
+
+Search, per request: validate → embed all queries in one call → in one tenant
+transaction, for each query fetch vector and lexical candidates (top_k × multiplier,
+at least `min_candidates`) → fuse per query → merge queries keeping each memory's best
+score → cut at min_score and top_k → load the memories.
+
+Vector plan: a filter selecting at most `exact_scan_max_rows` rows is scanned exactly
+through the btree scope indexes (recall 1.0; shared case C003: HNSW post-filtering
+returns too few rows for a small scope); larger sets use the partition's HNSW index with
+pgvector's iterative scan. bench/vector_plan.py measures the crossover.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from memplane.domain.filters import MemoryFilter
+from memplane.domain.models import Memory, Workspace
+from memplane.domain.validation import Violations, check_filter, check_text, parse_memory_id
+from memplane.embedding.base import Embedder
+from memplane.embedding.compat import ensure_compatible
+from memplane.errors import NotFoundError
+from memplane.retrieval.fusion import FusedHit, FusionMethod, SignalHit, fuse
+from memplane.settings import LimitsSettings, RetrievalSettings
+from memplane.storage.database import Database
+from memplane.storage.memories import MemoryStore
+from memplane.text.segment import segment
+
+
+class SearchMode:
+    """Signals a search uses."""
+
+    HYBRID = "hybrid"
+    VECTOR = "vector"
+    LEXICAL = "lexical"
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated-on-use search. `vector_weight` None means the method's default
+    (0.5 for RRF: equal weights; settings.vector_weight, 0.7, for WEIGHTED)."""
+
+    queries: tuple[str, ...]
+    top_k: int = 10
+    min_score: float = 0.0
+    filter: MemoryFilter = MemoryFilter()
+    mode: str = SearchMode.HYBRID
+    fusion: FusionMethod = FusionMethod.RRF
+    vector_weight: float | None = None
+    rrf_k: int | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A memory with its fused score, per-signal details and the best query's index."""
+
+    memory: Memory
+    score: float
+    vector: SignalHit | None
+    lexical: SignalHit | None
+    query_index: int
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Hits best first, and where the server's time went (seconds)."""
+
+    hits: list[Hit]
+    embedding_seconds: float
+    database_seconds: float
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list."""
+
+    memories: list[Memory]
+    next_page_token: str
+    total_size: int
+
+
+class RetrievalService:
+    """Reads of one workspace at a time; the workspace comes from the caller's principal."""
+
+    def __init__(
+        self,
+        db: Database,
+        memories: MemoryStore,
+        embedder: Embedder,
+        limits: LimitsSettings,
+        settings: RetrievalSettings,
+    ) -> None:
+        self._db = db
+        self._memories = memories
+        self._embedder = embedder
+        self._limits = limits
+        self._settings = settings
+
+    def _validate_search(self, request: SearchRequest) -> None:
+        v = Violations()
+        if not request.queries:
+            v.add("queries", "must hold at least one query")
+        elif len(request.queries) > self._limits.max_queries:
+            v.add("queries", f"holds {len(request.queries)} queries; the limit is {self._limits.max_queries}")
+        for i, q in enumerate(request.queries):
+            check_text(v, f"queries[{i}]", q, self._limits.max_query_bytes, required=True)
+        if not 1 <= request.top_k <= self._limits.max_top_k:
+            v.add("top_k", f"must be between 1 and {self._limits.max_top_k}")
+        if not 0.0 <= request.min_score <= 1.0:
+            v.add("min_score", "must be between 0 and 1")
+        if request.vector_weight is not None and not 0.0 <= request.vector_weight <= 1.0:
+            v.add("vector_weight", "must be between 0 and 1")
+        if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
+            v.add("rrf_k", "must be between 1 and 10000")
+        check_filter(v, "filter", request.filter, self._limits)
+        v.raise_if_any()
+
+    async def search(self, workspace: Workspace, request: SearchRequest) -> SearchResult:
+        """Hybrid / vector / lexical search. Raises `InvalidArgumentError` naming the
+        field, `EmbeddingMismatchError` when the embedder differs from the workspace's."""
+        started = time.perf_counter()
+        self._validate_search(request)
+        use_vector = request.mode in (SearchMode.HYBRID, SearchMode.VECTOR)
+        use_lexical = request.mode in (SearchMode.HYBRID, SearchMode.LEXICAL)
+        embed_seconds = 0.0
+        vectors = None
+        if use_vector:
+            ensure_compatible(workspace, self._embedder)
+            t0 = time.perf_counter()
+            vectors = await self._embedder.embed_queries(list(request.queries))
+            embed_seconds = time.perf_counter() - t0
+        depth = max(request.top_k * self._settings.candidate_multiplier, self._settings.min_candidates)
+        now = datetime.now(UTC)
+        method = request.fusion
+        weight = request.vector_weight
+        if weight is None:
+            weight = 0.5 if method is FusionMethod.RRF else self._settings.vector_weight
+        rrf_k = request.rrf_k or self._settings.rrf_k
+
+        t0 = time.perf_counter()
+        best: dict[str, tuple[FusedHit, int]] = {}
+        async with self._db.tenant(workspace.key) as conn:
+            exact = False
+            if use_vector:
+                cap = self._settings.exact_scan_max_rows
+                exact = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap) <= cap
+            for index, query in enumerate(request.queries):
+                vector_hits: list[tuple[str, float]] = []
+                lexical_hits: list[tuple[str, float]] = []
+                if vectors is not None:
+                    found = await self._memories.vector_search(
+                        conn, workspace, vectors[index], request.filter,
+                        now=now, limit=depth, exact=exact, ef_search=self._settings.hnsw_ef_search,
+                    )
+                    vector_hits = [(h.id, h.score) for h in found]
+                if use_lexical:
+                    found = await self._memories.lexical_search(
+                        conn, workspace, segment(query), request.filter,
+                        now=now, limit=depth, k1=self._settings.bm25_k1, b=self._settings.bm25_b,
+                    )
+                    lexical_hits = [(h.id, h.score) for h in found]
+                for hit in fuse(vector_hits, lexical_hits, method=method, vector_weight=weight, rrf_k=rrf_k):
+                    if hit.id not in best or hit.score > best[hit.id][0].score:
+                        best[hit.id] = (hit, index)
+            ranked = sorted(best.values(), key=lambda p: (-p[0].score, p[0].id))
+            ranked = [p for p in ranked if p[0].score >= request.min_score][: request.top_k]
+            memories = await self._memories.get_many(conn, workspace, [p[0].id for p in ranked])
+        db_seconds = time.perf_counter() - t0
+        hits = [
+            Hit(memory=memories[h.id], score=h.score, vector=h.vector, lexical=h.lexical, query_index=i)
+            for h, i in ranked
+            if h.id in memories
+        ]
+        return SearchResult(hits, embed_seconds, db_seconds, time.perf_counter() - started)
+
+    async def get(self, workspace: Workspace, memory_id: str) -> Memory:
+        """One memory. Raises `InvalidArgumentError` (malformed id), `NotFoundError`."""
+        v = Violations()
+        canonical = parse_memory_id(v, "id", memory_id)
+        v.raise_if_any()
+        async with self._db.tenant(workspace.key) as conn:
+            memory = await self._memories.get(conn, workspace, canonical)
+        if memory is None:
+            raise NotFoundError("memory", memory_id)
+        return memory
+
+    async def list(self, workspace: Workspace, flt: MemoryFilter, page_size: int, page_token: str) -> Page:
+        """A page of memories, newest first. page_size 0 means 100. Raises
+        `InvalidArgumentError` for a bad page_size, page_token or filter."""
+        v = Violations()
+        size = page_size or 100
+        if not 1 <= size <= self._limits.max_page_size:
+            v.add("page_size", f"must be between 1 and {self._limits.max_page_size}")
+        after = _decode_token(v, page_token)
+        check_filter(v, "filter", flt, self._limits)
+        v.raise_if_any()
+        now = datetime.now(UTC)
+        async with self._db.tenant(workspace.key) as conn:
+            memories, total = await self._memories.list(conn, workspace, flt, now=now, limit=size + 1, after=after)
+        next_token = ""
+        if len(memories) > size:
+            memories = memories[:size]
+            last = memories[-1]
+            next_token = _encode_token(last.created_at, last.id)
+        return Page(memories, next_token, total)
+
+
+def _encode_token(created_at: datetime, memory_id: str) -> str:
+    raw = json.dumps({"t": created_at.isoformat(), "i": memory_id}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(v: Violations, token: str) -> tuple[datetime, str] | None:
+    if not token:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        created = datetime.fromisoformat(data["t"])
+        memory_id = parse_memory_id(v, "page_token", data["i"])
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        v.add("page_token", "is not a token returned by ListMemories")
+        return None
+    if created.tzinfo is None:
+        v.add("page_token", "is not a token returned by ListMemories")
+        return None
+    return created, memory_id
+
+
+def with_defaults(request: SearchRequest) -> SearchRequest:
+    """top_k 0 means 10 (the proto's documented default)."""
+    return replace(request, top_k=request.top_k or 10)

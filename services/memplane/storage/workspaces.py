@@ -1,0 +1,159 @@
+"""Workspaces: rows, per-workspace partitions and their indexes, usage, deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from memplane.domain.models import Workspace, WorkspaceUsage
+from memplane.errors import AlreadyExistsError, NotFoundError
+from memplane.storage.database import Database
+
+# Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
+PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages")
+
+# HNSW build parameters: pgvector's defaults (m=16, ef_construction=64).
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+def partition_name(table: str, workspace_key: int) -> str:
+    """Name of *table*'s partition for one workspace."""
+    return f"{table}_w{workspace_key}"
+
+
+def _workspace(row: dict[str, Any]) -> Workspace:
+    return Workspace(
+        key=row["key"],
+        name=row["name"],
+        embedding_model=row["embedding_model"],
+        embedding_dimensions=row["embedding_dimensions"],
+        max_memories=row["max_memories"],
+        created_at=row["created_at"],
+    )
+
+
+class WorkspaceStore:
+    """Create, read, list and delete workspaces (admin transactions)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self, name: str, *, embedding_model: str, embedding_dimensions: int, max_memories: int = 0
+    ) -> Workspace:
+        """Insert the workspace and create its partitions with their own indexes:
+        an HNSW index (cosine) on the embedding cast to its recorded dimension and a CHECK
+        that every stored vector has that dimension. Raises `AlreadyExistsError`."""
+        async with self._db.admin() as conn:
+            try:
+                cur = await conn.execute(
+                    "INSERT INTO workspaces (name, embedding_model, embedding_dimensions, max_memories)"
+                    " VALUES (%s, %s, %s, %s) RETURNING *",
+                    (name, embedding_model, embedding_dimensions, max_memories),
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                raise AlreadyExistsError("workspace", name) from exc
+            row = await cur.fetchone()
+            assert row is not None
+            workspace = _workspace(row)
+            await conn.execute("INSERT INTO workspace_stats (workspace_key) VALUES (%s)", (workspace.key,))
+            for table in PARTITIONED_TABLES:
+                await conn.execute(
+                    sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+                        sql.Identifier(partition_name(table, workspace.key)),
+                        sql.Identifier(table),
+                        sql.Literal(workspace.key),
+                    )
+                )
+            memories = sql.Identifier(partition_name("memories", workspace.key))
+            dims = sql.Literal(embedding_dimensions)
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (vector_dims(embedding) = {})").format(
+                    memories, sql.Identifier(f"memories_w{workspace.key}_dims"), dims
+                )
+            )
+            await conn.execute(
+                sql.SQL(
+                    "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
+                    " WITH (m = {}, ef_construction = {})"
+                ).format(
+                    sql.Identifier(f"memories_w{workspace.key}_hnsw"),
+                    memories,
+                    dims,
+                    sql.Literal(HNSW_M),
+                    sql.Literal(HNSW_EF_CONSTRUCTION),
+                )
+            )
+            return workspace
+
+    async def get(self, name: str) -> Workspace:
+        """The workspace called *name*. Raises `NotFoundError`."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute("SELECT * FROM workspaces WHERE name = %s", (name,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", name)
+        return _workspace(row)
+
+    async def get_by_key(self, key: int) -> Workspace:
+        """The workspace with partition key *key*. Raises `NotFoundError`."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute("SELECT * FROM workspaces WHERE key = %s", (key,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", str(key))
+        return _workspace(row)
+
+    async def list(self, *, after_name: str, limit: int) -> list[Workspace]:
+        """Up to *limit* workspaces with names after *after_name*, by name."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM workspaces WHERE name > %s ORDER BY name LIMIT %s", (after_name, limit)
+            )
+            return [_workspace(r) for r in await cur.fetchall()]
+
+    async def delete(self, name: str) -> int:
+        """Drop the workspace's partitions and rows; return its memory count.
+        Touches no other workspace. Raises `NotFoundError`."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                "SELECT w.key, s.memory_count FROM workspaces w JOIN workspace_stats s"
+                " ON s.workspace_key = w.key WHERE w.name = %s FOR UPDATE OF w",
+                (name,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFoundError("workspace", name)
+            key = int(row["key"])
+            for table in PARTITIONED_TABLES:
+                await conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(partition_name(table, key)))
+                )
+            await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))
+            return int(row["memory_count"])
+
+    async def usage(self, name: str) -> WorkspaceUsage:
+        """Counts and sizes of one workspace. Raises `NotFoundError`."""
+        workspace = await self.get(name)
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                "SELECT s.memory_count, s.content_bytes,"
+                " (SELECT count(*) FROM transcript_messages t WHERE t.workspace_key = s.workspace_key)"
+                "   AS transcript_message_count,"
+                " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                "   WHERE c.relname = ANY(%s)) AS storage_bytes"
+                " FROM workspace_stats s WHERE s.workspace_key = %s",
+                ([partition_name(t, workspace.key) for t in PARTITIONED_TABLES], workspace.key),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return WorkspaceUsage(
+            memory_count=int(row["memory_count"]),
+            content_bytes=int(row["content_bytes"]),
+            transcript_message_count=int(row["transcript_message_count"]),
+            storage_bytes=int(row["storage_bytes"]),
+        )
+

@@ -1,0 +1,1 @@
+"""Text preparation for lexical search (CJK segmentation)."""

@@ -1,0 +1,1 @@
+"""Write-back: add, write conversations, update, delete, erase by scope, history."""
