@@ -41,7 +41,9 @@ def generate(out_dir: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
-    (out_dir / PACKAGE_DIR / "__init__.py").write_text('"""Generated protobuf and gRPC code for memplane.v1 (do not edit)."""\n')
+    (out_dir / PACKAGE_DIR / "__init__.py").write_text(
+        '"""Generated protobuf and gRPC code for memplane.v1 (do not edit)."""\n'
+    )
 
 
 def generated_files(base: Path) -> list[Path]:
@@ -64,7 +66,9 @@ def main() -> int:
         (tmp_path / PACKAGE_DIR).mkdir(parents=True)
         generate(tmp_path)
         fresh, committed = generated_files(tmp_path), generated_files(OUT_DIR)
-        differ = [str(p) for p in fresh if p not in committed or not filecmp.cmp(tmp_path / p, OUT_DIR / p, shallow=False)]
+        differ = [
+            str(p) for p in fresh if p not in committed or not filecmp.cmp(tmp_path / p, OUT_DIR / p, shallow=False)
+        ]
         extra = [str(p) for p in committed if p not in fresh and p.name != "__pycache__"]
         if differ or extra:
             print("generated code is stale; run python scripts/gen_proto.py:", *differ, *extra, sep="\n  ")

@@ -73,7 +73,7 @@ async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
             model=cfg.model,
             dimensions=cfg.dimensions,
             batch_size=cfg.batch_size,
-            timeout=cfg.timeout,
+            timeout_seconds=cfg.timeout,
         )
     return CachedEmbedder(inner, cfg.cache_size)
 
@@ -108,7 +108,12 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         authenticator=authenticator,
         retrieval=RetrievalService(db, memories, embedder, settings.limits, settings.retrieval),
         writeback=WriteBackService(
-            db, memories, TranscriptStore(), IdempotencyStore(), embedder, settings.limits
+            db=db,
+            memories=memories,
+            transcripts=TranscriptStore(),
+            idempotency=IdempotencyStore(),
+            embedder=embedder,
+            limits=settings.limits,
         ),
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
     )

@@ -77,7 +77,9 @@ class AuthSettings(BaseModel):
         "data_dir/credentials.json (mode 0600) with the default workspace's key.",
     )
     key_cache_seconds: float = Field(
-        default=30.0, ge=0, description="Seconds a verified key is cached; a revoke in another "
+        default=30.0,
+        ge=0,
+        description="Seconds a verified key is cached; a revoke in another "
         "process takes at most this long to apply (in the same process it applies at once).",
     )
     bootstrap_default_workspace: bool = Field(

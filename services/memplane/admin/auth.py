@@ -49,7 +49,5 @@ class Authenticator:
 
     def forget_workspace(self, name: str) -> None:
         """Evict every key of a workspace (after its deletion)."""
-        for api_key in [
-            k for k, (_, p) in self._cache.items() if p.workspace is not None and p.workspace.name == name
-        ]:
+        for api_key in [k for k, (_, p) in self._cache.items() if p.workspace is not None and p.workspace.name == name]:
             del self._cache[api_key]

@@ -62,7 +62,7 @@ class AdminService:
         if page_token and not WORKSPACE_NAME.match(page_token):
             v.add("page_token", "is not a token returned by ListWorkspaces")
         v.raise_if_any()
-        found = await self._workspaces.list(after_name=page_token, limit=size + 1)
+        found = await self._workspaces.list_page(after_name=page_token, limit=size + 1)
         if len(found) > size:
             return found[:size], found[size - 1].name
         return found, ""

@@ -25,7 +25,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.CreateWorkspaceResponse(workspace=convert.workspace_to_proto(workspace))
 
     @rpc
-    async def GetWorkspace(self, request: admin_pb2.GetWorkspaceRequest, context: Context) -> admin_pb2.GetWorkspaceResponse:
+    async def GetWorkspace(
+        self, request: admin_pb2.GetWorkspaceRequest, context: Context
+    ) -> admin_pb2.GetWorkspaceResponse:
         await require_admin(self._auth, context)
         workspace = await self._service.get_workspace(request.name)
         return admin_pb2.GetWorkspaceResponse(workspace=convert.workspace_to_proto(workspace))
@@ -49,13 +51,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.DeleteWorkspaceResponse(deleted_memory_count=count)
 
     @rpc
-    async def CreateApiKey(self, request: admin_pb2.CreateApiKeyRequest, context: Context) -> admin_pb2.CreateApiKeyResponse:
+    async def CreateApiKey(
+        self, request: admin_pb2.CreateApiKeyRequest, context: Context
+    ) -> admin_pb2.CreateApiKeyResponse:
         await require_admin(self._auth, context)
         key_id, api_key = await self._service.create_api_key(request.workspace, request.display_name)
         return admin_pb2.CreateApiKeyResponse(key_id=key_id, api_key=api_key)
 
     @rpc
-    async def RevokeApiKey(self, request: admin_pb2.RevokeApiKeyRequest, context: Context) -> admin_pb2.RevokeApiKeyResponse:
+    async def RevokeApiKey(
+        self, request: admin_pb2.RevokeApiKeyRequest, context: Context
+    ) -> admin_pb2.RevokeApiKeyResponse:
         await require_admin(self._auth, context)
         revoked = await self._service.revoke_api_key(request.key_id)
         return admin_pb2.RevokeApiKeyResponse(revoke_time=convert.timestamp(revoked))

@@ -140,9 +140,7 @@ def new_memory_from_proto(item: memory_pb2.MemoryInput, field: str) -> NewMemory
         valid_from=opt_time(item, "valid_from_time"),
         valid_to=opt_time(item, "valid_to_time"),
         expires_at=opt_time(item, "expire_time"),
-        provenance=Provenance(
-            session_id=item.provenance.session_id, message_ids=tuple(item.provenance.message_ids)
-        ),
+        provenance=Provenance(session_id=item.provenance.session_id, message_ids=tuple(item.provenance.message_ids)),
         embedding=tuple(item.embedding) if len(item.embedding) else None,
     )
 

@@ -86,7 +86,7 @@ def to_status(error: errors.MemplaneError) -> status_pb2.Status:
 
 async def abort_with(context: grpc.aio.ServicerContext[object, object], error: errors.MemplaneError) -> None:
     """Abort the RPC with the rich status of *error* (never returns)."""
-    await context.abort_with_status(rpc_status.to_status(to_status(error)))
+    await context.abort_with_status(rpc_status.to_status(to_status(error)))  # type: ignore[attr-defined]
 
 
 INTERNAL_STATUS = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error")

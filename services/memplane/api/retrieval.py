@@ -77,7 +77,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         )
 
     @rpc
-    async def GetMemory(self, request: retrieval_pb2.GetMemoryRequest, context: Context) -> retrieval_pb2.GetMemoryResponse:
+    async def GetMemory(
+        self, request: retrieval_pb2.GetMemoryRequest, context: Context
+    ) -> retrieval_pb2.GetMemoryResponse:
         _, workspace = await workspace_of(self._auth, context)
         memory = await self._service.get(workspace, request.id)
         return retrieval_pb2.GetMemoryResponse(memory=convert.memory_to_proto(memory))

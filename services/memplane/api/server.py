@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -38,7 +39,7 @@ class RunningServer:
 
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
+    health: Any  # grpc_health.v1.health.aio.HealthServicer (the package ships no stubs)
 
     async def stop(self, grace: float) -> None:
         """Report NOT_SERVING, then stop accepting and wait up to *grace* seconds."""
@@ -52,7 +53,7 @@ async def start_server(
     host: str,
     port: int,
     services: Sequence[str] = SERVICES,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
 ) -> RunningServer:
     """Build, bind and start a server on host:port (port 0 picks a free one).
 
@@ -77,7 +78,7 @@ async def start_server(
         )
     if "admin" in services:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(app.admin, app.authenticator), server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [_FULL_NAMES[s] for s in services]
     reflection.enable_server_reflection(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from memplane.admin.auth import Authenticator
 from memplane.api import convert
 from memplane.api.handler import Context, rpc, workspace_of
-from memplane.domain.models import NewMemory
+from memplane.domain.models import MemoryType, NewMemory
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.v1 import writeback_pb2, writeback_pb2_grpc
 from memplane.writeback.service import WriteBackService
@@ -61,7 +61,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
             content=values.content,
             type=convert.memory_type_from_proto(values.type, "memory.type", default=None)
             if "type" in mask
-            else convert.MEMORY_TYPES[1],
+            else MemoryType.USER,
             name=values.name,
             description=values.description,
             metadata=convert.struct_to_dict(values.metadata),

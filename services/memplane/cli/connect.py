@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from memplane.credentials import CREDENTIALS_FILE, read_credentials
 from memplane.client.aio import DEFAULT_TARGET, AsyncMemplaneClient
+from memplane.credentials import CREDENTIALS_FILE, read_credentials
 from memplane.settings import Settings
 
 
@@ -25,16 +25,21 @@ def _target(ns: argparse.Namespace, settings: Settings) -> str:
 
 def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
     """A client with the workspace key (flag, env, or the local default workspace's)."""
-    key = ns.api_key or os.environ.get("MEMPLANE_API_KEY") or read_credentials(
-        settings.data_dir / CREDENTIALS_FILE
-    ).get("api_key", "")
+    key = (
+        ns.api_key
+        or os.environ.get("MEMPLANE_API_KEY")
+        or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("api_key", "")
+    )
     return AsyncMemplaneClient(_target(ns, settings), key)
 
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
     """A client with the admin key (flag, env, settings, or the local credentials file)."""
     configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else ""
-    key = ns.api_key or os.environ.get("MEMPLANE_ADMIN_KEY") or configured or read_credentials(
-        settings.data_dir / CREDENTIALS_FILE
-    ).get("admin_key", "")
+    key = (
+        ns.api_key
+        or os.environ.get("MEMPLANE_ADMIN_KEY")
+        or configured
+        or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("admin_key", "")
+    )
     return AsyncMemplaneClient(_target(ns, settings), key)

@@ -81,7 +81,9 @@ async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
                 page = await client.list_workspaces(page_token=token)
                 for ws in page.workspaces:
                     usage = await client.get_workspace_usage(ws.name)
-                    print(f"{ws.name}\t{usage.memory_count} memories\t{usage.storage_bytes} bytes\t{ws.embedding_model}")
+                    print(
+                        f"{ws.name}\t{usage.memory_count} memories\t{usage.storage_bytes} bytes\t{ws.embedding_model}"
+                    )
                 token = page.next_page_token
                 if not token:
                     break
@@ -165,8 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--agent-id", default="")
         p.add_argument("--session-id", default="")
         if name == "add":
-            p.add_argument("--type", default="user", choices=["user", "feedback", "project", "reference",
-                                                               "procedural", "tool", "episodic"])
+            p.add_argument(
+                "--type",
+                default="user",
+                choices=["user", "feedback", "project", "reference", "procedural", "tool", "episodic"],
+            )
         else:
             p.add_argument("--top-k", type=int, default=5)
         add_connection_flags(p)

@@ -61,7 +61,7 @@ class AsyncMemplaneClient:
 
     async def close(self) -> None:
         """Close the channel."""
-        await self._channel.close()
+        await self._channel.close(None)
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
         try:
@@ -145,7 +145,7 @@ class AsyncMemplaneClient:
         *,
         top_k: int = 10,
         min_score: float = 0.0,
-        filter: filter_pb2.MemoryFilter | None = None,  # noqa: A002 - the API's own word
+        filter: filter_pb2.MemoryFilter | None = None,
         mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
         fusion: int = retrieval_pb2.FUSION_METHOD_RRF,
         vector_weight: float = 0.0,
@@ -170,7 +170,7 @@ class AsyncMemplaneClient:
         return reply.memory
 
     async def list_memories(
-        self, *, filter: filter_pb2.MemoryFilter | None = None, page_size: int = 100, page_token: str = ""  # noqa: A002
+        self, *, filter: filter_pb2.MemoryFilter | None = None, page_size: int = 100, page_token: str = ""
     ) -> retrieval_pb2.ListMemoriesResponse:
         """One page of memories, newest first."""
         return await self._call(

@@ -13,8 +13,8 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
     """The typed exception for a failed call, details included (field violations,
     resource info, quota failure). Unknown codes become `MemplaneError`."""
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    code = error.code()  # type: ignore[attr-defined]
-    message = error.details() or ""  # type: ignore[attr-defined]
+    code = error.code()
+    message = error.details() or ""
     violations: list[errors.FieldViolation] = []
     resource = ("", "")
     quota = ("", "")
@@ -37,30 +37,40 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
             ei = error_details_pb2.ErrorInfo()
             detail.Unpack(ei)
             reason = ei.reason
-    result: errors.MemplaneError
+    return _typed(code, message, violations=violations, resource=resource, quota=quota, reason=reason)
+
+
+_SIMPLE: dict[grpc.StatusCode, type[errors.MemplaneError]] = {
+    grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDeniedError,
+    grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
+}
+
+
+def _typed(  # noqa: PLR0911 - one return per status code
+    code: grpc.StatusCode,
+    message: str,
+    *,
+    violations: list[errors.FieldViolation],
+    resource: tuple[str, str],
+    quota: tuple[str, str],
+    reason: str,
+) -> errors.MemplaneError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        result = errors.InvalidArgumentError(violations or [errors.FieldViolation("", message)])
-    elif code == grpc.StatusCode.NOT_FOUND:
-        result = errors.NotFoundError(*resource) if resource[0] else errors.NotFoundError("resource", message)
-    elif code == grpc.StatusCode.ALREADY_EXISTS:
-        result = errors.AlreadyExistsError(*resource) if resource[0] else errors.AlreadyExistsError("resource", message)
-    elif code == grpc.StatusCode.ABORTED:
-        result = errors.MemplaneError(message)
-        result = _version_conflict(message)
-    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        result = errors.QuotaExceededError(*quota) if quota[0] else errors.QuotaExceededError("quota", message)
-    elif code == grpc.StatusCode.FAILED_PRECONDITION:
-        cls = errors.EmbeddingMismatchError if reason == "EMBEDDING_MISMATCH" else errors.FailedPreconditionError
-        result = cls(message)
-    elif code == grpc.StatusCode.UNAUTHENTICATED:
-        result = errors.UnauthenticatedError(message)
-    elif code == grpc.StatusCode.PERMISSION_DENIED:
-        result = errors.PermissionDeniedError(message)
-    elif code == grpc.StatusCode.UNAVAILABLE:
-        result = errors.UnavailableError(message)
-    else:
-        result = errors.MemplaneError(f"{code.name}: {message}")
-    return result
+        return errors.InvalidArgumentError(violations or [errors.FieldViolation("", message)])
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS):
+        cls = errors.NotFoundError if code == grpc.StatusCode.NOT_FOUND else errors.AlreadyExistsError
+        return cls(*resource) if resource[0] else cls("resource", message)
+    if code == grpc.StatusCode.ABORTED:
+        return _version_conflict(message)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return errors.QuotaExceededError(*quota) if quota[0] else errors.QuotaExceededError("quota", message)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        mismatch = reason == errors.EmbeddingMismatchError.reason
+        return (errors.EmbeddingMismatchError if mismatch else errors.FailedPreconditionError)(message)
+    if code in _SIMPLE:
+        return _SIMPLE[code](message)
+    return errors.MemplaneError(f"{code.name}: {message}")
 
 
 def _version_conflict(message: str) -> errors.VersionConflictError:

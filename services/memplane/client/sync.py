@@ -23,8 +23,8 @@ class MemplaneClient:
         self._client: AsyncMemplaneClient = self._run(self._make(target, api_key, timeout))
 
     @staticmethod
-    async def _make(target: str, api_key: str, timeout: float) -> AsyncMemplaneClient:
-        return AsyncMemplaneClient(target, api_key, timeout=timeout)
+    async def _make(target: str, api_key: str, call_timeout: float) -> AsyncMemplaneClient:
+        return AsyncMemplaneClient(target, api_key, timeout=call_timeout)
 
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -93,9 +93,7 @@ def check_metadata(v: Violations, field: str, metadata: dict[str, Any], limits: 
         v.add(field, "must not contain NUL characters")
 
 
-def check_new_memory(
-    v: Violations, field: str, memory: NewMemory, limits: LimitsSettings, dimensions: int
-) -> None:
+def check_new_memory(v: Violations, field: str, memory: NewMemory, limits: LimitsSettings, dimensions: int) -> None:
     """Every field of one memory to store."""
     check_scope(v, f"{field}.scope", memory.scope, limits)
     check_text(v, f"{field}.content", memory.content, limits.max_content_bytes, required=True)

@@ -33,10 +33,10 @@ class OpenAIEmbedder:
         model: str,
         dimensions: int | None,
         batch_size: int = 64,
-        timeout: float = 30.0,
+        timeout_seconds: float = 30.0,
     ) -> OpenAIEmbedder:
         """Create the client and learn the dimension (one probe call if not given)."""
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=2)
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_seconds, max_retries=2)
         embedder = cls(client, model, dimensions or 0, batch_size)
         if not dimensions:
             probe = await embedder._call(["dimension probe"])

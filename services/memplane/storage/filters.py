@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
-from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, MetadataExpr, Not, Operator
+from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, MetadataExpr, Operator
 
 _ORDER_OPS = {Operator.LT: "<", Operator.LTE: "<=", Operator.GT: ">", Operator.GTE: ">="}
 
@@ -34,9 +34,7 @@ def compile_filter(flt: MemoryFilter, now: datetime) -> sql.Composed:
         parts.append(sql.SQL("m.created_at < {}").format(sql.Literal(flt.created_before)))
     if not flt.include_superseded:
         parts.append(
-            sql.SQL("(m.valid_to IS NULL OR m.valid_to > {now}) AND m.valid_from <= {now}").format(
-                now=sql.Literal(now)
-            )
+            sql.SQL("(m.valid_to IS NULL OR m.valid_to > {now}) AND m.valid_from <= {now}").format(now=sql.Literal(now))
         )
     if not flt.include_expired:
         parts.append(sql.SQL("(m.expires_at IS NULL OR m.expires_at > {})").format(sql.Literal(now)))
@@ -61,7 +59,7 @@ def _jsonb(value: Any) -> sql.Composable:
     return sql.SQL("{}::jsonb").format(sql.Literal(json.dumps(value)))
 
 
-def _compile_condition(cond: Condition) -> sql.Composable:
+def _compile_condition(cond: Condition) -> sql.Composable:  # noqa: PLR0911 - one return per operator
     at = sql.SQL("(m.metadata #> {})").format(sql.Literal(list(cond.path)))
     text_at = sql.SQL("(m.metadata #>> {})").format(sql.Literal(list(cond.path)))
     op, value = cond.operator, cond.value
@@ -72,9 +70,7 @@ def _compile_condition(cond: Condition) -> sql.Composable:
     if op is Operator.NE:
         return sql.SQL("coalesce({} <> {}, true)").format(at, _jsonb(value))
     if op is Operator.IN:
-        return sql.SQL("coalesce({} = ANY(ARRAY(SELECT jsonb_array_elements({}))), false)").format(
-            at, _jsonb(value)
-        )
+        return sql.SQL("coalesce({} = ANY(ARRAY(SELECT jsonb_array_elements({}))), false)").format(at, _jsonb(value))
     if op is Operator.CONTAINS:
         return sql.SQL(
             "coalesce(CASE jsonb_typeof({at}) WHEN 'array' THEN {at} @> jsonb_build_array({v})"

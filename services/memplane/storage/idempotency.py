@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from memplane.storage.database import Connection
+from memplane.storage.database import Connection, fetch_one
 
 
 def request_hash(method: str, body: Any) -> bytes:
@@ -49,8 +49,7 @@ class IdempotencyStore:
             "SELECT method, request_hash, result FROM idempotency_keys WHERE workspace_key = %s AND request_id = %s",
             (workspace_key, request_id),
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(cur)
         same = row["method"] == method and bytes(row["request_hash"]) == digest
         return Claim(replay=row["result"], same_request=same)
 

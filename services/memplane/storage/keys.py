@@ -38,7 +38,9 @@ class ApiKeyStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, workspace_key: int | None, display_name: str = "", *, api_key: str | None = None) -> tuple[str, str]:
+    async def create(
+        self, workspace_key: int | None, display_name: str = "", *, api_key: str | None = None
+    ) -> tuple[str, str]:
         """Create a key for a workspace (None: an admin key); return (key_id, full key).
 
         *api_key* imports a given key (e.g. the configured admin key) instead of a new one.

@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import EventKind, Memory, MemoryEvent, NewMemory, Scope, Workspace
 from memplane.errors import QuotaExceededError, VersionConflictError
-from memplane.storage.database import Connection
+from memplane.storage.database import Connection, fetch_one
 from memplane.storage.filters import compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_snapshot, snapshot
 
@@ -158,8 +158,7 @@ class MemoryStore:
             " WHERE s.workspace_key = %s RETURNING s.memory_count",
             (workspace.key, ids, workspace.key),
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(cur)
         if workspace.max_memories and row["memory_count"] > workspace.max_memories:
             raise QuotaExceededError(
                 f"workspace {workspace.name}: memories",
@@ -225,7 +224,7 @@ class MemoryStore:
         row = await cur.fetchone()
         return memory_from_row(row) if row is not None else None
 
-    async def list(
+    async def list_page(
         self,
         conn: Connection,
         workspace: Workspace,
@@ -261,8 +260,7 @@ class MemoryStore:
                 sql.Literal(workspace.key), where
             )
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(cur)
         return memories, int(row["n"])
 
     async def update(
@@ -278,10 +276,10 @@ class MemoryStore:
     ) -> Memory:
         """Apply *change* to *current* if it is still at `current.version`; record an
         UPDATE event. Raises `VersionConflictError` if another writer got there first."""
-        assignments = [sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in change.fields]
-        params: dict[str, Any] = {
-            k: Jsonb(v) if k == "metadata" else v for k, v in change.fields.items()
-        }
+        assignments: list[sql.Composable] = [
+            sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in change.fields
+        ]
+        params: dict[str, Any] = {k: Jsonb(v) if k == "metadata" else v for k, v in change.fields.items()}
         if change.embedding is not None:
             assignments.append(sql.SQL("embedding = %(embedding)s"))
             params["embedding"] = change.embedding
@@ -317,8 +315,12 @@ class MemoryStore:
             (row["d_bytes"], row["d_len"], workspace.key),
         )
         await self._record_events(
-            conn, workspace, [(current.id, EventKind.UPDATE, current, updated, current.scope)],
-            actor=actor, request_id=request_id, now=now,
+            conn,
+            workspace,
+            [(current.id, EventKind.UPDATE, current, updated, current.scope)],
+            actor=actor,
+            request_id=request_id,
+            now=now,
         )
         return updated
 
@@ -335,16 +337,20 @@ class MemoryStore:
         """Delete *current* if still at its version; record a DELETE event with the
         memory as `before`. Raises `VersionConflictError` otherwise."""
         deleted = await self._delete_where(
-            conn, workspace, sql.SQL("m.id = {} AND m.version = {}").format(
-                sql.Literal(current.id), sql.Literal(current.version)
-            )
+            conn,
+            workspace,
+            sql.SQL("m.id = {} AND m.version = {}").format(sql.Literal(current.id), sql.Literal(current.version)),
         )
         if not deleted:
             latest = await self.get(conn, workspace, current.id)
             raise VersionConflictError(current.id, current.version, latest.version if latest else 0)
         await self._record_events(
-            conn, workspace, [(current.id, EventKind.DELETE, current, None, current.scope)],
-            actor=actor, request_id=request_id, now=now,
+            conn,
+            workspace,
+            [(current.id, EventKind.DELETE, current, None, current.scope)],
+            actor=actor,
+            request_id=request_id,
+            now=now,
         )
 
     async def delete_by_scope(
@@ -353,7 +359,8 @@ class MemoryStore:
         """Erase every memory whose scope matches all non-empty fields of *scope*: delete
         the rows, redact before/after of their past events, and record a content-free
         DELETE event each. Returns the number deleted. The caller rejects an empty scope."""
-        assert not scope.is_empty()
+        if scope.is_empty():
+            raise ValueError("delete_by_scope needs a non-empty scope")
         conds = [
             sql.SQL("m.{} = {}").format(sql.Identifier(col), sql.Literal(val))
             for col, val in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id))
@@ -368,8 +375,12 @@ class MemoryStore:
                 (workspace.key, ids),
             )
             await self._record_events(
-                conn, workspace, [(i, EventKind.DELETE, None, None, s) for i, s in deleted],
-                actor=actor, request_id=request_id, now=now,
+                conn,
+                workspace,
+                [(i, EventKind.DELETE, None, None, s) for i, s in deleted],
+                actor=actor,
+                request_id=request_id,
+                now=now,
             )
         return len(deleted)
 
@@ -421,8 +432,7 @@ class MemoryStore:
                 "SELECT count(*) AS n FROM (SELECT 1 FROM memories m WHERE m.workspace_key = {} AND {} LIMIT {}) s"
             ).format(sql.Literal(workspace.key), compile_filter(flt, now), sql.Literal(cap + 1))
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(cur)
         return int(row["n"])
 
     async def vector_search(
@@ -452,7 +462,8 @@ class MemoryStore:
         order = sql.SQL("{} + 0").format(distance) if exact else distance
         if not exact:
             await conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                "SELECT set_config('hnsw.ef_search', %s, true),"
+                " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
                 (str(max(ef_search, limit)),),
             )
         cur = await conn.execute(

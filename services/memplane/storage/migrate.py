@@ -50,9 +50,7 @@ async def apply_migrations(dsn: str) -> list[str]:
                     continue
                 async with conn.transaction():
                     await conn.execute(text.encode())
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name)
-                    )
+                    await conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
                 _log.info("applied migration %s", name)
                 applied.append(name)
         finally:

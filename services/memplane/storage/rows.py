@@ -28,9 +28,7 @@ def memory_from_row(row: dict[str, Any]) -> Memory:
         valid_from=row["valid_from"],
         valid_to=row["valid_to"],
         expires_at=row["expires_at"],
-        provenance=Provenance(
-            session_id=row["source_session_id"], message_ids=tuple(row["source_message_ids"])
-        ),
+        provenance=Provenance(session_id=row["source_session_id"], message_ids=tuple(row["source_message_ids"])),
         version=row["version"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -72,8 +70,9 @@ def memory_from_snapshot(data: dict[str, Any] | None) -> Memory | None:
     """Inverse of `snapshot`; None stays None (absent or redacted)."""
     if data is None:
         return None
-    valid_from, created_at, updated_at = _dt(data["valid_from"]), _dt(data["created_at"]), _dt(data["updated_at"])
-    assert valid_from is not None and created_at is not None and updated_at is not None
+    valid_from = datetime.fromisoformat(data["valid_from"])
+    created_at = datetime.fromisoformat(data["created_at"])
+    updated_at = datetime.fromisoformat(data["updated_at"])
     return Memory(
         id=data["id"],
         scope=Scope(user_id=data["user_id"], agent_id=data["agent_id"], session_id=data["session_id"]),

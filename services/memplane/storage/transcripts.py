@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from memplane.domain.models import ConversationMessage, Scope, Workspace
-from memplane.storage.database import Connection
+from memplane.storage.database import Connection, fetch_one
 
 
 class TranscriptStore:
@@ -24,15 +24,12 @@ class TranscriptStore:
         """Append *messages* to the session's transcript; return their message ids
         (a message without an id gets its sequence number as id). Serialised per session
         by a transaction-scoped advisory lock, so concurrent writers never collide."""
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (scope.session_id, workspace.key)
-        )
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (scope.session_id, workspace.key))
         cur = await conn.execute(
             "SELECT coalesce(max(seq), 0) AS seq FROM transcript_messages WHERE workspace_key = %s AND session_id = %s",
             (workspace.key, scope.session_id),
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(cur)
         start = int(row["seq"]) + 1
         ids = [m.id or str(start + i) for i, m in enumerate(messages)]
         async with conn.cursor() as c:
@@ -57,7 +54,9 @@ class TranscriptStore:
             )
         return ids
 
-    async def existing_ids(self, conn: Connection, workspace: Workspace, session_id: str, ids: Sequence[str]) -> list[str]:
+    async def existing_ids(
+        self, conn: Connection, workspace: Workspace, session_id: str, ids: Sequence[str]
+    ) -> list[str]:
         """Which of *ids* are already in the session's transcript."""
         cur = await conn.execute(
             "SELECT message_id FROM transcript_messages WHERE workspace_key = %s AND session_id = %s"

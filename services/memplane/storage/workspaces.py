@@ -9,7 +9,7 @@ from psycopg import sql
 
 from memplane.domain.models import Workspace, WorkspaceUsage
 from memplane.errors import AlreadyExistsError, NotFoundError
-from memplane.storage.database import Database
+from memplane.storage.database import Database, fetch_one
 
 # Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
 PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages")
@@ -56,8 +56,7 @@ class WorkspaceStore:
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise AlreadyExistsError("workspace", name) from exc
-            row = await cur.fetchone()
-            assert row is not None
+            row = await fetch_one(cur)
             workspace = _workspace(row)
             await conn.execute("INSERT INTO workspace_stats (workspace_key) VALUES (%s)", (workspace.key,))
             for table in PARTITIONED_TABLES:
@@ -107,7 +106,7 @@ class WorkspaceStore:
             raise NotFoundError("workspace", str(key))
         return _workspace(row)
 
-    async def list(self, *, after_name: str, limit: int) -> list[Workspace]:
+    async def list_page(self, *, after_name: str, limit: int) -> list[Workspace]:
         """Up to *limit* workspaces with names after *after_name*, by name."""
         async with self._db.admin() as conn:
             cur = await conn.execute(
@@ -148,12 +147,10 @@ class WorkspaceStore:
                 " FROM workspace_stats s WHERE s.workspace_key = %s",
                 ([partition_name(t, workspace.key) for t in PARTITIONED_TABLES], workspace.key),
             )
-            row = await cur.fetchone()
-        assert row is not None
+            row = await fetch_one(cur)
         return WorkspaceUsage(
             memory_count=int(row["memory_count"]),
             content_bytes=int(row["content_bytes"]),
             transcript_message_count=int(row["transcript_message_count"]),
             storage_bytes=int(row["storage_bytes"]),
         )
-

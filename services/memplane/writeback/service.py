@@ -41,7 +41,7 @@ from memplane.domain.validation import (
 )
 from memplane.embedding.base import Embedder
 from memplane.embedding.compat import ensure_compatible
-from memplane.errors import InvalidArgumentError, FieldViolation, NotFoundError, VersionConflictError
+from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
 from memplane.settings import LimitsSettings
 from memplane.storage.database import Connection, Database
 from memplane.storage.idempotency import IdempotencyStore, request_hash
@@ -84,6 +84,7 @@ class WriteBackService:
 
     def __init__(
         self,
+        *,
         db: Database,
         memories: MemoryStore,
         transcripts: TranscriptStore,
@@ -122,11 +123,11 @@ class WriteBackService:
         """Run *work* in a tenant transaction, at most once per request id."""
         async with self._db.tenant(workspace.key) as conn:
             if request_id:
-                claim = await self._idempotency.claim(conn, workspace.key, request_id, method, request_hash(method, body))
+                claim = await self._idempotency.claim(
+                    conn, workspace.key, request_id, method, request_hash(method, body)
+                )
                 if not claim.same_request:
-                    raise InvalidArgumentError(
-                        FieldViolation("request_id", "was already used for a different request")
-                    )
+                    raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
                 if claim.replay is not None:
                     replay: dict[str, Any] = claim.replay
                     return replay
@@ -226,10 +227,14 @@ class WriteBackService:
                 )
             ids = await self._transcripts.append(conn, workspace, scope, messages, now=now)
             final = [
-                dataclasses.replace(p, memory=dataclasses.replace(
-                    p.memory, provenance=Provenance(scope.session_id, (mid,)),
-                    metadata={**p.memory.metadata, "message_id": mid},
-                ))
+                dataclasses.replace(
+                    p,
+                    memory=dataclasses.replace(
+                        p.memory,
+                        provenance=Provenance(scope.session_id, (mid,)),
+                        metadata={**p.memory.metadata, "message_id": mid},
+                    ),
+                )
                 for p, mid in zip(prepared, ids, strict=True)
             ]
             stored = await self._memories.insert(
@@ -285,7 +290,9 @@ class WriteBackService:
                 name=values.name if "name" in mask else current.name,
                 description=values.description if "description" in mask else current.description,
                 metadata=values.metadata if "metadata" in mask else current.metadata,
-                valid_from=(values.valid_from or current.valid_from) if "valid_from_time" in mask else current.valid_from,
+                valid_from=(values.valid_from or current.valid_from)
+                if "valid_from_time" in mask
+                else current.valid_from,
                 valid_to=values.valid_to if "valid_to_time" in mask else current.valid_to,
                 expires_at=values.expires_at if "expire_time" in mask else current.expires_at,
             )
@@ -293,9 +300,14 @@ class WriteBackService:
             check_new_memory(v, "memory", merged, self._limits, workspace.embedding_dimensions)
             v.raise_if_any()
             fields: dict[str, Any] = {
-                "name": merged.name, "description": merged.description, "content": merged.content,
-                "type": merged.type.value, "metadata": merged.metadata, "valid_from": merged.valid_from,
-                "valid_to": merged.valid_to, "expires_at": merged.expires_at,
+                "name": merged.name,
+                "description": merged.description,
+                "content": merged.content,
+                "type": merged.type.value,
+                "metadata": merged.metadata,
+                "valid_from": merged.valid_from,
+                "valid_to": merged.valid_to,
+                "expires_at": merged.expires_at,
             }
             fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in mask}
             embedding = lexical = None
@@ -308,15 +320,20 @@ class WriteBackService:
             now = datetime.now(UTC)
             snapshot_current = current
 
-            async def work(conn: Connection, current: Memory = snapshot_current, change: Change = change,
-                           now: datetime = now) -> dict[str, Any]:
+            async def work(
+                conn: Connection, current: Memory = snapshot_current, change: Change = change, now: datetime = now
+            ) -> dict[str, Any]:
                 updated = await self._memories.update(
                     conn, workspace, current, change, actor=principal.actor, request_id=request_id, now=now
                 )
                 return {"memory": snapshot(updated)}
 
-            body = {"id": canonical, "mask": sorted(mask), "values": dataclasses.asdict(
-                dataclasses.replace(values, embedding=None)), "expected_version": expected_version}
+            body = {
+                "id": canonical,
+                "mask": sorted(mask),
+                "values": dataclasses.asdict(dataclasses.replace(values, embedding=None)),
+                "expected_version": expected_version,
+            }
             try:
                 result = await self._once(workspace, request_id, "UpdateMemory", body, work)
             except VersionConflictError:
@@ -324,12 +341,18 @@ class WriteBackService:
                     raise
                 continue  # a concurrent writer won; re-read and apply on top of it
             updated = memory_from_snapshot(result["memory"])
-            assert updated is not None
+            if updated is None:
+                raise RuntimeError("an update reply without its memory")
             return updated
         raise VersionConflictError(canonical, 0, 0)
 
     async def delete(
-        self, principal: Principal, workspace: Workspace, memory_id: str, *, expected_version: int = 0,
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        memory_id: str,
+        *,
+        expected_version: int = 0,
         request_id: str = "",
     ) -> str:
         """Delete one memory (history keeps a DELETE event with the memory as `before`).
