@@ -97,6 +97,12 @@ class PermissionDeniedError(MemplaneError):
     reason = "PERMISSION_DENIED"
 
 
+class DeadlineExceededError(MemplaneError):
+    """The database cancelled a statement that ran past `database.statement_timeout`."""
+
+    reason = "DEADLINE_EXCEEDED"
+
+
 class UnavailableError(MemplaneError):
     """A dependency (database, embedding endpoint) cannot be reached; retry later."""
 

@@ -69,17 +69,26 @@ def _ints(value: Any) -> Any:
     return value
 
 
-def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """JSON object of a Struct (integral numbers as ints)."""
-    result: dict[str, Any] = _ints(json_format.MessageToDict(struct))
+def _to_json(message: struct_pb2.Struct | struct_pb2.Value, field: str) -> Any:
+    try:
+        return _ints(json_format.MessageToDict(message))
+    except ValueError as exc:  # NaN or Infinity: JSON has no such numbers
+        raise InvalidArgumentError(FieldViolation(field, "numbers must be finite")) from exc
+
+
+def struct_to_dict(struct: struct_pb2.Struct, field: str = "metadata") -> dict[str, Any]:
+    """JSON object of a Struct (integral numbers as ints). Raises `InvalidArgumentError`
+    naming *field* for a non-finite number."""
+    result: dict[str, Any] = _to_json(struct, field)
     return result
 
 
-def value_to_python(value: struct_pb2.Value) -> Any:
-    """Python value of a google.protobuf.Value (None when unset)."""
+def value_to_python(value: struct_pb2.Value, field: str = "value") -> Any:
+    """Python value of a google.protobuf.Value (None when unset). Raises
+    `InvalidArgumentError` naming *field* for a non-finite number."""
     if value.WhichOneof("kind") is None:
         return None
-    return _ints(json_format.MessageToDict(value))
+    return _to_json(value, field)
 
 
 def dict_to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
@@ -89,14 +98,21 @@ def dict_to_struct(data: dict[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
-def to_datetime(ts: timestamp_pb2.Timestamp) -> datetime:
-    """Aware UTC datetime of a Timestamp."""
-    return ts.ToDatetime(tzinfo=UTC)
+def to_datetime(ts: timestamp_pb2.Timestamp, field: str = "time") -> datetime:
+    """Aware UTC datetime of a Timestamp. Raises `InvalidArgumentError` naming *field*
+    when it is outside 0001-01-01..9999-12-31 or its nanos outside 0..999,999,999."""
+    try:
+        return ts.ToDatetime(tzinfo=UTC)
+    except ValueError as exc:
+        raise InvalidArgumentError(
+            FieldViolation(field, "must be a valid Timestamp from 0001-01-01 to 9999-12-31 UTC")
+        ) from exc
 
 
-def opt_time(message: Any, field: str) -> datetime | None:
-    """The datetime of an optional Timestamp field, None when unset."""
-    return to_datetime(getattr(message, field)) if message.HasField(field) else None
+def opt_time(message: Any, field: str, path: str | None = None) -> datetime | None:
+    """The datetime of an optional Timestamp field, None when unset; *path* names the
+    field in a violation (default: *field*)."""
+    return to_datetime(getattr(message, field), path or field) if message.HasField(field) else None
 
 
 def timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
@@ -136,10 +152,10 @@ def new_memory_from_proto(item: memory_pb2.MemoryInput, field: str) -> NewMemory
         type=memory_type_from_proto(item.type, f"{field}.type", default=MemoryType.USER),
         name=item.name,
         description=item.description,
-        metadata=struct_to_dict(item.metadata),
-        valid_from=opt_time(item, "valid_from_time"),
-        valid_to=opt_time(item, "valid_to_time"),
-        expires_at=opt_time(item, "expire_time"),
+        metadata=struct_to_dict(item.metadata, f"{field}.metadata"),
+        valid_from=opt_time(item, "valid_from_time", f"{field}.valid_from_time"),
+        valid_to=opt_time(item, "valid_to_time", f"{field}.valid_to_time"),
+        expires_at=opt_time(item, "expire_time", f"{field}.expire_time"),
         provenance=Provenance(session_id=item.provenance.session_id, message_ids=tuple(item.provenance.message_ids)),
         embedding=tuple(item.embedding) if len(item.embedding) else None,
     )
@@ -153,7 +169,7 @@ def message_from_proto(message: writeback_pb2.ConversationMessage, field: str) -
         role=ROLES[message.role],
         id=message.id,
         name=message.name,
-        created_at=opt_time(message, "create_time"),
+        created_at=opt_time(message, "create_time", f"{field}.create_time"),
     )
 
 
@@ -221,7 +237,9 @@ def _expr_from_proto(expr: filter_pb2.MetadataFilter, field: str, depth: int) ->
         if cond.operator not in OPERATORS:
             raise InvalidArgumentError(FieldViolation(f"{field}.condition.operator", "must be set to a known operator"))
         return f.Condition(
-            path=tuple(cond.key.split(".")), operator=OPERATORS[cond.operator], value=value_to_python(cond.value)
+            path=tuple(cond.key.split(".")),
+            operator=OPERATORS[cond.operator],
+            value=value_to_python(cond.value, f"{field}.condition.value"),
         )
     if kind in ("all", "any"):
         group = expr.all if kind == "all" else expr.any
@@ -244,8 +262,8 @@ def filter_from_proto(flt: filter_pb2.MemoryFilter, field: str = "filter") -> f.
         session_id=flt.session_id,
         types=types,
         metadata=_expr_from_proto(flt.metadata, f"{field}.metadata", 1) if flt.HasField("metadata") else None,
-        created_after=opt_time(flt, "create_time_start"),
-        created_before=opt_time(flt, "create_time_end"),
+        created_after=opt_time(flt, "create_time_start", f"{field}.create_time_start"),
+        created_before=opt_time(flt, "create_time_end", f"{field}.create_time_end"),
         include_superseded=flt.include_superseded,
         include_expired=flt.include_expired,
     )

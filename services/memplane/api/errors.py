@@ -31,6 +31,7 @@ STATUS_CODES: list[tuple[type[errors.MemplaneError], grpc.StatusCode]] = [
     (errors.UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (errors.PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (errors.UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (errors.DeadlineExceededError, grpc.StatusCode.DEADLINE_EXCEEDED),
 ]
 
 

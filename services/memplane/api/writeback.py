@@ -64,10 +64,10 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
             else MemoryType.USER,
             name=values.name,
             description=values.description,
-            metadata=convert.struct_to_dict(values.metadata),
-            valid_from=convert.opt_time(values, "valid_from_time"),
-            valid_to=convert.opt_time(values, "valid_to_time"),
-            expires_at=convert.opt_time(values, "expire_time"),
+            metadata=convert.struct_to_dict(values.metadata, "memory.metadata"),
+            valid_from=convert.opt_time(values, "valid_from_time", "memory.valid_from_time"),
+            valid_to=convert.opt_time(values, "valid_to_time", "memory.valid_to_time"),
+            expires_at=convert.opt_time(values, "expire_time", "memory.expire_time"),
         )
         updated = await self._service.update(
             principal,

@@ -1,12 +1,132 @@
-"""`memplane import locomo` and `memplane eval locomo` (filled in below)."""
+"""`memplane import locomo` and `memplane eval locomo`.
+
+Both talk to a running server (`memplane serve`) with the admin key (flag, env, or
+data_dir/credentials.json, as `memplane workspace`). The dataset path is always given on
+the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
+
+- import: each conversation into workspace "<prefix>-<sample id>" (e.g.
+  "locomo-conv-26"), reused if it exists; idempotent, so a re-run duplicates nothing.
+  The key minted for the import is revoked at the end (`memplane key create` makes one
+  to query a workspace).
+- eval: the same ingestion into fresh "eval-<run id>-<sample id>" workspaces, every
+  question of categories 1-4 through SearchMemories per mode, evidence recall@k and
+  nDCG@10 per category (see memplane.eval.metrics); workspaces deleted unless --keep.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
+from memplane.client.aio import AsyncMemplaneClient
+from memplane.eval.ingest import ClientFactory, WorkspaceSet
+from memplane.eval.locomo import Conversation, load_locomo
+from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, ingest_locomo, run_locomo_eval
+from memplane.settings import Settings
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in SEARCH_MODES]
+    if not modes or unknown:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(SEARCH_MODES)} (comma-separated)")
+    return modes
+
+
+def _factory(ns: argparse.Namespace, settings: Settings) -> ClientFactory:
+    """Workspace clients for the same target as the admin client, one per minted key."""
+
+    def make(api_key: str) -> AsyncMemplaneClient:
+        return workspace_client(argparse.Namespace(target=ns.target, api_key=api_key), settings)
+
+    return make
+
+
+def _load(ns: argparse.Namespace) -> list[Conversation] | None:
+    try:
+        return load_locomo(ns.path, ns.conversations)
+    except (OSError, ValueError) as error:
+        print(f"memplane: cannot read LoCoMo data {ns.path}: {error}", file=sys.stderr)
+        return None
+
+
+async def cmd_import_locomo(ns: argparse.Namespace, settings: Settings) -> int:
+    """Import LoCoMo conversations into one workspace each; print a summary."""
+    conversations = _load(ns)
+    if conversations is None:
+        return 1
+    async with admin_client(ns, settings) as admin, WorkspaceSet(admin, _factory(ns, settings), delete=False) as spaces:
+        stats = await ingest_locomo(
+            spaces,
+            conversations,
+            prefix=ns.prefix,
+            reuse=True,
+            concurrency=ns.concurrency,
+            progress=not ns.no_progress,
+        )
+        names = [a.name for a in spaces.accesses]
+    reused = f" ({stats.reused} reused; their sessions were replayed, nothing duplicated)" if stats.reused else ""
+    print(f"workspaces: {stats.workspaces}{reused}: {', '.join(names)}")
+    print(f"turns: {stats.turns} in {stats.seconds:.1f} s ({stats.turns_per_second:.1f} turns/s)")
+    if names:
+        print(f"query one with a key from: memplane key create {names[0]}")
+    return 0
+
+
+async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
+    """Run the LoCoMo evidence-retrieval evaluation; print the table and baselines."""
+    conversations = _load(ns)
+    if conversations is None:
+        return 1
+    config = EvalConfig(
+        modes=ns.modes, fusion=ns.fusion, concurrency=ns.concurrency, keep=ns.keep, progress=not ns.no_progress
+    )
+    async with admin_client(ns, settings) as admin:
+        report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
+    print(report.format())
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="locomo10.json (github.com/snap-research/LoCoMo, CC BY-NC 4.0)")
+    parser.add_argument("--conversations", type=_positive_int, default=None, help="only the first N (default all)")
+    parser.add_argument("--concurrency", type=_positive_int, default=4, help="requests in flight (default 4)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_connection_flags(parser)
 
 
 def add_parsers(sub: Any) -> None:
-    """Register the import and eval sub-commands."""
-    del sub
-    _ = argparse
+    """Register `import locomo` and `eval locomo` on the top-level subparsers *sub*."""
+    p = sub.add_parser("import", help="import a benchmark dataset into workspaces (admin key)")
+    isub = p.add_subparsers(dest="dataset", required=True)
+    q = isub.add_parser("locomo", help="one workspace per LoCoMo conversation, every turn as an episodic memory")
+    _common(q)
+    q.add_argument("--prefix", default="locomo", help='workspace names are "<prefix>-<sample id>" (default locomo)')
+    q.set_defaults(func=cmd_import_locomo)
+
+    p = sub.add_parser("eval", help="evaluate retrieval on a benchmark (admin key; needs a running server)")
+    esub = p.add_subparsers(dest="dataset", required=True)
+    q = esub.add_parser("locomo", help="LoCoMo evidence recall@k and nDCG@10 per category and search mode")
+    _common(q)
+    q.add_argument(
+        "--modes",
+        type=_modes,
+        default=("hybrid", "vector", "lexical"),
+        help="comma-separated search modes (default hybrid,vector,lexical)",
+    )
+    q.add_argument("--fusion", choices=sorted(FUSIONS), default="rrf", help="fusion of hybrid mode (default rrf)")
+    q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
+    q.set_defaults(func=cmd_eval_locomo)

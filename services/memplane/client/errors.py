@@ -44,6 +44,7 @@ _SIMPLE: dict[grpc.StatusCode, type[errors.MemplaneError]] = {
     grpc.StatusCode.UNAUTHENTICATED: errors.UnauthenticatedError,
     grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDeniedError,
     grpc.StatusCode.UNAVAILABLE: errors.UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceededError,
 }
 
 

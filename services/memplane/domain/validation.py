@@ -20,7 +20,7 @@ from memplane.settings import LimitsSettings
 # (shared case C004: identity keys in metadata moved memories into another scope).
 IDENTITY_KEYS = frozenset({"user_id", "agent_id", "session_id", "workspace", "workspace_id", "run_id"})
 
-WORKSPACE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+WORKSPACE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")  # \Z: "$" would accept a trailing newline
 
 
 class Violations:

@@ -150,7 +150,11 @@ class RetrievalService:
             exact = False
             if use_vector:
                 cap = self._settings.exact_scan_max_rows
-                exact = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap) <= cap
+                if _selective(request.filter):
+                    rows = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap)
+                else:  # validity filters only: the workspace's total is a cheap upper bound
+                    rows = await self._memories.memory_count(conn, workspace)
+                exact = rows <= cap
             for index, query in enumerate(request.queries):
                 vector_hits: list[tuple[str, float]] = []
                 lexical_hits: list[tuple[str, float]] = []
@@ -222,6 +226,20 @@ class RetrievalService:
             last = memories[-1]
             next_token = _encode_token(last.created_at, last.id)
         return Page(memories, next_token, total)
+
+
+def _selective(flt: MemoryFilter) -> bool:
+    """True if the filter narrows by scope, type, metadata, ids or creation time."""
+    return bool(
+        flt.user_id
+        or flt.agent_id
+        or flt.session_id
+        or flt.types
+        or flt.metadata is not None
+        or flt.ids
+        or flt.created_after
+        or flt.created_before
+    )
 
 
 def _encode_token(created_at: datetime, memory_id: str) -> str:

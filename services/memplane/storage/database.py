@@ -18,7 +18,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from memplane.errors import UnavailableError
+from memplane.errors import DeadlineExceededError, UnavailableError
 
 _log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ class Database:
                 yield conn
         except PoolTimeout as exc:
             raise UnavailableError("no database connection free within the pool timeout") from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise DeadlineExceededError(f"a statement ran past the statement timeout ({exc.sqlstate})") from exc
         except psycopg.OperationalError as exc:
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
 

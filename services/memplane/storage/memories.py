@@ -7,6 +7,8 @@ commit or roll back together) and under row-level security.
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +30,9 @@ from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_s
 # segmented into space-separated words (memplane.text.segment), which 'english' keeps
 # as-is (the Snowball stemmer leaves non-Latin words alone).
 TS_CONFIG = "english"
+
+# Lexemes of one query used for BM25 (a 4 KiB query rarely has more).
+MAX_QUERY_LEXEMES = 64
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,19 @@ def _vector_cast(dimensions: int) -> sql.Composable:
 
 
 class MemoryStore:
-    """Reads and writes of the `memories` and `memory_events` partitions."""
+    """Reads and writes of the `memories` and `memory_events` partitions.
+
+    Keeps one piece of state: a cache of BM25 document frequencies per (workspace,
+    lexeme), *df_cache_seconds* long. IDF moves slowly with writes, and counting a common
+    lexeme through the GIN index is the most expensive step of a lexical search (tens of
+    ms at 20k rows), so a slightly stale df is the standard trade (search engines update
+    term statistics per segment, not per document).
+    """
+
+    def __init__(self, *, df_cache_seconds: float = 60.0, df_cache_entries: int = 100_000) -> None:
+        self._df_ttl = df_cache_seconds
+        self._df_max = df_cache_entries
+        self._df: dict[tuple[int, str], tuple[float, int]] = {}
 
     async def insert(
         self,
@@ -423,6 +440,11 @@ class MemoryStore:
             for r in await cur.fetchall()
         ]
 
+    async def memory_count(self, conn: Connection, workspace: Workspace) -> int:
+        """All memories of the workspace (from workspace_stats, no row scan)."""
+        cur = await conn.execute("SELECT memory_count FROM workspace_stats WHERE workspace_key = %s", (workspace.key,))
+        return int((await fetch_one(cur))["memory_count"])
+
     async def count_matching(
         self, conn: Connection, workspace: Workspace, flt: MemoryFilter, *, now: datetime, cap: int
     ) -> int:
@@ -495,36 +517,86 @@ class MemoryStore:
         b: float,
     ) -> list[ScoredId]:
         """Top *limit* memories by Okapi BM25 (Robertson & Zaragoza, 2009) of the lexemes
-        of *text* (already CJK-segmented), OR-matched through the GIN index.
+        of *text* (already CJK-segmented), OR-matched through the partition's GIN index.
 
-        Document frequency counts the whole workspace; N and the average document length
-        come from workspace_stats. IDF is Lucene's ln(1 + (N - df + 0.5) / (df + 0.5)),
-        so it is never negative.
+        Three statements, each with constant tsqueries so the GIN index serves them: the
+        query's lexemes (at most `MAX_QUERY_LEXEMES`); N, the average document length
+        (workspace_stats) and each lexeme's document frequency over the workspace; then
+        BM25 over the filtered candidates. IDF is Lucene's ln(1 + (N - df + 0.5) /
+        (df + 0.5)), never negative. Cost grows with the candidates' postings, as an
+        exhaustive BM25 does (no WAND pruning).
         """
         cur = await conn.execute(
             sql.SQL(
-                "WITH q AS (SELECT DISTINCT u.lexeme FROM unnest(to_tsvector({cfg}, %(text)s)) u),"
-                " tsq AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS query FROM q),"
-                " st AS (SELECT greatest(memory_count, 1)::float8 AS n,"
-                "   greatest(lexical_length_sum::float8 / greatest(memory_count, 1), 1) AS avgdl"
-                "   FROM workspace_stats WHERE workspace_key = {ws}),"
-                " df AS (SELECT q.lexeme, (SELECT count(*) FROM memories d WHERE d.workspace_key = {ws}"
-                "   AND d.lexical @@ quote_literal(q.lexeme)::tsquery)::float8 AS df FROM q),"
-                " cand AS (SELECT m.id, m.lexical, m.lexical_length FROM memories m, tsq"
-                "   WHERE m.workspace_key = {ws} AND m.lexical @@ tsq.query AND {where})"
-                " SELECT cand.id, sum(ln(1 + (st.n - df.df + 0.5) / (df.df + 0.5))"
-                "   * cardinality(u.positions) * ({k1} + 1)"
-                "   / (cardinality(u.positions) + {k1} * (1 - {b} + {b} * cand.lexical_length / st.avgdl))) AS score"
-                " FROM cand CROSS JOIN LATERAL unnest(cand.lexical) u JOIN df ON df.lexeme = u.lexeme CROSS JOIN st"
+                "SELECT array(SELECT DISTINCT u.lexeme FROM unnest(to_tsvector({}, %s)) u ORDER BY 1) AS lexemes"
+            ).format(sql.Literal(TS_CONFIG)),
+            (text,),
+        )
+        lexemes: list[str] = (await fetch_one(cur))["lexemes"][:MAX_QUERY_LEXEMES]
+        if not lexemes:
+            return []
+        ws = sql.Literal(workspace.key)
+        clock = time.monotonic()
+        df = {lex: hit[1] for lex in lexemes if (hit := self._df.get((workspace.key, lex))) and hit[0] > clock}
+        missing = [lex for lex in lexemes if lex not in df]
+        counts = [
+            sql.SQL(
+                "(SELECT count(*) FROM memories d WHERE d.workspace_key = {} AND d.lexical @@ {}::tsquery) AS {}"
+            ).format(ws, sql.Literal(_tsquery_term(lex)), sql.Identifier(f"df{i}"))
+            for i, lex in enumerate(missing)
+        ]
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT s.memory_count, s.lexical_length_sum{} FROM workspace_stats s WHERE s.workspace_key = {}"
+            ).format(sql.SQL("").join(sql.SQL(", {}").format(c) for c in counts), ws)
+        )
+        row = await fetch_one(cur)
+        for i, lex in enumerate(missing):
+            df[lex] = int(row[f"df{i}"])
+            self._remember_df(workspace.key, lex, df[lex], clock)
+        n = max(int(row["memory_count"]), 1)
+        avgdl = max(int(row["lexical_length_sum"]) / n, 1.0)
+        idf = {lex: bm25_idf(n, df[lex]) for lex in lexemes}
+        weights = sql.SQL(", ").join(
+            sql.SQL("({}, {}::float8)").format(sql.Literal(lex), sql.Literal(value)) for lex, value in idf.items()
+        )
+        query = sql.Literal(" | ".join(_tsquery_term(lex) for lex in lexemes))
+        cur = await conn.execute(
+            sql.SQL(
+                "WITH w(lexeme, idf) AS (VALUES {weights}),"
+                " cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+                "   WHERE m.workspace_key = {ws} AND m.lexical @@ {query}::tsquery AND {where})"
+                " SELECT cand.id, sum(w.idf * cardinality(u.positions) * ({k1} + 1)"
+                "   / (cardinality(u.positions) + {k1} * (1 - {b} + {b} * cand.lexical_length / {avgdl}))) AS score"
+                " FROM cand CROSS JOIN LATERAL unnest(cand.lexical) u JOIN w ON w.lexeme = u.lexeme"
                 " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT {limit}"
             ).format(
-                cfg=sql.Literal(TS_CONFIG),
-                ws=sql.Literal(workspace.key),
+                weights=weights,
+                ws=ws,
+                query=query,
                 where=compile_filter(flt, now),
                 k1=sql.Literal(k1),
                 b=sql.Literal(b),
+                avgdl=sql.Literal(avgdl),
                 limit=sql.Literal(limit),
-            ),
-            {"text": text},
+            )
         )
         return [ScoredId(str(r["id"]), float(r["score"])) for r in await cur.fetchall()]
+
+    def _remember_df(self, workspace_key: int, lexeme: str, df: int, clock: float) -> None:
+        if len(self._df) >= self._df_max:
+            self._df = {k: v for k, v in self._df.items() if v[0] > clock}
+            if len(self._df) >= self._df_max:
+                self._df.clear()
+        self._df[(workspace_key, lexeme)] = (clock + self._df_ttl, df)
+
+
+def bm25_idf(n: int, df: int) -> float:
+    """Lucene's BM25 IDF: ln(1 + (N - df + 0.5) / (df + 0.5)); N documents, df containing the term."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def _tsquery_term(lexeme: str) -> str:
+    """A lexeme quoted for tsquery input syntax (quotes doubled, backslashes escaped), so
+    it is taken verbatim, never parsed as operators."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"

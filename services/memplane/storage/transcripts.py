@@ -57,7 +57,10 @@ class TranscriptStore:
     async def existing_ids(
         self, conn: Connection, workspace: Workspace, session_id: str, ids: Sequence[str]
     ) -> list[str]:
-        """Which of *ids* are already in the session's transcript."""
+        """Which of *ids* are already in the session's transcript. Takes the session's
+        append lock first, so the answer still holds when `append` runs in this transaction
+        (a concurrent writer of the same ids commits first and is seen here)."""
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (session_id, workspace.key))
         cur = await conn.execute(
             "SELECT message_id FROM transcript_messages WHERE workspace_key = %s AND session_id = %s"
             " AND message_id = ANY(%s)",

@@ -1,0 +1,227 @@
+"""Run the LoCoMo evidence-retrieval evaluation against a memplane server over gRPC.
+
+Steps: every conversation into a fresh workspace (`memplane.eval.ingest`, exactly as
+`memplane import locomo`), then every question of categories 1-4 that has evidence
+(1,536 in locomo10) asked once per search mode through SearchMemories (the question
+text as the only query, no filter, top_k 20), hits mapped back to dia_ids through the
+memory's ``metadata.message_id`` (or ``provenance.message_ids``), scored with
+`memplane.eval.metrics`. The workspaces are deleted at the end unless *keep*.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from memplane.client.aio import AsyncMemplaneClient
+from memplane.eval.concurrency import gather_bounded
+from memplane.eval.ingest import ClientFactory, WorkspaceSet, ingest_conversations
+from memplane.eval.locomo import CATEGORY_NAMES, Conversation, Question, workspace_name
+from memplane.eval.metrics import RECALL_KS, MetricRow, QuestionScore, score_question, summarize
+from memplane.eval.report import format_baselines, format_table
+from memplane.v1 import memory_pb2, retrieval_pb2
+
+_log = logging.getLogger(__name__)
+
+SEARCH_MODES: dict[str, int] = {
+    "hybrid": retrieval_pb2.SEARCH_MODE_HYBRID,
+    "vector": retrieval_pb2.SEARCH_MODE_VECTOR,
+    "lexical": retrieval_pb2.SEARCH_MODE_LEXICAL,
+}
+"""Search modes by their CLI name."""
+
+FUSIONS: dict[str, int] = {"rrf": retrieval_pb2.FUSION_METHOD_RRF, "weighted": retrieval_pb2.FUSION_METHOD_WEIGHTED}
+"""Fusion methods of hybrid search by their CLI name."""
+
+
+@dataclass(frozen=True)
+class IngestStats:
+    """What an ingestion wrote and how long it took (wall clock, seconds)."""
+
+    workspaces: int
+    reused: int
+    turns: int
+    seconds: float
+
+    @property
+    def turns_per_second(self) -> float:
+        """Turns written per wall-clock second (0 if nothing took time)."""
+        return self.turns / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How to run the evaluation. *concurrency*: requests in flight (ingest and search);
+    *prefix*: workspace names are "<prefix>-<sample id>" (a fresh random one by default)."""
+
+    modes: tuple[str, ...] = ("hybrid", "vector", "lexical")
+    fusion: str = "rrf"
+    top_k: int = max(RECALL_KS)
+    concurrency: int = 4
+    keep: bool = False
+    prefix: str = field(default_factory=lambda: f"eval-{secrets.token_hex(3)}")
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Rows per mode (categories, then overall), the model, and where the time went."""
+
+    rows: Mapping[str, Sequence[MetricRow]]
+    embedding_models: tuple[str, ...]
+    ingest: IngestStats
+    searches: int
+    search_seconds: float
+    search_latency_ms_p50: float
+    search_latency_ms_p95: float
+    concurrency: int
+    workspaces: tuple[str, ...]
+    kept: bool
+
+    def format(self) -> str:
+        """The table, the timings and the baselines, for printing."""
+        kept = f"; kept workspaces: {', '.join(self.workspaces)}" if self.kept else ""
+        return "\n".join(
+            [
+                f"embedder: {', '.join(self.embedding_models)}",
+                format_table(self.rows),
+                "",
+                f"ingest: {self.ingest.turns} turns into {self.ingest.workspaces} workspaces in "
+                f"{self.ingest.seconds:.1f} s ({self.ingest.turns_per_second:.1f} turns/s)",
+                f"search: {self.searches} requests in {self.search_seconds:.1f} s, {self.concurrency} in flight; "
+                f"latency p50 {self.search_latency_ms_p50:.1f} ms, p95 {self.search_latency_ms_p95:.1f} ms{kept}",
+                "",
+                format_baselines(),
+            ]
+        )
+
+
+def category_label(category: int) -> str:
+    """ "1 multi-hop", "2 temporal", … (sorts by category number)."""
+    return f"{category} {CATEGORY_NAMES.get(category, 'unknown')}"
+
+
+def hit_message_id(memory: memory_pb2.Memory) -> str:
+    """The LoCoMo dia_id of a hit: metadata "message_id", else the first provenance
+    message id, else "" (a memory not written by the ingestion)."""
+    fields = memory.metadata.fields
+    if "message_id" in fields and fields["message_id"].WhichOneof("kind") == "string_value":
+        return fields["message_id"].string_value
+    return memory.provenance.message_ids[0] if memory.provenance.message_ids else ""
+
+
+async def ingest_locomo(
+    spaces: WorkspaceSet,
+    conversations: Sequence[Conversation],
+    *,
+    prefix: str,
+    reuse: bool,
+    concurrency: int = 4,
+    progress: bool = True,
+) -> IngestStats:
+    """Open one workspace per conversation ("<prefix>-<sample id>", reused when *reuse*)
+    and write every turn, with a progress bar in turns. Raises `MemplaneError`."""
+    started = time.perf_counter()
+    for conversation in conversations:
+        await spaces.open(conversation.sample_id, workspace_name(prefix, conversation.sample_id), reuse=reuse)
+    total = sum(c.turn_count for c in conversations)
+    with tqdm(total=total, unit="turn", desc="ingest", disable=not progress) as bar:
+        turns = await ingest_conversations(spaces, conversations, concurrency=concurrency, progress=bar.update)
+    reused = sum(1 for a in spaces.accesses if not a.created)
+    return IngestStats(len(spaces.accesses), reused, turns, time.perf_counter() - started)
+
+
+@dataclass
+class _SearchLog:
+    latencies: list[float] = field(default_factory=list)
+
+
+async def _ask(
+    client: AsyncMemplaneClient, question: Question, mode: str, config: EvalConfig, log: _SearchLog
+) -> QuestionScore:
+    started = time.perf_counter()
+    reply = await client.search(
+        question.question, top_k=config.top_k, mode=SEARCH_MODES[mode], fusion=FUSIONS[config.fusion]
+    )
+    log.latencies.append(time.perf_counter() - started)
+    ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]
+    return score_question(category_label(question.category), ranked, question.evidence)
+
+
+async def ask_questions(
+    spaces: WorkspaceSet, conversations: Sequence[Conversation], config: EvalConfig, log: _SearchLog
+) -> dict[str, list[QuestionScore]]:
+    """Ask every scored question once per mode; the scores by mode."""
+    jobs = [
+        (mode, conversation.sample_id, question)
+        for conversation in conversations
+        for question in conversation.scored_questions()
+        for mode in config.modes
+    ]
+    with tqdm(total=len(jobs), unit="search", desc="search", disable=not config.progress) as bar:
+
+        async def one(mode: str, sample_id: str, question: Question) -> QuestionScore:
+            score = await _ask(spaces.client(sample_id), question, mode, config, log)
+            bar.update(1)
+            return score
+
+        scores = await gather_bounded([one(*job) for job in jobs], config.concurrency)
+    by_mode: dict[str, list[QuestionScore]] = {mode: [] for mode in config.modes}
+    for (mode, _, _), score in zip(jobs, scores, strict=True):
+        by_mode[mode].append(score)
+    return by_mode
+
+
+def _percentile_ms(values: Sequence[float], q: int) -> float:
+    if len(values) < 2:
+        return 1000.0 * (values[0] if values else 0.0)
+    return 1000.0 * statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+async def run_locomo_eval(
+    admin: AsyncMemplaneClient,
+    factory: ClientFactory,
+    conversations: Sequence[Conversation],
+    config: EvalConfig,
+) -> EvalReport:
+    """Ingest *conversations* into fresh workspaces, ask, score; delete the workspaces
+    afterwards (even on failure) unless `config.keep` (then only the run keys are revoked).
+
+    *admin* holds the admin key; *factory* makes workspace clients. Raises `MemplaneError`
+    (e.g. `AlreadyExistsError` if a workspace name is taken, `UnavailableError` if the
+    server is down).
+    """
+    log = _SearchLog()
+    async with WorkspaceSet(admin, factory, delete=not config.keep) as spaces:
+        ingest = await ingest_locomo(
+            spaces,
+            conversations,
+            prefix=config.prefix,
+            reuse=False,
+            concurrency=config.concurrency,
+            progress=config.progress,
+        )
+        started = time.perf_counter()
+        by_mode = await ask_questions(spaces, conversations, config, log)
+        search_seconds = time.perf_counter() - started
+        models = tuple(sorted({a.embedding_model for a in spaces.accesses}))
+        names = tuple(a.name for a in spaces.accesses)
+    _log.info("evaluated %d searches over %d workspaces", len(log.latencies), len(names))
+    return EvalReport(
+        rows={mode: summarize(scores) for mode, scores in by_mode.items()},
+        embedding_models=models,
+        ingest=ingest,
+        searches=len(log.latencies),
+        search_seconds=search_seconds,
+        search_latency_ms_p50=_percentile_ms(log.latencies, 50),
+        search_latency_ms_p95=_percentile_ms(log.latencies, 95),
+        concurrency=config.concurrency,
+        workspaces=names,
+        kept=config.keep,
+    )
