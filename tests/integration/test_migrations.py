@@ -1,0 +1,61 @@
+"""Migrations are versioned, applied once under an advisory lock, and idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from memplane.storage.migrate import _migrations, apply_migrations
+
+
+@pytest.fixture
+async def empty_database(pg_dsn: str) -> AsyncIterator[str]:
+    """DSN of a new, empty database on the test server (dropped afterwards)."""
+    name = f"mig_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        try:
+            await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("the test DSN's user may not create databases")
+    yield make_conninfo(pg_dsn, dbname=name)
+    # On a shared server, clean up. The embedded server is thrown away with the session's
+    # temporary directory, and there DROP DATABASE took ~10 s after the e2e tests' writes.
+    if os.environ.get("MEMPLANE_TEST_DSN"):
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+async def test_two_concurrent_runs_apply_each_migration_once(empty_database: str) -> None:
+    expected = [name for _, name, _ in _migrations()]
+    assert expected, "no migration files were packaged"
+    first, second = await asyncio.gather(apply_migrations(empty_database), apply_migrations(empty_database))
+    assert sorted([first, second], key=len) == [[], expected]
+    async with await psycopg.AsyncConnection.connect(empty_database) as conn:
+        cur = await conn.execute("SELECT name FROM schema_migrations ORDER BY version")
+        assert [r[0] for r in await cur.fetchall()] == expected
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_class WHERE relname = ANY(%s) AND relkind IN ('r', 'p')",
+            (["workspaces", "memories", "memory_events", "transcript_messages", "idempotency_keys", "api_keys"],),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        assert row[0] == 6
+    # A third run, later, finds nothing to do.
+    assert await apply_migrations(empty_database) == []
+
+
+async def test_rerunning_on_the_session_database_is_a_no_op(pg_dsn: str) -> None:
+    results = await asyncio.gather(apply_migrations(pg_dsn), apply_migrations(pg_dsn))
+    assert results == [[], []]
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        cur = await conn.execute("SELECT count(*), count(DISTINCT version) FROM schema_migrations")
+        row = await cur.fetchone()
+        assert row is not None
+        assert row[0] == row[1] == len(_migrations())

@@ -1,0 +1,109 @@
+"""Rank fusion (memplane.retrieval.fusion): RRF scaled to 0..1, weighted fusion on one
+scale with a missing signal renormalised, deterministic ties."""
+
+from __future__ import annotations
+
+import pytest
+
+from memplane.retrieval.fusion import FusionMethod, fuse
+
+RRF_K = 60
+
+
+def test_rrf_rank_one_in_both_signals_scores_exactly_one() -> None:
+    hits = fuse(
+        [("a", 0.9), ("b", 0.8)], [("a", 7.0), ("b", 3.0)], method=FusionMethod.RRF, vector_weight=0.5, rrf_k=RRF_K
+    )
+    assert [h.id for h in hits] == ["a", "b"]
+    assert hits[0].score == pytest.approx(1.0)
+    # b is rank 2 in both: (0.5/62 + 0.5/62) / (1/61)
+    assert hits[1].score == pytest.approx(61 / 62)
+    assert hits[0].vector is not None
+    assert hits[0].vector.rank == 1
+    assert hits[1].lexical is not None
+    assert hits[1].lexical.rank == 2
+
+
+def test_rrf_hit_from_one_signal_only_counts_that_signal() -> None:
+    hits = fuse([("v", 0.9)], [("l", 5.0)], method=FusionMethod.RRF, vector_weight=0.5, rrf_k=RRF_K)
+    by_id = {h.id: h for h in hits}
+    assert by_id["v"].score == pytest.approx(0.5)
+    assert by_id["l"].score == pytest.approx(0.5)
+    assert by_id["v"].lexical is None
+    assert by_id["l"].vector is None
+
+
+def test_rrf_single_signal_search_renormalises_to_one() -> None:
+    hits = fuse([], [("x", 2.0), ("y", 1.0)], method=FusionMethod.RRF, vector_weight=0.5, rrf_k=RRF_K)
+    assert hits[0].id == "x"
+    assert hits[0].score == pytest.approx(1.0)
+    assert hits[1].score == pytest.approx(61 / 62)
+
+
+def test_rrf_weights_terms_when_vector_weight_given() -> None:
+    hits = fuse([("v", 0.9)], [("l", 5.0)], method=FusionMethod.RRF, vector_weight=0.8, rrf_k=RRF_K)
+    by_id = {h.id: h for h in hits}
+    assert by_id["v"].score == pytest.approx(0.8)
+    assert by_id["l"].score == pytest.approx(0.2)
+    assert [h.id for h in hits] == ["v", "l"]
+
+
+def test_weighted_puts_bm25_on_the_cosine_scale() -> None:
+    hits = fuse(
+        [("a", 0.5), ("b", 0.4)],
+        [("b", 10.0), ("a", 5.0)],
+        method=FusionMethod.WEIGHTED,
+        vector_weight=0.7,
+        rrf_k=RRF_K,
+    )
+    by_id = {h.id: h for h in hits}
+    assert by_id["b"].lexical is not None
+    assert by_id["b"].lexical.normalized == pytest.approx(1.0)
+    assert by_id["a"].lexical is not None
+    assert by_id["a"].lexical.normalized == pytest.approx(0.5)
+    assert by_id["a"].score == pytest.approx(0.7 * 0.5 + 0.3 * 0.5)
+    assert by_id["b"].score == pytest.approx(0.7 * 0.4 + 0.3 * 1.0)
+    assert [h.id for h in hits] == ["b", "a"]
+
+
+def test_weighted_with_a_missing_signal_renormalises_instead_of_scaling_by_its_weight() -> None:
+    # No keyword hit for this query: the vector score must come through whole, not x0.7.
+    hits = fuse([("a", 0.8), ("b", 0.6)], [], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
+    assert [h.score for h in hits] == pytest.approx([0.8, 0.6])
+    lexical_only = fuse([], [("a", 4.0), ("b", 1.0)], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
+    assert [h.score for h in lexical_only] == pytest.approx([1.0, 0.25])
+
+
+def test_weighted_clips_negative_cosine_to_zero() -> None:
+    hits = fuse([("a", -0.3)], [], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
+    assert hits[0].vector is not None
+    assert hits[0].vector.score == pytest.approx(-0.3)
+    assert hits[0].vector.normalized == 0.0
+    assert hits[0].score == 0.0
+
+
+@pytest.mark.parametrize("method", [FusionMethod.RRF, FusionMethod.WEIGHTED])
+def test_ties_are_broken_by_id(method: FusionMethod) -> None:
+    # Same rank pattern mirrored: c is rank 1 vector / 2 lexical, a the reverse → equal
+    # fused scores in RRF; equal cosine and bm25 in WEIGHTED.
+    vector = [("c", 0.5), ("a", 0.5)]
+    lexical = [("a", 1.0), ("c", 1.0)]
+    hits = fuse(vector, lexical, method=method, vector_weight=0.5, rrf_k=RRF_K)
+    assert hits[0].score == pytest.approx(hits[1].score)
+    assert [h.id for h in hits] == ["a", "c"]
+
+
+def test_no_candidates_gives_no_hits() -> None:
+    assert fuse([], [], method=FusionMethod.RRF, vector_weight=0.5, rrf_k=RRF_K) == []
+    assert fuse([], [], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K) == []
+
+
+def test_each_memory_appears_once() -> None:
+    hits = fuse(
+        [("a", 0.9), ("b", 0.5)],
+        [("b", 3.0), ("a", 1.0), ("c", 0.5)],
+        method=FusionMethod.RRF,
+        vector_weight=0.5,
+        rrf_k=RRF_K,
+    )
+    assert sorted(h.id for h in hits) == ["a", "b", "c"]
