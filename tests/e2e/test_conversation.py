@@ -73,8 +73,8 @@ async def test_messages_without_ids_are_numbered_in_session_order(workspace: Tes
     )
     second = await workspace.client.write_conversation(SCOPE, [message("", USER, "", "three")])
     ids = [m.metadata["message_id"] for m in [*first.memories, *second.memories]]
-    assert ids == ["1", "2", "3"]
-    assert second.memories[0].provenance.message_ids == ["3"]
+    assert ids == ["#1", "#2", "#3"]
+    assert second.memories[0].provenance.message_ids == ["#3"]
     unnamed = first.memories[0]
     assert "speaker" not in unnamed.metadata
     assert unnamed.metadata["role"] == "user"
@@ -133,15 +133,16 @@ async def test_concurrent_writers_of_one_message_id_store_it_once(workspace: Tes
     assert len(await list_all(workspace.client)) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug, design open: a message without id is numbered by its sequence number even when "
-    "an explicit id already took that number, and the unique index turns the write into INTERNAL. "
-    "Which id to give it instead (or whether to refuse digit-only client ids) is the owner's call.",
-)
 async def test_an_unnumbered_message_never_collides_with_an_explicit_id(workspace: TestWorkspace) -> None:
     await workspace.client.write_conversation(SCOPE, [message("2", USER, "", "client numbered this one 2")])
     reply = await workspace.client.write_conversation(SCOPE, [message("", USER, "", "server numbers this one")])
     [auto] = reply.memories
     assert auto.metadata["message_id"] != "2"
     assert len(await list_all(workspace.client)) == 2
+
+
+async def test_client_ids_may_not_use_the_server_numbering_prefix(workspace: TestWorkspace) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.write_conversation(SCOPE, [message("#1", USER, "", "pretends to be server-numbered")])
+    assert fields(caught.value) == ["messages[0].id"]
+    assert await list_all(workspace.client) == []

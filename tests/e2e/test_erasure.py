@@ -3,7 +3,6 @@ in the workspace's rows (memories, history, transcripts, idempotency records).""
 
 from __future__ import annotations
 
-import pytest
 from psycopg import sql
 
 from memplane.app import App
@@ -54,13 +53,6 @@ async def test_erased_text_is_gone_from_memories_history_and_transcripts(app: Ap
         assert await _rows_mentioning_secrets(app, workspace, table, text) == 0, table
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug, design open: idempotency records keep the full first reply (memory text) and are "
-    "not touched by DeleteMemoriesByScope, so erased text survives in idempotency_keys and a retry of the "
-    "original request_id replays memories that no longer exist. Delete or redact those records on "
-    "erasure (and give idempotency records a retention period); the owner picks the replay semantics.",
-)
 async def test_erased_text_is_gone_from_idempotency_records(app: App, workspace: TestWorkspace) -> None:
     await _erase_alice(workspace)
     assert await _rows_mentioning_secrets(app, workspace, "idempotency_keys", "result::text") == 0

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from google.protobuf import duration_pb2
 from tqdm import tqdm
 
 from memplane.client.aio import AsyncMemplaneClient
@@ -70,6 +71,27 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class ModeTiming:
+    """Milliseconds per search of one mode: the client's round trip (p50, p95; queueing
+    behind the other requests in flight included) and the server's own embedding and
+    database time (p50, from SearchMemoriesResponse.timing)."""
+
+    requests: int
+    round_trip_ms_p50: float
+    round_trip_ms_p95: float
+    server_embedding_ms_p50: float
+    server_database_ms_p50: float
+
+    def describe(self) -> str:
+        """One line for the report."""
+        return (
+            f"round trip p50 {self.round_trip_ms_p50:.1f} ms, p95 {self.round_trip_ms_p95:.1f} ms; "
+            f"server p50 embedding {self.server_embedding_ms_p50:.1f} ms, "
+            f"database {self.server_database_ms_p50:.1f} ms"
+        )
+
+
+@dataclass(frozen=True)
 class EvalReport:
     """Rows per mode (categories, then overall), the model, and where the time went."""
 
@@ -78,8 +100,7 @@ class EvalReport:
     ingest: IngestStats
     searches: int
     search_seconds: float
-    search_latency_ms_p50: float
-    search_latency_ms_p95: float
+    timings: Mapping[str, ModeTiming]
     concurrency: int
     workspaces: tuple[str, ...]
     kept: bool
@@ -94,8 +115,8 @@ class EvalReport:
                 "",
                 f"ingest: {self.ingest.turns} turns into {self.ingest.workspaces} workspaces in "
                 f"{self.ingest.seconds:.1f} s ({self.ingest.turns_per_second:.1f} turns/s)",
-                f"search: {self.searches} requests in {self.search_seconds:.1f} s, {self.concurrency} in flight; "
-                f"latency p50 {self.search_latency_ms_p50:.1f} ms, p95 {self.search_latency_ms_p95:.1f} ms{kept}",
+                f"search: {self.searches} requests in {self.search_seconds:.1f} s, {self.concurrency} in flight{kept}",
+                *(f"  {mode}: {timing.describe()}" for mode, timing in self.timings.items()),
                 "",
                 format_baselines(),
             ]
@@ -137,9 +158,40 @@ async def ingest_locomo(
     return IngestStats(len(spaces.accesses), reused, turns, time.perf_counter() - started)
 
 
+def _seconds(duration: duration_pb2.Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+def _percentile_ms(values: Sequence[float], q: int) -> float:
+    if len(values) < 2:
+        return 1000.0 * (values[0] if values else 0.0)
+    return 1000.0 * statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
 @dataclass
 class _SearchLog:
-    latencies: list[float] = field(default_factory=list)
+    """Per mode, seconds of each search: (round trip, server embedding, server database)."""
+
+    samples: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
+
+    def add(self, mode: str, round_trip: float, reply: retrieval_pb2.SearchMemoriesResponse) -> None:
+        timing = reply.timing
+        sample = (round_trip, _seconds(timing.embedding_duration), _seconds(timing.database_duration))
+        self.samples.setdefault(mode, []).append(sample)
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.samples.values())
+
+    def timing(self, mode: str) -> ModeTiming:
+        rows = self.samples.get(mode, [])
+        trips = [r[0] for r in rows]
+        return ModeTiming(
+            requests=len(rows),
+            round_trip_ms_p50=_percentile_ms(trips, 50),
+            round_trip_ms_p95=_percentile_ms(trips, 95),
+            server_embedding_ms_p50=_percentile_ms([r[1] for r in rows], 50),
+            server_database_ms_p50=_percentile_ms([r[2] for r in rows], 50),
+        )
 
 
 async def _ask(
@@ -149,7 +201,7 @@ async def _ask(
     reply = await client.search(
         question.question, top_k=config.top_k, mode=SEARCH_MODES[mode], fusion=FUSIONS[config.fusion]
     )
-    log.latencies.append(time.perf_counter() - started)
+    log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]
     return score_question(category_label(question.category), ranked, question.evidence)
 
@@ -176,12 +228,6 @@ async def ask_questions(
     for (mode, _, _), score in zip(jobs, scores, strict=True):
         by_mode[mode].append(score)
     return by_mode
-
-
-def _percentile_ms(values: Sequence[float], q: int) -> float:
-    if len(values) < 2:
-        return 1000.0 * (values[0] if values else 0.0)
-    return 1000.0 * statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 async def run_locomo_eval(
@@ -212,15 +258,14 @@ async def run_locomo_eval(
         search_seconds = time.perf_counter() - started
         models = tuple(sorted({a.embedding_model for a in spaces.accesses}))
         names = tuple(a.name for a in spaces.accesses)
-    _log.info("evaluated %d searches over %d workspaces", len(log.latencies), len(names))
+    _log.info("evaluated %d searches over %d workspaces", log.count(), len(names))
     return EvalReport(
         rows={mode: summarize(scores) for mode, scores in by_mode.items()},
         embedding_models=models,
         ingest=ingest,
-        searches=len(log.latencies),
+        searches=log.count(),
         search_seconds=search_seconds,
-        search_latency_ms_p50=_percentile_ms(log.latencies, 50),
-        search_latency_ms_p95=_percentile_ms(log.latencies, 95),
+        timings={mode: log.timing(mode) for mode in config.modes},
         concurrency=config.concurrency,
         workspaces=names,
         kept=config.keep,

@@ -8,6 +8,10 @@ from datetime import datetime
 from memplane.domain.models import ConversationMessage, Scope, Workspace
 from memplane.storage.database import Connection, fetch_one
 
+# Server-numbered message ids read "#<seq>"; client ids may not start with "#"
+# (checked by the write-back service), so the two never collide.
+AUTO_ID_PREFIX = "#"
+
 
 class TranscriptStore:
     """Append and erase transcript messages of one workspace partition."""
@@ -22,7 +26,7 @@ class TranscriptStore:
         now: datetime,
     ) -> list[str]:
         """Append *messages* to the session's transcript; return their message ids
-        (a message without an id gets its sequence number as id). Serialised per session
+        (a message without an id gets "#<sequence number>"). Serialised per session
         by a transaction-scoped advisory lock, so concurrent writers never collide."""
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (scope.session_id, workspace.key))
         cur = await conn.execute(
@@ -31,7 +35,7 @@ class TranscriptStore:
         )
         row = await fetch_one(cur)
         start = int(row["seq"]) + 1
-        ids = [m.id or str(start + i) for i, m in enumerate(messages)]
+        ids = [m.id or f"{AUTO_ID_PREFIX}{start + i}" for i, m in enumerate(messages)]
         async with conn.cursor() as c:
             await c.executemany(
                 "INSERT INTO transcript_messages (workspace_key, session_id, seq, message_id, user_id, agent_id,"

@@ -119,7 +119,8 @@ class ConversationMessage(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Client id of the message, unique within the session (e.g. "D1:3"); at most 128
-    bytes. Empty: the server numbers messages in order.
+    bytes, not starting with "#". Empty: the server numbers it "#<n>", n being its
+    position in the session transcript.
     """
     role: Global___MessageRole.ValueType
     """Role."""

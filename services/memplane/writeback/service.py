@@ -10,7 +10,9 @@ reused id with another body is INVALID_ARGUMENT on `request_id`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -46,8 +48,7 @@ from memplane.settings import LimitsSettings
 from memplane.storage.database import Connection, Database
 from memplane.storage.idempotency import IdempotencyStore, request_hash
 from memplane.storage.memories import Change, MemoryStore, PreparedMemory
-from memplane.storage.rows import memory_from_snapshot, snapshot
-from memplane.storage.transcripts import TranscriptStore
+from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.text.segment import segment
 
 # Fields UpdateMemory may change (proto names → column names).
@@ -62,7 +63,7 @@ UPDATABLE_FIELDS = {
     "expire_time": "expires_at",
 }
 _TEXT_FIELDS = {"name", "description", "content"}
-_MAX_UPDATE_ATTEMPTS = 3
+_MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,22 +120,30 @@ class WriteBackService:
         method: str,
         body: Any,
         work: Callable[[Connection], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
-        """Run *work* in a tenant transaction, at most once per request id."""
+    ) -> tuple[dict[str, Any], list[Memory]]:
+        """Run *work* in a tenant transaction, at most once per request id.
+
+        *work* returns a JSON result naming the memories it touched by id (`ids`), never
+        their text: idempotency records must not keep content that an erasure removes.
+        The reply's memories are loaded by id in the same transaction, so a retry gets
+        them as they are now (fewer, if some were deleted meanwhile).
+        """
         async with self._db.tenant(workspace.key) as conn:
+            result: dict[str, Any] | None = None
             if request_id:
                 claim = await self._idempotency.claim(
                     conn, workspace.key, request_id, method, request_hash(method, body)
                 )
                 if not claim.same_request:
                     raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
-                if claim.replay is not None:
-                    replay: dict[str, Any] = claim.replay
-                    return replay
-            result = await work(conn)
-            if request_id:
-                await self._idempotency.complete(conn, workspace.key, request_id, result)
-            return result
+                result = claim.replay
+            if result is None:
+                result = await work(conn)
+                if request_id:
+                    await self._idempotency.complete(conn, workspace.key, request_id, result)
+            ids = [str(i) for i in result.get("ids", [])]
+            found = await self._memories.get_many(conn, workspace, ids)
+            return result, [found[i] for i in ids if i in found]
 
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
@@ -158,11 +167,11 @@ class WriteBackService:
             stored = await self._memories.insert(
                 conn, workspace, prepared, actor=principal.actor, request_id=request_id, now=now
             )
-            return {"memories": [snapshot(m) for m in stored]}
+            return {"ids": [m.id for m in stored]}
 
-        body = [dataclasses.asdict(dataclasses.replace(m, embedding=None)) for m in items]
-        result = await self._once(workspace, request_id, "AddMemories", body, work)
-        return [m for m in (memory_from_snapshot(s) for s in result["memories"]) if m is not None]
+        body = [dataclasses.asdict(m) for m in items]  # embeddings included: another vector is another request
+        _, memories = await self._once(workspace, request_id, "AddMemories", body, work)
+        return memories
 
     async def write_conversation(
         self,
@@ -190,6 +199,11 @@ class WriteBackService:
             check_text(v, f"messages[{i}].name", m.name, self._limits.max_id_bytes)
             check_text(v, f"messages[{i}].id", m.id, self._limits.max_id_bytes)
             check_time(v, f"messages[{i}].create_time", m.created_at)
+            if m.id.startswith(AUTO_ID_PREFIX):
+                v.add(
+                    f"messages[{i}].id",
+                    f"must not start with {AUTO_ID_PREFIX!r} (reserved for server-numbered messages)",
+                )
             if m.id and m.id in seen:
                 v.add(f"messages[{i}].id", f"duplicates message id {m.id!r} in this request")
             seen.add(m.id)
@@ -240,11 +254,10 @@ class WriteBackService:
             stored = await self._memories.insert(
                 conn, workspace, final, actor=principal.actor, request_id=request_id, now=now
             )
-            return {"memories": [snapshot(m) for m in stored], "count": len(ids)}
+            return {"ids": [m.id for m in stored], "count": len(ids)}
 
         body = {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]}
-        result = await self._once(workspace, request_id, "WriteConversation", body, work)
-        stored = [m for m in (memory_from_snapshot(s) for s in result["memories"]) if m is not None]
+        result, stored = await self._once(workspace, request_id, "WriteConversation", body, work)
         return ConversationResult(stored, int(result["count"]), "episodic")
 
     async def update(
@@ -276,7 +289,7 @@ class WriteBackService:
             v.add("expected_version", "must not be negative")
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
-        for _ in range(_MAX_UPDATE_ATTEMPTS):
+        for attempt in range(_MAX_UPDATE_ATTEMPTS):
             async with self._db.tenant(workspace.key) as conn:
                 current = await self._memories.get(conn, workspace, canonical)
             if current is None:
@@ -326,24 +339,24 @@ class WriteBackService:
                 updated = await self._memories.update(
                     conn, workspace, current, change, actor=principal.actor, request_id=request_id, now=now
                 )
-                return {"memory": snapshot(updated)}
+                return {"ids": [updated.id]}
 
             body = {
                 "id": canonical,
                 "mask": sorted(mask),
-                "values": dataclasses.asdict(dataclasses.replace(values, embedding=None)),
+                "values": dataclasses.asdict(values),
                 "expected_version": expected_version,
             }
             try:
-                result = await self._once(workspace, request_id, "UpdateMemory", body, work)
+                _, found = await self._once(workspace, request_id, "UpdateMemory", body, work)
             except VersionConflictError:
                 if expected_version:
                     raise
+                await asyncio.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 - jitter, not crypto
                 continue  # a concurrent writer won; re-read and apply on top of it
-            updated = memory_from_snapshot(result["memory"])
-            if updated is None:
-                raise RuntimeError("an update reply without its memory")
-            return updated
+            if not found:
+                raise NotFoundError("memory", memory_id)  # deleted since this request id's first run
+            return found[0]
         raise VersionConflictError(canonical, 0, 0)
 
     async def delete(
@@ -377,7 +390,7 @@ class WriteBackService:
             return {"id": canonical}
 
         body = {"id": canonical, "expected_version": expected_version}
-        result = await self._once(workspace, request_id, "DeleteMemory", body, work)
+        result, _ = await self._once(workspace, request_id, "DeleteMemory", body, work)
         return str(result["id"])
 
     async def delete_by_scope(
@@ -403,7 +416,7 @@ class WriteBackService:
             messages = await self._transcripts.delete_by_scope(conn, workspace, scope)
             return {"memories": n, "messages": messages}
 
-        result = await self._once(workspace, request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope), work)
+        result, _ = await self._once(workspace, request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope), work)
         return int(result["memories"]), int(result["messages"])
 
     async def history(self, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
