@@ -48,38 +48,56 @@ def test_rrf_weights_terms_when_vector_weight_given() -> None:
     assert [h.id for h in hits] == ["v", "l"]
 
 
-def test_weighted_puts_bm25_on_the_cosine_scale() -> None:
+def test_weighted_min_max_normalises_each_signal_over_its_candidates() -> None:
     hits = fuse(
-        [("a", 0.5), ("b", 0.4)],
-        [("b", 10.0), ("a", 5.0)],
+        [("a", 0.9), ("b", 0.8), ("c", 0.7)],
+        [("b", 10.0), ("c", 6.0), ("a", 2.0)],
         method=FusionMethod.WEIGHTED,
         vector_weight=0.7,
         rrf_k=RRF_K,
     )
     by_id = {h.id: h for h in hits}
-    assert by_id["b"].lexical is not None
-    assert by_id["b"].lexical.normalized == pytest.approx(1.0)
-    assert by_id["a"].lexical is not None
-    assert by_id["a"].lexical.normalized == pytest.approx(0.5)
-    assert by_id["a"].score == pytest.approx(0.7 * 0.5 + 0.3 * 0.5)
-    assert by_id["b"].score == pytest.approx(0.7 * 0.4 + 0.3 * 1.0)
-    assert [h.id for h in hits] == ["b", "a"]
+    assert by_id["a"].vector is not None
+    assert by_id["a"].vector.normalized == pytest.approx(1.0)
+    assert by_id["b"].vector is not None
+    assert by_id["b"].vector.normalized == pytest.approx(0.5)
+    assert by_id["c"].lexical is not None
+    assert by_id["c"].lexical.normalized == pytest.approx(0.5)
+    assert by_id["a"].score == pytest.approx(0.7 * 1.0 + 0.3 * 0.0)
+    assert by_id["b"].score == pytest.approx(0.7 * 0.5 + 0.3 * 1.0)
+    assert by_id["c"].score == pytest.approx(0.7 * 0.0 + 0.3 * 0.5)
+    assert [h.id for h in hits] == ["a", "b", "c"]
+
+
+def test_weighted_compressed_cosines_do_not_drown_the_keyword_signal() -> None:
+    # e5-style cosines crowd into 0.80-0.82; the exact keyword hit must still win (case C002).
+    hits = fuse(
+        [("vague", 0.82), ("exact", 0.80)],
+        [("exact", 9.0), ("vague", 1.0)],
+        method=FusionMethod.WEIGHTED,
+        vector_weight=0.5,
+        rrf_k=RRF_K,
+    )
+    assert [h.id for h in hits] == ["exact", "vague"]
 
 
 def test_weighted_with_a_missing_signal_renormalises_instead_of_scaling_by_its_weight() -> None:
-    # No keyword hit for this query: the vector score must come through whole, not x0.7.
+    # No keyword hit for this query: the best vector hit must score 1, not 0.7.
     hits = fuse([("a", 0.8), ("b", 0.6)], [], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
-    assert [h.score for h in hits] == pytest.approx([0.8, 0.6])
-    lexical_only = fuse([], [("a", 4.0), ("b", 1.0)], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
-    assert [h.score for h in lexical_only] == pytest.approx([1.0, 0.25])
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.0])
+    lexical_only = fuse(
+        [], [("a", 4.0), ("b", 1.0), ("c", 2.5)], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K
+    )
+    assert [h.id for h in lexical_only] == ["a", "c", "b"]
+    assert [h.score for h in lexical_only] == pytest.approx([1.0, 0.5, 0.0])
 
 
-def test_weighted_clips_negative_cosine_to_zero() -> None:
+def test_weighted_lone_candidate_keeps_its_raw_score_and_scores_one() -> None:
     hits = fuse([("a", -0.3)], [], method=FusionMethod.WEIGHTED, vector_weight=0.7, rrf_k=RRF_K)
     assert hits[0].vector is not None
     assert hits[0].vector.score == pytest.approx(-0.3)
-    assert hits[0].vector.normalized == 0.0
-    assert hits[0].score == 0.0
+    assert hits[0].vector.normalized == 1.0
+    assert hits[0].score == 1.0
 
 
 @pytest.mark.parametrize("method", [FusionMethod.RRF, FusionMethod.WEIGHTED])

@@ -145,7 +145,9 @@ class SignalScore(_message.Message):
     score: _builtins.float
     """Raw score of the signal: cosine similarity (-1..1) for vector, BM25 for lexical."""
     normalized_score: _builtins.float
-    """Score normalised to 0..1 as used by WEIGHTED fusion."""
+    """Score min-max normalised over this query's candidates of the signal (best 1, worst
+    0), as used by WEIGHTED fusion.
+    """
     rank: _builtins.int
     """1-based rank of the hit in the signal's candidate list; 0 when the signal did
     not retrieve the memory.
