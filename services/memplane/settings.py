@@ -107,6 +107,11 @@ class LimitsSettings(BaseModel):
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
+    fusion: Literal["rrf", "weighted"] = Field(
+        default="rrf",
+        description="Fusion of requests that leave it unspecified. RRF is the contract's default; "
+        "WEIGHTED (min-max, 0.7/0.3) measured higher LoCoMo recall (see README).",
+    )
     rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
     vector_weight: float = Field(
         default=0.7, ge=0, le=1, description="Vector weight of WEIGHTED fusion (ReMe's 0.7/0.3)."

@@ -17,7 +17,7 @@ _MODES = {
     retrieval_pb2.SEARCH_MODE_LEXICAL: SearchMode.LEXICAL,
 }
 _FUSIONS = {
-    retrieval_pb2.FUSION_METHOD_UNSPECIFIED: FusionMethod.RRF,
+    retrieval_pb2.FUSION_METHOD_UNSPECIFIED: None,  # the server's setting (retrieval.fusion)
     retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
     retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
 }

@@ -147,7 +147,7 @@ class AsyncMemplaneClient:
         min_score: float = 0.0,
         filter: filter_pb2.MemoryFilter | None = None,
         mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
-        fusion: int = retrieval_pb2.FUSION_METHOD_RRF,
+        fusion: int = retrieval_pb2.FUSION_METHOD_UNSPECIFIED,
         vector_weight: float = 0.0,
     ) -> retrieval_pb2.SearchMemoriesResponse:
         """Hybrid search; *queries* may be one string or several (merged, de-duplicated)."""

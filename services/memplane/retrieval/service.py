@@ -43,7 +43,8 @@ class SearchMode:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A validated-on-use search. `vector_weight` None means the method's default
+    """A validated-on-use search. `fusion` None means the server's setting
+    (retrieval.fusion, RRF by default); `vector_weight` None means the method's default
     (0.5 for RRF: equal weights; settings.vector_weight, 0.7, for WEIGHTED)."""
 
     queries: tuple[str, ...]
@@ -51,7 +52,7 @@ class SearchRequest:
     min_score: float = 0.0
     filter: MemoryFilter = field(default_factory=MemoryFilter)
     mode: str = SearchMode.HYBRID
-    fusion: FusionMethod = FusionMethod.RRF
+    fusion: FusionMethod | None = None
     vector_weight: float | None = None
     rrf_k: int | None = None
 
@@ -138,7 +139,7 @@ class RetrievalService:
             embed_seconds = time.perf_counter() - t0
         depth = max(request.top_k * self._settings.candidate_multiplier, self._settings.min_candidates)
         now = datetime.now(UTC)
-        method = request.fusion
+        method = request.fusion or FusionMethod(self._settings.fusion)
         weight = request.vector_weight
         if weight is None:
             weight = 0.5 if method is FusionMethod.RRF else self._settings.vector_weight

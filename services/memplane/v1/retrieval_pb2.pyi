@@ -29,7 +29,7 @@ class _FusionMethod:
 class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
-    """Server default: RRF."""
+    """The server's default: RRF unless the server sets MEMPLANE_RETRIEVAL__FUSION."""
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
     """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
     FUSION_METHOD_WEIGHTED: _FusionMethod.ValueType  # 2
@@ -39,7 +39,7 @@ class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How the per-signal rankings are combined."""
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
-"""Server default: RRF."""
+"""The server's default: RRF unless the server sets MEMPLANE_RETRIEVAL__FUSION."""
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
 FUSION_METHOD_WEIGHTED: FusionMethod.ValueType  # 2
