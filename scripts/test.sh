@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-echo "== ruff";          ruff check . && ruff format --check .
+echo "== ruff";          ruff check . && ruff format --check services tests bench scripts
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports
 echo "== buf lint";      buf lint

@@ -93,7 +93,10 @@ async def test_revoked_key_is_unauthenticated_and_other_keys_keep_working(
             await client.get_memory(m.id)
     assert (await workspace.client.get_memory(m.id)).content == "via second key"
     with pytest.raises(NotFoundError):
-        await admin_client.revoke_api_key("nosuchkey")
+        await admin_client.revoke_api_key("0123456789abcdef")
+    with pytest.raises(InvalidArgumentError) as caught:
+        await admin_client.revoke_api_key("not a key id")
+    assert fields(caught.value) == ["key_id"]
 
 
 async def test_workspace_key_on_admin_service_is_permission_denied(workspace: TestWorkspace) -> None:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from memplane.admin.auth import Authenticator
 from memplane.domain.models import Workspace, WorkspaceUsage
-from memplane.domain.validation import WORKSPACE_NAME, Violations, check_text
+from memplane.domain.validation import WORKSPACE_NAME, Violations, check_text, check_workspace_name
 from memplane.embedding.base import Embedder
+from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.settings import LimitsSettings
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.workspaces import WorkspaceStore
 
 
-def _check_name(v: Violations, field: str, name: str) -> None:
-    if not WORKSPACE_NAME.match(name):
-        v.add(field, "must be 1-63 characters of a-z, 0-9 and '-', start with a letter, not end with '-'")
+def _valid_name(field: str, name: str) -> None:
+    v = Violations()
+    check_workspace_name(v, field, name)
+    v.raise_if_any()
+
+
+KEY_ID = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")  # the id part of mp_<id>_<secret>
 
 
 class AdminService:
@@ -38,7 +44,7 @@ class AdminService:
     async def create_workspace(self, name: str, max_memories: int = 0) -> Workspace:
         """Raises `InvalidArgumentError` (name, max_memories), `AlreadyExistsError`."""
         v = Violations()
-        _check_name(v, "name", name)
+        check_workspace_name(v, "name", name)
         if max_memories < 0:
             v.add("max_memories", "must not be negative")
         v.raise_if_any()
@@ -50,7 +56,8 @@ class AdminService:
         )
 
     async def get_workspace(self, name: str) -> Workspace:
-        """Raises `NotFoundError`."""
+        """Raises `InvalidArgumentError` (name), `NotFoundError`."""
+        _valid_name("name", name)
         return await self._workspaces.get(name)
 
     async def list_workspaces(self, page_size: int, page_token: str) -> tuple[list[Workspace], str]:
@@ -69,6 +76,7 @@ class AdminService:
 
     async def delete_workspace(self, name: str) -> int:
         """Drop everything of the workspace; return its memory count. Raises `NotFoundError`."""
+        _valid_name("name", name)
         count = await self._workspaces.delete(name)
         self._auth.forget_workspace(name)
         return count
@@ -76,17 +84,25 @@ class AdminService:
     async def create_api_key(self, workspace_name: str, display_name: str = "") -> tuple[str, str]:
         """Return (key id, full key). Raises `NotFoundError`, `InvalidArgumentError`."""
         v = Violations()
+        check_workspace_name(v, "workspace", workspace_name)
         check_text(v, "display_name", display_name, self._limits.max_id_bytes)
         v.raise_if_any()
         workspace = await self._workspaces.get(workspace_name)
         return await self._keys.create(workspace.key, display_name)
 
     async def revoke_api_key(self, key_id: str) -> datetime:
-        """Revoke at once in this process. Raises `NotFoundError`."""
-        revoked = await self._keys.revoke(key_id)
+        """Revoke at once in this process. Raises `InvalidArgumentError` (key_id),
+        `NotFoundError`, `FailedPreconditionError` for an admin key (it is managed by
+        configuration: MEMPLANE_AUTH__ADMIN_KEY or the local credentials file)."""
+        if not KEY_ID.match(key_id):
+            raise InvalidArgumentError(
+                FieldViolation("key_id", "must be the key id printed by CreateApiKey (1-64 of A-Z, a-z, 0-9, -)")
+            )
+        revoked = await self._keys.revoke(key_id, admin_allowed=False)
         self._auth.forget_key(key_id)
         return revoked
 
     async def usage(self, name: str) -> WorkspaceUsage:
-        """Raises `NotFoundError`."""
+        """Raises `InvalidArgumentError` (name), `NotFoundError`."""
+        _valid_name("name", name)
         return await self._workspaces.usage(name)

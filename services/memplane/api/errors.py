@@ -49,8 +49,21 @@ def _pack(message: object) -> any_pb2.Any:
     return packed
 
 
+# gRPC carries the status in trailing metadata (default limit 16 KiB on the client), so
+# replies are bounded: at most MAX_VIOLATIONS field violations, each text clipped.
+MAX_VIOLATIONS = 20
+MAX_TEXT = 200
+MAX_MESSAGE = 1024
+
+
+def _clip(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def to_status(error: errors.MemplaneError) -> status_pb2.Status:
-    """A `google.rpc.Status` with the code, message and details for *error*."""
+    """A `google.rpc.Status` with the code, message and details for *error*, bounded in
+    size (the first MAX_VIOLATIONS violations; texts clipped) so it always fits in
+    gRPC's trailing metadata."""
     code = status_code_of(error)
     details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))]
     if isinstance(error, errors.InvalidArgumentError):
@@ -58,8 +71,10 @@ def to_status(error: errors.MemplaneError) -> status_pb2.Status:
             _pack(
                 error_details_pb2.BadRequest(
                     field_violations=[
-                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                        for v in error.violations
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=_clip(v.field), description=_clip(v.description)
+                        )
+                        for v in error.violations[:MAX_VIOLATIONS]
                     ]
                 )
             )
@@ -82,7 +97,12 @@ def to_status(error: errors.MemplaneError) -> status_pb2.Status:
                 )
             )
         )
-    return status_pb2.Status(code=code.value[0], message=str(error), details=details)
+    message = str(error)
+    if isinstance(error, errors.InvalidArgumentError):
+        shown = "; ".join(f"{_clip(v.field)}: {_clip(v.description)}" for v in error.violations[:3])
+        more = len(error.violations) - 3
+        message = shown + (f"; and {more} more (see BadRequest)" if more > 0 else "")
+    return status_pb2.Status(code=code.value[0], message=_clip(message, MAX_MESSAGE), details=details)
 
 
 async def abort_with(context: grpc.aio.ServicerContext[object, object], error: errors.MemplaneError) -> None:

@@ -23,14 +23,17 @@ Self = TypeVar("Self")
 
 
 def bearer_token(context: Context) -> str:
-    """The key of the `authorization: Bearer <key>` metadata entry ("" if absent)."""
-    for key, value in context.invocation_metadata() or ():
-        if key == "authorization" and isinstance(value, str):
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() == "bearer":
-                return token.strip()
-            raise UnauthenticatedError("authorization metadata must read 'Bearer <API key>'")
-    return ""
+    """The key of the `authorization: Bearer <key>` metadata entry ("" if absent).
+    Raises `UnauthenticatedError` for another scheme or more than one entry."""
+    values = [value for key, value in context.invocation_metadata() or () if key == "authorization"]
+    if not values:
+        return ""
+    if len(values) > 1 or not isinstance(values[0], str):
+        raise UnauthenticatedError("send exactly one 'authorization: Bearer <API key>' entry")
+    scheme, _, token = values[0].partition(" ")
+    if scheme.lower() != "bearer":
+        raise UnauthenticatedError("authorization metadata must read 'Bearer <API key>'")
+    return token.strip()
 
 
 async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:

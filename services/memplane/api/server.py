@@ -66,7 +66,13 @@ async def start_server(
     max_bytes = app.settings.grpc.max_message_bytes
     server = grpc.aio.server(
         interceptors=list(interceptors),
-        options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)],
+        options=[
+            ("grpc.max_receive_message_length", max_bytes),
+            ("grpc.max_send_message_length", max_bytes),
+            # gRPC sets SO_REUSEPORT by default: a second server on the same port would start
+            # and silently share its traffic. Fail with "address in use" instead.
+            ("grpc.so_reuseport", 0),
+        ],
     )
     if "retrieval" in services:
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(

@@ -12,7 +12,10 @@ from memplane import errors
 def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.MemplaneError:
     """The typed exception for a failed call, details included (field violations,
     resource info, quota failure). Unknown codes become `MemplaneError`."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    try:
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    except ValueError:  # a status detail that disagrees with the call's code: keep the code
+        status = None
     code = error.code()
     message = error.details() or ""
     violations: list[errors.FieldViolation] = []

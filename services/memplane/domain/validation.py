@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 import uuid
 from datetime import datetime
 from typing import Any
@@ -40,8 +41,8 @@ class Violations:
 def check_text(v: Violations, field: str, value: str, max_bytes: int, *, required: bool = False) -> None:
     """Length in UTF-8 bytes, presence, and no NUL characters (PostgreSQL text refuses them)."""
     size = len(value.encode("utf-8", errors="surrogatepass"))
-    if required and not value.strip():
-        v.add(field, "must not be empty")
+    if required and not _visible(value):
+        v.add(field, "must not be empty (or only whitespace and invisible characters)")
     elif size > max_bytes:
         v.add(field, f"is {size} bytes; the limit is {max_bytes} bytes")
     elif "\x00" in value:
@@ -76,9 +77,25 @@ def _has_bad_number(value: Any) -> bool:
     return False
 
 
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(x) for k, x in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(x) for x in value)
+    return False
+
+
+def _visible(text: str) -> bool:
+    """True if *text* has a character that is not whitespace, a format character
+    (zero-width space, joiners, BOM) or a control character."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc") for ch in text)
+
+
 def check_metadata(v: Violations, field: str, metadata: dict[str, Any], limits: LimitsSettings) -> None:
     """Size, depth, finite numbers, no NULs, and no identity keys at the top level."""
-    bad = sorted(IDENTITY_KEYS.intersection(metadata))
+    bad = sorted(k for k in metadata if k.lower() in IDENTITY_KEYS)
     if bad:
         v.add(field, f"identity keys {bad} are not allowed in metadata; set them in scope")
         return
@@ -133,6 +150,17 @@ def check_request_id(v: Violations, field: str, request_id: str, limits: LimitsS
     check_text(v, field, request_id, limits.max_id_bytes)
 
 
+def check_workspace_name(v: Violations, field: str, name: str) -> None:
+    """A Kubernetes DNS label: 1-63 of a-z, 0-9, '-', starting with a letter."""
+    if not WORKSPACE_NAME.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        v.add(
+            field,
+            f"{shown!r} is not a workspace name: 1-63 characters of a-z, 0-9 and '-', "
+            "starting with a letter, not ending with '-'",
+        )
+
+
 def parse_memory_id(v: Violations, field: str, value: str) -> str:
     """Canonical form of a memory id (UUID); records a violation and returns "" if malformed."""
     try:
@@ -179,6 +207,10 @@ def _check_condition(v: Violations, field: str, cond: Condition, limits: LimitsS
         v.add(f"{field}.key", "must be a non-empty key path (dots separate nested keys)")
     elif len(key.encode()) > 256 or len(cond.path) > limits.max_metadata_depth:
         v.add(f"{field}.key", f"must be at most 256 bytes and {limits.max_metadata_depth} levels")
+    elif "\x00" in key:
+        v.add(f"{field}.key", "must not contain NUL characters")
+    if _has_nul(cond.value):
+        v.add(f"{field}.value", "must not contain NUL characters")
     if cond.operator is Operator.IN and not isinstance(cond.value, list):
         v.add(f"{field}.value", "must be a list for IN")
     if cond.operator in (Operator.LT, Operator.LTE, Operator.GT, Operator.GTE) and (

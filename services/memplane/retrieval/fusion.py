@@ -3,7 +3,8 @@
 - RRF: Cormack, Clarke & Buettcher, "Reciprocal Rank Fusion outperforms Condorcet and
   individual Rank Learning Methods", SIGIR 2009: score = sum_s w_s / (k + rank_s), k = 60.
   We divide by the best possible value, sum_s w_s / (k + 1), so the fused score lies in
-  0..1 and rank 1 in every signal scores 1.0 (makes `min_score` meaningful).
+  0..1 and rank 1 in every signal scores 1.0. Scores are relative to the query's
+  candidates: `min_score` trims a list's tail, it does not measure absolute relevance.
 - WEIGHTED: ReMe's hybrid search, w_v * vector + w_l * lexical with w_v = 0.7. Signals
   are first put on one scale (shared case C002): each is min-max normalised over the
   query's candidates (best 1, worst 0; a lone candidate or a tie scores 1). Raw cosine

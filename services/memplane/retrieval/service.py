@@ -253,9 +253,11 @@ def _decode_token(v: Violations, token: str) -> tuple[datetime, str] | None:
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not isinstance(data, dict) or not isinstance(data.get("t"), str) or not isinstance(data.get("i"), str):
+            raise TypeError("malformed token")
         created = datetime.fromisoformat(data["t"])
         memory_id = parse_memory_id(v, "page_token", data["i"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         v.add("page_token", "is not a token returned by ListMemories")
         return None
     if created.tzinfo is None:

@@ -53,6 +53,22 @@ class IdempotencyStore:
         same = row["method"] == method and bytes(row["request_hash"]) == digest
         return Claim(replay=row["result"], same_request=same)
 
+    async def lookup(
+        self, conn: Connection, workspace_key: int, request_id: str, method: str, digest: bytes
+    ) -> Claim | None:
+        """The completed record of *request_id* without claiming it (None if there is none
+        or it is still in flight): lets a retry skip expensive work such as embedding."""
+        cur = await conn.execute(
+            "SELECT method, request_hash, result FROM idempotency_keys"
+            " WHERE workspace_key = %s AND request_id = %s AND result <> 'null'::jsonb",
+            (workspace_key, request_id),
+        )
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        same = row["method"] == method and bytes(row["request_hash"]) == digest
+        return Claim(replay=row["result"], same_request=same)
+
     async def complete(self, conn: Connection, workspace_key: int, request_id: str, result: Any) -> None:
         """Store the reply of a claimed request id."""
         await conn.execute(

@@ -14,7 +14,7 @@ import secrets
 from datetime import datetime
 
 from memplane.domain.models import ApiKeyRecord
-from memplane.errors import NotFoundError
+from memplane.errors import FailedPreconditionError, NotFoundError
 from memplane.storage.database import Database
 
 KEY_PREFIX = "mp"
@@ -81,9 +81,16 @@ class ApiKeyStore:
             key_id=row["key_id"], workspace_name=row["name"], workspace_key=row["workspace_key"], revoked_at=None
         )
 
-    async def revoke(self, key_id: str) -> datetime:
-        """Mark a key revoked; return the time. Raises `NotFoundError`."""
+    async def revoke(self, key_id: str, *, admin_allowed: bool = True) -> datetime:
+        """Mark a key revoked; return the time. Raises `NotFoundError`, and
+        `FailedPreconditionError` for an admin key unless *admin_allowed*."""
         async with self._db.admin() as conn:
+            cur = await conn.execute("SELECT workspace_key FROM api_keys WHERE key_id = %s", (key_id,))
+            found = await cur.fetchone()
+            if found is not None and found["workspace_key"] is None and not admin_allowed:
+                raise FailedPreconditionError(
+                    "the admin key is managed by configuration (MEMPLANE_AUTH__ADMIN_KEY or credentials.json)"
+                )
             cur = await conn.execute(
                 "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE key_id = %s RETURNING revoked_at",
                 (key_id,),

@@ -91,7 +91,12 @@ class SearchMemoriesRequest(_message.Message):
     top_k: _builtins.int
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
-    """Drop hits whose fused score is below this value (0 to 1; 0 keeps all)."""
+    """Drop hits whose fused score is below this value (0 to 1; 0 keeps all). Fused scores
+    are relative to the query's candidates (RRF: rank 1 in every signal scores 1;
+    WEIGHTED: min-max normalised signals), so min_score trims the tail of a result list;
+    it does not judge absolute relevance. For that, read SearchHit.vector.score (raw
+    cosine similarity).
+    """
     mode: Global___SearchMode.ValueType
     """Signals to use."""
     fusion: Global___FusionMethod.ValueType

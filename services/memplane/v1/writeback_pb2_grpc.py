@@ -29,8 +29,10 @@ class WriteBackServiceStub:
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     def __init__(self, channel):
@@ -75,8 +77,10 @@ class WriteBackServiceServicer:
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     def AddMemories(self, request, context):
@@ -181,8 +185,10 @@ class WriteBackService:
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     @staticmethod

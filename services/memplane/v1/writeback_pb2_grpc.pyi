@@ -30,8 +30,10 @@ class WriteBackServiceStub:
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     @_typing.overload
@@ -77,8 +79,10 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -120,8 +124,10 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
     """Writes memories of the caller's workspace. Every RPC needs
     `authorization: Bearer <workspace API key>` metadata (UNAUTHENTICATED otherwise).
     Writes are atomic: a request that fails stores nothing. Requests that carry a
-    `request_id` are idempotent: a retry with the same id and body returns the first
-    reply and stores nothing new; the same id with another body is INVALID_ARGUMENT.
+    `request_id` are idempotent: a retry with the same id and body stores nothing new and
+    returns the memories the first request stored, as they are now (an idempotency record
+    keeps ids, never text, so an erasure leaves nothing behind; memories deleted since
+    are absent from the reply); the same id with another body is INVALID_ARGUMENT.
     """
 
     @_abc_1.abstractmethod

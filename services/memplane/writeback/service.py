@@ -145,6 +145,24 @@ class WriteBackService:
             found = await self._memories.get_many(conn, workspace, ids)
             return result, [found[i] for i in ids if i in found]
 
+    async def _replay(
+        self, workspace: Workspace, request_id: str, method: str, body: Any
+    ) -> tuple[dict[str, Any], list[Memory]] | None:
+        """The stored reply of a completed request id, checked before any embedding (a
+        retried import then costs a lookup, not a model call). None: do the work."""
+        if not request_id:
+            return None
+        async with self._db.tenant(workspace.key) as conn:
+            claim = await self._idempotency.lookup(conn, workspace.key, request_id, method, request_hash(method, body))
+            if claim is None:
+                return None
+            if not claim.same_request:
+                raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
+            result: dict[str, Any] = claim.replay or {}
+            ids = [str(i) for i in result.get("ids", [])]
+            found = await self._memories.get_many(conn, workspace, ids)
+            return result, [found[i] for i in ids if i in found]
+
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
     ) -> list[Memory]:
@@ -160,6 +178,10 @@ class WriteBackService:
             check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions)
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
+        body = [dataclasses.asdict(m) for m in items]  # embeddings included: another vector is another request
+        replayed = await self._replay(workspace, request_id, "AddMemories", body)
+        if replayed is not None:
+            return replayed[1]
         prepared = await self._prepare(items)
         now = datetime.now(UTC)
 
@@ -169,7 +191,6 @@ class WriteBackService:
             )
             return {"ids": [m.id for m in stored]}
 
-        body = [dataclasses.asdict(m) for m in items]  # embeddings included: another vector is another request
         _, memories = await self._once(workspace, request_id, "AddMemories", body, work)
         return memories
 
@@ -229,6 +250,10 @@ class WriteBackService:
                     provenance=Provenance(session_id=scope.session_id, message_ids=(m.id,) if m.id else ()),
                 )
             )
+        body = {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]}
+        replayed = await self._replay(workspace, request_id, "WriteConversation", body)
+        if replayed is not None:
+            return ConversationResult(replayed[1], int(replayed[0]["count"]), "episodic")
         prepared = await self._prepare(items)
 
         async def work(conn: Connection) -> dict[str, Any]:
@@ -256,7 +281,6 @@ class WriteBackService:
             )
             return {"ids": [m.id for m in stored], "count": len(ids)}
 
-        body = {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]}
         result, stored = await self._once(workspace, request_id, "WriteConversation", body, work)
         return ConversationResult(stored, int(result["count"]), "episodic")
 
