@@ -58,7 +58,7 @@ async def test_each_message_becomes_an_episodic_memory(
         "D1:2",
     )
     assert first.provenance == memory_pb2.Provenance(session_id="session-1", message_ids=["D1:1"])
-    assert first.description == "Caroline, 8 May 2023 13:56 UTC"
+    assert first.description == "[8 May 2023] Caroline"
     assert first.valid_from_time == ts(when)
     assert sorted(m.id for m in await list_all(workspace.client)) == sorted(m.id for m in reply.memories)
     assert (await admin_client.get_workspace_usage(workspace.name)).transcript_message_count == 2
@@ -78,7 +78,7 @@ async def test_messages_without_ids_are_numbered_in_session_order(workspace: Tes
     unnamed = first.memories[0]
     assert "speaker" not in unnamed.metadata
     assert unnamed.metadata["role"] == "user"
-    assert unnamed.description.startswith("user, ")  # the role stands in for a missing speaker name
+    assert unnamed.description.endswith("] user")  # the role stands in for a missing speaker name
 
 
 async def test_duplicate_message_ids_are_refused(workspace: TestWorkspace, admin_client: AsyncMemplaneClient) -> None:

