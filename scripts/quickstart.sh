@@ -13,11 +13,15 @@ bash scripts/setup.sh
 . .venv/bin/activate
 LOCOMO=${LOCOMO:-../shared/data/locomo/locomo10.json}
 PORT=${MEMPLANE_GRPC__PORT:-50051}
+if [ ! -f "$LOCOMO" ]; then
+  echo "LoCoMo not found at $LOCOMO: pass LOCOMO=/path/to/locomo10.json" >&2
+  exit 2
+fi
 LOG=$(mktemp -t memplane-serve.XXXXXX.log)
 
 memplane serve >"$LOG" 2>&1 &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
 for _ in $(seq 1 120); do
   if grep -q "memplane listening on" "$LOG"; then break; fi
   if ! kill -0 $SERVER 2>/dev/null; then cat "$LOG"; echo "server failed to start" >&2; exit 1; fi
@@ -29,9 +33,12 @@ memplane import locomo "$LOCOMO" ${CONVERSATIONS:+--conversations "$CONVERSATION
 
 echo
 echo "\$ memplane key create locomo-conv-26   # a key for the first conversation's workspace"
-KEY=$(memplane key create locomo-conv-26 | sed -n 's/^API key (shown once): //p')
+CREATED=$(memplane key create locomo-conv-26 --display-name quickstart)
+KEY=$(printf '%s\n' "$CREATED" | sed -n 's/^API key (shown once): //p')
+KEY_ID=$(printf '%s\n' "$CREATED" | sed -n 's/^key id //p')
 echo "\$ memplane search 'When did Caroline go to the LGBTQ support group?' --api-key ..."
 memplane search "When did Caroline go to the LGBTQ support group?" --api-key "$KEY"
+memplane key revoke "$KEY_ID" >/dev/null
 
 echo
 echo "\$ memplane add 'I switched from coffee to green tea last spring' --user-id me   # workspace 'default'"

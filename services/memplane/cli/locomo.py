@@ -92,7 +92,12 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
     if conversations is None:
         return 1
     config = EvalConfig(
-        modes=ns.modes, fusion=ns.fusion, concurrency=ns.concurrency, keep=ns.keep, progress=not ns.no_progress
+        modes=ns.modes,
+        fusion=ns.fusion,
+        vector_weight=ns.vector_weight,
+        concurrency=ns.concurrency,
+        keep=ns.keep,
+        progress=not ns.no_progress,
     )
     async with admin_client(ns, settings) as admin:
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
@@ -127,6 +132,11 @@ def add_parsers(sub: Any) -> None:
         default=("hybrid", "vector", "lexical"),
         help="comma-separated search modes (default hybrid,vector,lexical)",
     )
-    q.add_argument("--fusion", choices=sorted(FUSIONS), default="rrf", help="fusion of hybrid mode (default rrf)")
+    q.add_argument(
+        "--fusion", choices=sorted(FUSIONS), default="default", help="fusion of hybrid mode (default: the server's)"
+    )
+    q.add_argument(
+        "--vector-weight", type=float, default=0.0, help="vector weight of the fusion, 0-1 (0: server default)"
+    )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
     q.set_defaults(func=cmd_eval_locomo)

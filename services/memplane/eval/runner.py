@@ -37,7 +37,11 @@ SEARCH_MODES: dict[str, int] = {
 }
 """Search modes by their CLI name."""
 
-FUSIONS: dict[str, int] = {"rrf": retrieval_pb2.FUSION_METHOD_RRF, "weighted": retrieval_pb2.FUSION_METHOD_WEIGHTED}
+FUSIONS: dict[str, int] = {
+    "default": retrieval_pb2.FUSION_METHOD_UNSPECIFIED,  # whatever the server is configured with
+    "rrf": retrieval_pb2.FUSION_METHOD_RRF,
+    "weighted": retrieval_pb2.FUSION_METHOD_WEIGHTED,
+}
 """Fusion methods of hybrid search by their CLI name."""
 
 
@@ -62,7 +66,8 @@ class EvalConfig:
     *prefix*: workspace names are "<prefix>-<sample id>" (a fresh random one by default)."""
 
     modes: tuple[str, ...] = ("hybrid", "vector", "lexical")
-    fusion: str = "rrf"
+    fusion: str = "default"
+    vector_weight: float = 0.0  # 0: the server's default for the fusion method
     top_k: int = max(RECALL_KS)
     concurrency: int = 4
     keep: bool = False
@@ -199,7 +204,11 @@ async def _ask(
 ) -> QuestionScore:
     started = time.perf_counter()
     reply = await client.search(
-        question.question, top_k=config.top_k, mode=SEARCH_MODES[mode], fusion=FUSIONS[config.fusion]
+        question.question,
+        top_k=config.top_k,
+        mode=SEARCH_MODES[mode],
+        fusion=FUSIONS[config.fusion],
+        vector_weight=config.vector_weight,
     )
     log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]

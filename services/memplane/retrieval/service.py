@@ -44,8 +44,8 @@ class SearchMode:
 @dataclass(frozen=True)
 class SearchRequest:
     """A validated-on-use search. `fusion` None means the server's setting
-    (retrieval.fusion, RRF by default); `vector_weight` None means the method's default
-    (0.5 for RRF: equal weights; settings.vector_weight, 0.7, for WEIGHTED)."""
+    (retrieval.fusion, WEIGHTED by default); `vector_weight` None means the method's
+    default (0.5 for RRF: equal weights; settings.vector_weight, 0.5, for WEIGHTED)."""
 
     queries: tuple[str, ...]
     top_k: int = 10

@@ -29,21 +29,29 @@ class _FusionMethod:
 class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
-    """The server's default: RRF unless the server sets MEMPLANE_RETRIEVAL__FUSION."""
+    """The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
+    because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+    """
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
     """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
     FUSION_METHOD_WEIGHTED: _FusionMethod.ValueType  # 2
-    """Weighted sum of normalised signal scores (ReMe's hybrid search; 0.7 / 0.3)."""
+    """Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
+    weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
+    """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How the per-signal rankings are combined."""
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
-"""The server's default: RRF unless the server sets MEMPLANE_RETRIEVAL__FUSION."""
+"""The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
+because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+"""
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
 FUSION_METHOD_WEIGHTED: FusionMethod.ValueType  # 2
-"""Weighted sum of normalised signal scores (ReMe's hybrid search; 0.7 / 0.3)."""
+"""Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
+weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
+"""
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
 class _SearchMode:
@@ -102,8 +110,8 @@ class SearchMemoriesRequest(_message.Message):
     fusion: Global___FusionMethod.ValueType
     """Fusion method in HYBRID mode."""
     vector_weight: _builtins.float
-    """Weight of the vector signal in WEIGHTED fusion, 0 to 1; unset (0) means 0.7. The
-    lexical weight is 1 - vector_weight. Also weights RRF terms when set.
+    """Weight of the vector signal, 0 to 1; unset (0) means the server's default (0.5;
+    ReMe uses 0.7). The lexical weight is 1 - vector_weight. Weights RRF terms too.
     """
     rrf_k: _builtins.int
     """RRF constant k; 0 means 60 (the paper's value)."""
