@@ -148,14 +148,15 @@ class RetrievalService:
         t0 = time.perf_counter()
         best: dict[str, tuple[FusedHit, int]] = {}
         async with self._db.tenant(workspace.key) as conn:
-            exact = False
-            if use_vector:
-                cap = self._settings.exact_scan_max_rows
-                if _selective(request.filter):
-                    rows = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap)
-                else:  # validity filters only: the workspace's total is a cheap upper bound
-                    rows = await self._memories.memory_count(conn, workspace)
-                exact = rows <= cap
+            # A small filtered set is read first through the btree scope indexes: the vector
+            # signal then scans it exactly, the lexical one tests @@ on it instead of walking
+            # every GIN match of the workspace.
+            cap = self._settings.exact_scan_max_rows
+            if _selective(request.filter):
+                rows = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap)
+            else:  # validity filters only: the workspace's total is a cheap upper bound
+                rows = await self._memories.memory_count(conn, workspace)
+            exact = rows <= cap
             for index, query in enumerate(request.queries):
                 vector_hits: list[tuple[str, float]] = []
                 lexical_hits: list[tuple[str, float]] = []
@@ -181,6 +182,7 @@ class RetrievalService:
                         limit=depth,
                         k1=self._settings.bm25_k1,
                         b=self._settings.bm25_b,
+                        prefilter=exact and _selective(request.filter),
                     )
                     lexical_hits = [(h.id, h.score) for h in found]
                 for hit in fuse(vector_hits, lexical_hits, method=method, vector_weight=weight, rrf_k=rrf_k):

@@ -515,6 +515,7 @@ class MemoryStore:
         limit: int,
         k1: float,
         b: float,
+        prefilter: bool = False,
     ) -> list[ScoredId]:
         """Top *limit* memories by Okapi BM25 (Robertson & Zaragoza, 2009) of the lexemes
         of *text* (already CJK-segmented), OR-matched through the partition's GIN index.
@@ -524,7 +525,9 @@ class MemoryStore:
         (workspace_stats) and each lexeme's document frequency over the workspace; then
         BM25 over the filtered candidates. IDF is Lucene's ln(1 + (N - df + 0.5) /
         (df + 0.5)), never negative. Cost grows with the candidates' postings, as an
-        exhaustive BM25 does (no WAND pruning).
+        exhaustive BM25 does (no WAND pruning). *prefilter* (for a filter known to select
+        few rows) materialises the filtered rows first, through the btree scope indexes,
+        and tests the tsquery on them only.
         """
         cur = await conn.execute(
             sql.SQL(
@@ -564,17 +567,21 @@ class MemoryStore:
         cur = await conn.execute(
             sql.SQL(
                 "WITH w(lexeme, idf) AS (VALUES {weights}),"
-                " cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-                "   WHERE m.workspace_key = {ws} AND m.lexical @@ {query}::tsquery AND {where})"
+                " {cand}"
                 " SELECT cand.id, sum(w.idf * cardinality(u.positions) * ({k1} + 1)"
                 "   / (cardinality(u.positions) + {k1} * (1 - {b} + {b} * cand.lexical_length / {avgdl}))) AS score"
                 " FROM cand CROSS JOIN LATERAL unnest(cand.lexical) u JOIN w ON w.lexeme = u.lexeme"
                 " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT {limit}"
             ).format(
                 weights=weights,
-                ws=ws,
-                query=query,
-                where=compile_filter(flt, now),
+                cand=sql.SQL(
+                    "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+                    "   WHERE m.workspace_key = {ws} AND {where}),"
+                    " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {query}::tsquery)"
+                    if prefilter
+                    else "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+                    "   WHERE m.workspace_key = {ws} AND m.lexical @@ {query}::tsquery AND {where})"
+                ).format(ws=ws, query=query, where=compile_filter(flt, now)),
                 k1=sql.Literal(k1),
                 b=sql.Literal(b),
                 avgdl=sql.Literal(avgdl),
