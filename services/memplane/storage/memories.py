@@ -79,6 +79,7 @@ class MemoryStore:
         self._df_ttl = df_cache_seconds
         self._df_max = df_cache_entries
         self._df: dict[tuple[int, str], tuple[float, int]] = {}
+        self._common: dict[int, tuple[float, dict[str, int]]] = {}
 
     async def insert(
         self,
@@ -522,12 +523,14 @@ class MemoryStore:
 
         Three statements, each with constant tsqueries so the GIN index serves them: the
         query's lexemes (at most `MAX_QUERY_LEXEMES`); N, the average document length
-        (workspace_stats) and each lexeme's document frequency over the workspace; then
-        BM25 over the filtered candidates. IDF is Lucene's ln(1 + (N - df + 0.5) /
-        (df + 0.5)), never negative. Cost grows with the candidates' postings, as an
-        exhaustive BM25 does (no WAND pruning). *prefilter* (for a filter known to select
-        few rows) materialises the filtered rows first, through the btree scope indexes,
-        and tests the tsquery on them only.
+        (workspace_stats) and each lexeme's document frequency over the workspace (common
+        lexemes estimated from ANALYZE's most-common-elements statistics, the rest counted
+        through the GIN index, both cached); then BM25 over the filtered candidates.
+        IDF is Lucene's ln(1 + (N - df + 0.5) / (df + 0.5)), never negative.
+        Cost grows with the candidates' postings, as an exhaustive BM25 does (no WAND
+        pruning). *prefilter* (for a filter known to select few rows) materialises the
+        filtered rows first, through the btree scope indexes, and tests the tsquery on
+        them only.
         """
         cur = await conn.execute(
             sql.SQL(
@@ -541,6 +544,10 @@ class MemoryStore:
         ws = sql.Literal(workspace.key)
         clock = time.monotonic()
         df = {lex: hit[1] for lex in lexemes if (hit := self._df.get((workspace.key, lex))) and hit[0] > clock}
+        common = await self._common_lexemes(conn, workspace, clock)
+        for lex in lexemes:
+            if lex not in df and lex in common:
+                df[lex] = common[lex]
         missing = [lex for lex in lexemes if lex not in df]
         counts = [
             sql.SQL(
@@ -589,6 +596,26 @@ class MemoryStore:
             )
         )
         return [ScoredId(str(r["id"]), float(r["score"])) for r in await cur.fetchall()]
+
+    async def _common_lexemes(self, conn: Connection, workspace: Workspace, clock: float) -> dict[str, int]:
+        """Document frequencies of the workspace's most common lexemes, estimated from
+        ANALYZE's statistics (fraction of rows x memory count), cached like exact counts.
+        Empty until the partition has been analysed (autovacuum does it as it grows)."""
+        cached = self._common.get(workspace.key)
+        if cached is not None and cached[0] > clock:
+            return cached[1]
+        cur = await conn.execute(
+            "SELECT st.lexemes, st.freqs, s.memory_count FROM memplane_lexeme_stats() st"
+            " CROSS JOIN workspace_stats s WHERE s.workspace_key = %s",
+            (workspace.key,),
+        )
+        row = await cur.fetchone()
+        common: dict[str, int] = {}
+        if row is not None and row["lexemes"]:
+            count = int(row["memory_count"])
+            common = {lex: round(freq * count) for lex, freq in zip(row["lexemes"], row["freqs"], strict=False)}
+        self._common[workspace.key] = (clock + self._df_ttl, common)
+        return common
 
     def _remember_df(self, workspace_key: int, lexeme: str, df: int, clock: float) -> None:
         if len(self._df) >= self._df_max:
