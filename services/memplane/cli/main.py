@@ -116,7 +116,9 @@ async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
         reply = await client.search(ns.query, top_k=ns.top_k, filter=flt)
     for i, hit in enumerate(reply.hits, start=1):
         text = " ".join(hit.memory.content.split())
-        print(f"{i:>2}. {hit.score:.3f}  {text[:160]}")
+        if hit.memory.description:  # e.g. "[8 May 2023] Caroline" for a conversation turn
+            text = f"{hit.memory.description}: {text}"
+        print(f"{i:>2}. {hit.score:.3f}  {text if len(text) <= 160 else text[:157] + '...'}")
     if not reply.hits:
         print("no memories found")
     return 0
