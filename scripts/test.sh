@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-echo "== ruff";          ruff check . && ruff format --check services tests bench scripts
+# One command per line: under `set -e` a failure inside an `a && b` list would not stop the script.
+echo "== ruff"
+ruff check .
+ruff format --check services tests bench scripts
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports
 echo "== buf lint";      buf lint

@@ -115,11 +115,13 @@ async def test_two_authorization_entries_are_unauthenticated(server: str, worksp
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_the_admin_key_cannot_be_revoked_over_the_api(admin_client: AsyncMemplaneClient, admin_key: str) -> None:
+async def test_the_admin_key_cannot_be_revoked_over_the_api(
+    admin_client: AsyncMemplaneClient, admin_key: str, workspace: TestWorkspace
+) -> None:
     admin_key_id = admin_key.split("_")[1]
     with pytest.raises(FailedPreconditionError):
         await admin_client.revoke_api_key(admin_key_id)
-    assert (await admin_client.list_workspaces(page_size=1)) is not None  # still works
+    assert (await admin_client.get_workspace(workspace.name)).name == workspace.name  # the key still works
 
 
 @pytest.mark.parametrize("name", ["q\x00", "W" * 9000, "ünïcode"])
@@ -135,7 +137,7 @@ async def test_bad_workspace_names_on_admin_calls_are_invalid_argument(
     assert fields(caught.value) == ["workspace"]
 
 
-async def test_a_revoked_key_stays_unauthenticated(server: str, workspace: TestWorkspace) -> None:
+async def test_a_key_with_a_wrong_secret_is_unauthenticated(server: str, workspace: TestWorkspace) -> None:
     async with AsyncMemplaneClient(server, workspace.key + "x") as client:
         with pytest.raises(UnauthenticatedError):
             await client.list_memories()

@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from memplane.domain.filters import MemoryFilter
@@ -266,8 +266,3 @@ def _decode_token(v: Violations, token: str) -> tuple[datetime, str] | None:
         v.add("page_token", "is not a token returned by ListMemories")
         return None
     return created, memory_id
-
-
-def with_defaults(request: SearchRequest) -> SearchRequest:
-    """top_k 0 means 10 (the proto's documented default)."""
-    return replace(request, top_k=request.top_k or 10)

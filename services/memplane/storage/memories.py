@@ -324,8 +324,7 @@ class MemoryStore:
         )
         row = await cur.fetchone()
         if row is None:
-            latest = await self.get(conn, workspace, current.id)
-            raise VersionConflictError(current.id, current.version, latest.version if latest else 0)
+            raise await self._conflict(conn, workspace, current)
         updated = memory_from_row(row)
         await conn.execute(
             "UPDATE workspace_stats SET content_bytes = content_bytes + %s,"
@@ -360,8 +359,7 @@ class MemoryStore:
             sql.SQL("m.id = {} AND m.version = {}").format(sql.Literal(current.id), sql.Literal(current.version)),
         )
         if not deleted:
-            latest = await self.get(conn, workspace, current.id)
-            raise VersionConflictError(current.id, current.version, latest.version if latest else 0)
+            raise await self._conflict(conn, workspace, current)
         await self._record_events(
             conn,
             workspace,
@@ -370,6 +368,11 @@ class MemoryStore:
             request_id=request_id,
             now=now,
         )
+
+    async def _conflict(self, conn: Connection, workspace: Workspace, current: Memory) -> VersionConflictError:
+        """The error for a write that found *current* changed (or gone: version 0)."""
+        latest = await self.get(conn, workspace, current.id)
+        return VersionConflictError(current.id, current.version, latest.version if latest else 0)
 
     async def delete_by_scope(
         self, conn: Connection, workspace: Workspace, scope: Scope, *, actor: str, request_id: str, now: datetime

@@ -46,7 +46,7 @@ from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
 from memplane.settings import LimitsSettings
 from memplane.storage.database import Connection, Database
-from memplane.storage.idempotency import IdempotencyStore, request_hash
+from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
 from memplane.storage.memories import Change, MemoryStore, PreparedMemory
 from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.text.segment import segment
@@ -80,6 +80,28 @@ def _describe_turn(message: ConversationMessage, when: datetime) -> str:
     reads "[date] speaker: text" (see `index_text`); the exact time is in metadata."""
     speaker = message.name or message.role.value
     return f"[{when.strftime('%-d %B %Y')}] {speaker}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """A write's idempotency identity: its request id, RPC and body digest (hashed once)."""
+
+    request_id: str
+    method: str
+    digest: bytes
+
+    @classmethod
+    def of(cls, request_id: str, method: str, body: Any) -> _Request:
+        return cls(request_id, method, request_hash(method, body) if request_id else b"")
+
+
+def _checked(claim: Claim) -> dict[str, Any] | None:
+    """The stored result of a claimed request id (None: not done yet); a reused id with
+    another body is `InvalidArgumentError` on `request_id`."""
+    if not claim.same_request:
+        raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
+    replay: dict[str, Any] | None = claim.replay
+    return replay
 
 
 class WriteBackService:
@@ -118,9 +140,7 @@ class WriteBackService:
     async def _once(
         self,
         workspace: Workspace,
-        request_id: str,
-        method: str,
-        body: Any,
+        request: _Request,
         work: Callable[[Connection], Awaitable[dict[str, Any]]],
     ) -> tuple[dict[str, Any], list[Memory]]:
         """Run *work* in a tenant transaction, at most once per request id.
@@ -132,38 +152,35 @@ class WriteBackService:
         """
         async with self._db.tenant(workspace.key) as conn:
             result: dict[str, Any] | None = None
-            if request_id:
+            if request.request_id:
                 claim = await self._idempotency.claim(
-                    conn, workspace.key, request_id, method, request_hash(method, body)
+                    conn, workspace.key, request.request_id, request.method, request.digest
                 )
-                if not claim.same_request:
-                    raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
-                result = claim.replay
+                result = _checked(claim)
             if result is None:
                 result = await work(conn)
-                if request_id:
-                    await self._idempotency.complete(conn, workspace.key, request_id, result)
-            ids = [str(i) for i in result.get("ids", [])]
-            found = await self._memories.get_many(conn, workspace, ids)
-            return result, [found[i] for i in ids if i in found]
+                if request.request_id:
+                    await self._idempotency.complete(conn, workspace.key, request.request_id, result)
+            return result, await self._memories_of(conn, workspace, result)
 
-    async def _replay(
-        self, workspace: Workspace, request_id: str, method: str, body: Any
-    ) -> tuple[dict[str, Any], list[Memory]] | None:
+    async def _replay(self, workspace: Workspace, request: _Request) -> tuple[dict[str, Any], list[Memory]] | None:
         """The stored reply of a completed request id, checked before any embedding (a
         retried import then costs a lookup, not a model call). None: do the work."""
-        if not request_id:
+        if not request.request_id:
             return None
         async with self._db.tenant(workspace.key) as conn:
-            claim = await self._idempotency.lookup(conn, workspace.key, request_id, method, request_hash(method, body))
-            if claim is None:
+            claim = await self._idempotency.lookup(
+                conn, workspace.key, request.request_id, request.method, request.digest
+            )
+            result = _checked(claim) if claim is not None else None
+            if result is None:
                 return None
-            if not claim.same_request:
-                raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
-            result: dict[str, Any] = claim.replay or {}
-            ids = [str(i) for i in result.get("ids", [])]
-            found = await self._memories.get_many(conn, workspace, ids)
-            return result, [found[i] for i in ids if i in found]
+            return result, await self._memories_of(conn, workspace, result)
+
+    async def _memories_of(self, conn: Connection, workspace: Workspace, result: dict[str, Any]) -> list[Memory]:
+        ids = [str(i) for i in result.get("ids", [])]
+        found = await self._memories.get_many(conn, workspace, ids)
+        return [found[i] for i in ids if i in found]
 
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
@@ -181,7 +198,8 @@ class WriteBackService:
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
         body = [dataclasses.asdict(m) for m in items]  # embeddings included: another vector is another request
-        replayed = await self._replay(workspace, request_id, "AddMemories", body)
+        request = _Request.of(request_id, "AddMemories", body)
+        replayed = await self._replay(workspace, request)
         if replayed is not None:
             return replayed[1]
         prepared = await self._prepare(items)
@@ -193,7 +211,7 @@ class WriteBackService:
             )
             return {"ids": [m.id for m in stored]}
 
-        _, memories = await self._once(workspace, request_id, "AddMemories", body, work)
+        _, memories = await self._once(workspace, request, work)
         return memories
 
     async def write_conversation(
@@ -253,7 +271,8 @@ class WriteBackService:
                 )
             )
         body = {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]}
-        replayed = await self._replay(workspace, request_id, "WriteConversation", body)
+        request = _Request.of(request_id, "WriteConversation", body)
+        replayed = await self._replay(workspace, request)
         if replayed is not None:
             return ConversationResult(replayed[1], int(replayed[0]["count"]), "episodic")
         prepared = await self._prepare(items)
@@ -283,7 +302,7 @@ class WriteBackService:
             )
             return {"ids": [m.id for m in stored], "count": len(ids)}
 
-        result, stored = await self._once(workspace, request_id, "WriteConversation", body, work)
+        result, stored = await self._once(workspace, request, work)
         return ConversationResult(stored, int(result["count"]), "episodic")
 
     async def update(
@@ -374,7 +393,7 @@ class WriteBackService:
                 "expected_version": expected_version,
             }
             try:
-                _, found = await self._once(workspace, request_id, "UpdateMemory", body, work)
+                _, found = await self._once(workspace, _Request.of(request_id, "UpdateMemory", body), work)
             except VersionConflictError:
                 if expected_version:
                     raise
@@ -416,7 +435,7 @@ class WriteBackService:
             return {"id": canonical}
 
         body = {"id": canonical, "expected_version": expected_version}
-        result, _ = await self._once(workspace, request_id, "DeleteMemory", body, work)
+        result, _ = await self._once(workspace, _Request.of(request_id, "DeleteMemory", body), work)
         return str(result["id"])
 
     async def delete_by_scope(
@@ -442,7 +461,8 @@ class WriteBackService:
             messages = await self._transcripts.delete_by_scope(conn, workspace, scope)
             return {"memories": n, "messages": messages}
 
-        result, _ = await self._once(workspace, request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope), work)
+        request = _Request.of(request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope))
+        result, _ = await self._once(workspace, request, work)
         return int(result["memories"]), int(result["messages"])
 
     async def history(self, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
