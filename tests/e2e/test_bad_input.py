@@ -33,7 +33,7 @@ def deep(levels: int) -> dict[str, Any]:
     return out
 
 
-def msg(content: str = "hi", role: int = writeback_pb2.MESSAGE_ROLE_USER, id: str = "") -> Any:
+def msg(content: str = "hi", role: int = memory_pb2.MESSAGE_ROLE_USER, id: str = "") -> Any:
     return writeback_pb2.ConversationMessage(content=content, role=role, id=id)  # type: ignore[arg-type]
 
 
@@ -194,7 +194,7 @@ CASES: list[tuple[str, Call, list[str]]] = [
     ("conversation without messages", lambda c, _: c.write_conversation(SCOPE, []), ["messages"]),
     (
         "message role unset",
-        lambda c, _: c.write_conversation(SCOPE, [msg(role=writeback_pb2.MESSAGE_ROLE_UNSPECIFIED)]),
+        lambda c, _: c.write_conversation(SCOPE, [msg(role=memory_pb2.MESSAGE_ROLE_UNSPECIFIED)]),
         ["messages[0].role"],
     ),
     ("message content empty", lambda c, _: c.write_conversation(SCOPE, [msg(""), msg()]), ["messages[0].content"]),
@@ -205,7 +205,7 @@ CASES: list[tuple[str, Call, list[str]]] = [
             SCOPE,
             [
                 writeback_pb2.ConversationMessage(
-                    role=writeback_pb2.MESSAGE_ROLE_USER, content="hi", create_time=Timestamp(seconds=2**40)
+                    role=memory_pb2.MESSAGE_ROLE_USER, content="hi", create_time=Timestamp(seconds=2**40)
                 )
             ],
         ),

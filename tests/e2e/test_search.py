@@ -12,8 +12,8 @@ from tests.support import all_of, any_of, cond, mem, not_
 HYBRID = retrieval_pb2.SEARCH_MODE_HYBRID
 LEXICAL = retrieval_pb2.SEARCH_MODE_LEXICAL
 VECTOR = retrieval_pb2.SEARCH_MODE_VECTOR
-RERANK = "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果"  # noqa: RUF001 - full-width punctuation is part of the Chinese text
-OTHERS = ["周末喜欢去西湖边跑步", "我在腾讯做前端开发，主要用 React", "The rerank stage runs after recall"]  # noqa: RUF001 - full-width punctuation is part of the Chinese text
+RERANK = "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果"
+OTHERS = ["周末喜欢去西湖边跑步", "我在腾讯做前端开发，主要用 React", "The rerank stage runs after recall"]
 
 
 @pytest.mark.parametrize("mode", [LEXICAL, HYBRID])

@@ -20,7 +20,7 @@ VECTOR = retrieval_pb2.SEARCH_MODE_VECTOR
 
 
 async def test_c001_chinese_keyword_inside_a_sentence_is_found_lexically(workspace: TestWorkspace) -> None:
-    stored = await workspace.client.add_memories([mem("我在腾讯做前端开发，主要用 React"), mem("周末喜欢去西湖边跑步")])  # noqa: RUF001 - full-width punctuation is part of the Chinese text
+    stored = await workspace.client.add_memories([mem("我在腾讯做前端开发，主要用 React"), mem("周末喜欢去西湖边跑步")])
     reply = await workspace.client.search("腾讯", mode=LEXICAL)
     assert [h.memory.id for h in reply.hits] == [stored[0].id]  # the other shares no word
     assert reply.hits[0].lexical.rank == 1

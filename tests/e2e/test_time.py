@@ -70,7 +70,7 @@ async def test_message_just_before_midnight_keeps_its_date(workspace: TestWorksp
         [
             writeback_pb2.ConversationMessage(
                 id="D1:1",
-                role=writeback_pb2.MESSAGE_ROLE_USER,
+                role=memory_pb2.MESSAGE_ROLE_USER,
                 name="Caroline",
                 content="Happy new year!",
                 create_time=ts(said_at.astimezone(LOS_ANGELES)),

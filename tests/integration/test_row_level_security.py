@@ -10,12 +10,20 @@ import pytest
 from psycopg import sql
 
 from memplane.app import App
+from memplane.domain.context import ContextMessage, ToolResultBlock, ToolResultLimits
 from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
 from memplane.storage.workspaces import partition_name
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
 
-TENANT_TABLES = ("memories", "memory_events", "transcript_messages", "idempotency_keys", "workspace_stats")
+TENANT_TABLES = (
+    "memories",
+    "memory_events",
+    "transcript_messages",
+    "idempotency_keys",
+    "workspace_stats",
+    "tool_result_blobs",
+)
 
 
 async def _seed(app: App, ws: Workspace, count: int, seed: int) -> list[str]:
@@ -35,6 +43,9 @@ async def _seed(app: App, ws: Workspace, count: int, seed: int) -> list[str]:
         Scope(user_id="shared-user", session_id="s1"),
         [ConversationMessage(content=f"hello from {ws.name}", role=MessageRole.USER)],
     )
+    long_output = ContextMessage(MessageRole.TOOL, (ToolResultBlock("call-1", f"{ws.name} output line\n" * 500),))
+    small = ToolResultLimits(recent_max_bytes=1000, old_max_bytes=1000, keep_last_messages=3, retention_seconds=3600)
+    await app.compaction.compact_tool_results(ws, [long_output], limits=small)  # stores one tool-result blob
     return [m.id for m in stored]
 
 
@@ -69,13 +80,14 @@ async def test_unqualified_reads_see_only_the_tenant_rows(app: App, tenant_facto
     ids_b = await _seed(app, b, 2, seed=2)
 
     # 3 memories + 1 episodic from the conversation; ADD events for each; 1 transcript
-    # message; 1 idempotency record; 1 stats row.
+    # message; 1 idempotency record; 1 stats row; 1 stored tool output.
     assert await _counts(app, a.key) == {
         "memories": 4,
         "memory_events": 4,
         "transcript_messages": 1,
         "idempotency_keys": 1,
         "workspace_stats": 1,
+        "tool_result_blobs": 1,
     }
     assert await _counts(app, b.key) == {
         "memories": 3,
@@ -83,6 +95,7 @@ async def test_unqualified_reads_see_only_the_tenant_rows(app: App, tenant_facto
         "transcript_messages": 1,
         "idempotency_keys": 1,
         "workspace_stats": 1,
+        "tool_result_blobs": 1,
     }
     async with app.db.tenant(a.key) as conn:
         cur = await conn.execute("SELECT id, content FROM memories WHERE id = ANY(%s::uuid[])", (ids_b,))
@@ -112,6 +125,7 @@ async def test_unqualified_writes_touch_only_the_tenant_rows(app: App, tenant_fa
         "UPDATE memory_events SET actor = 'forged'": "memory_events",
         "DELETE FROM transcript_messages": "transcript_messages",
         "UPDATE workspace_stats SET memory_count = 0": "workspace_stats",
+        "DELETE FROM tool_result_blobs": "tool_result_blobs",
     }
     for statement, table in statements.items():
         with pytest.raises(_RollbackError) as undone:  # undone: the next statement sees the same rows

@@ -8,7 +8,7 @@ from memplane.text.segment import has_cjk, segment
 
 
 def test_chinese_sentence_gets_spaces_between_words() -> None:
-    out = segment("我在腾讯做前端开发，主要用 React")  # noqa: RUF001 - full-width punctuation is part of the Chinese text
+    out = segment("我在腾讯做前端开发，主要用 React")
     tokens = out.split(" ")
     assert "腾讯" in tokens
     assert "前端" in tokens
@@ -21,7 +21,7 @@ def test_search_mode_emits_sub_words_of_compounds() -> None:
 
 
 def test_keyword_inside_a_longer_sentence_is_its_own_token() -> None:
-    tokens = segment("我们的检索系统先召回候选，再用模型精排提升排序质量").split(" ")  # noqa: RUF001 - full-width punctuation is part of the Chinese text
+    tokens = segment("我们的检索系统先召回候选，再用模型精排提升排序质量").split(" ")
     assert "精排" in tokens
     assert segment("精排").split(" ") == ["精排"]
 

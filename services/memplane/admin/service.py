@@ -6,6 +6,7 @@ import re
 from datetime import datetime
 
 from memplane.admin.auth import Authenticator
+from memplane.domain.context import DEFAULT_TOKEN_ENCODING, TOKEN_ENCODINGS
 from memplane.domain.models import Workspace, WorkspaceUsage
 from memplane.domain.validation import WORKSPACE_NAME, Violations, check_text, check_workspace_name
 from memplane.embedding.base import Embedder
@@ -41,18 +42,23 @@ class AdminService:
         self._auth = authenticator
         self._limits = limits
 
-    async def create_workspace(self, name: str, max_memories: int = 0) -> Workspace:
-        """Raises `InvalidArgumentError` (name, max_memories), `AlreadyExistsError`."""
+    async def create_workspace(self, name: str, max_memories: int = 0, token_encoding: str = "") -> Workspace:
+        """*token_encoding* is the default of CompactionService requests ("" means
+        o200k_base). Raises `InvalidArgumentError` (name, max_memories, token_encoding),
+        `AlreadyExistsError`."""
         v = Violations()
         check_workspace_name(v, "name", name)
         if max_memories < 0:
             v.add("max_memories", "must not be negative")
+        if token_encoding and token_encoding not in TOKEN_ENCODINGS:
+            v.add("token_encoding", f"must be one of {', '.join(TOKEN_ENCODINGS)}")
         v.raise_if_any()
         return await self._workspaces.create(
             name,
             embedding_model=self._embedder.model_id,
             embedding_dimensions=self._embedder.dimensions,
             max_memories=max_memories,
+            token_encoding=token_encoding or DEFAULT_TOKEN_ENCODING,
         )
 
     async def get_workspace(self, name: str) -> Workspace:

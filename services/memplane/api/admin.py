@@ -21,7 +21,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateWorkspaceRequest, context: Context
     ) -> admin_pb2.CreateWorkspaceResponse:
         await require_admin(self._auth, context)
-        workspace = await self._service.create_workspace(request.name, request.max_memories)
+        workspace = await self._service.create_workspace(request.name, request.max_memories, request.token_encoding)
         return admin_pb2.CreateWorkspaceResponse(workspace=convert.workspace_to_proto(workspace))
 
     @rpc

@@ -40,10 +40,10 @@ MEMORY_TYPES: dict[int, MemoryType] = {
 MEMORY_TYPE_VALUES = {v: k for k, v in MEMORY_TYPES.items()}
 
 ROLES: dict[int, MessageRole] = {
-    writeback_pb2.MESSAGE_ROLE_SYSTEM: MessageRole.SYSTEM,
-    writeback_pb2.MESSAGE_ROLE_USER: MessageRole.USER,
-    writeback_pb2.MESSAGE_ROLE_ASSISTANT: MessageRole.ASSISTANT,
-    writeback_pb2.MESSAGE_ROLE_TOOL: MessageRole.TOOL,
+    memory_pb2.MESSAGE_ROLE_SYSTEM: MessageRole.SYSTEM,
+    memory_pb2.MESSAGE_ROLE_USER: MessageRole.USER,
+    memory_pb2.MESSAGE_ROLE_ASSISTANT: MessageRole.ASSISTANT,
+    memory_pb2.MESSAGE_ROLE_TOOL: MessageRole.TOOL,
 }
 
 OPERATORS: dict[int, f.Operator] = {
@@ -224,6 +224,7 @@ def workspace_to_proto(workspace: Workspace) -> admin_pb2.Workspace:
         embedding_model=workspace.embedding_model,
         embedding_dimensions=workspace.embedding_dimensions,
         max_memories=workspace.max_memories,
+        token_encoding=workspace.token_encoding,
         create_time=timestamp(workspace.created_at),
     )
 

@@ -1,6 +1,6 @@
 """The grpc.aio server: memplane services + standard health checking and reflection.
 
-`memplane serve` runs any subset of {retrieval, writeback, admin}; the chart runs each as
+`memplane serve` runs any subset of {retrieval, writeback, compaction, admin}; the chart runs each as
 its own Deployment. Shutdown: health flips to NOT_SERVING (`enter_graceful_shutdown`),
 then `server.stop(grace)` lets in-flight RPCs finish for `grace` seconds.
 """
@@ -17,18 +17,29 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from memplane.api.admin import AdminServicer
+from memplane.api.compaction import CompactionServicer
 from memplane.api.retrieval import RetrievalServicer
 from memplane.api.writeback import WriteBackServicer
 from memplane.app import App
-from memplane.v1 import admin_pb2, admin_pb2_grpc, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2, writeback_pb2_grpc
+from memplane.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    compaction_pb2,
+    compaction_pb2_grpc,
+    retrieval_pb2,
+    retrieval_pb2_grpc,
+    writeback_pb2,
+    writeback_pb2_grpc,
+)
 
 _log = logging.getLogger(__name__)
 
-SERVICES = ("retrieval", "writeback", "admin")
+SERVICES = ("retrieval", "writeback", "compaction", "admin")
 
 _FULL_NAMES = {
     "retrieval": retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
     "writeback": writeback_pb2.DESCRIPTOR.services_by_name["WriteBackService"].full_name,
+    "compaction": compaction_pb2.DESCRIPTOR.services_by_name["CompactionService"].full_name,
     "admin": admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 }
 
@@ -82,6 +93,14 @@ async def start_server(
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
             WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size), server
         )
+    if "compaction" in services:
+        compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
+            CompactionServicer(
+                app.compaction, app.authenticator, app.settings.limits, app.settings.compaction.max_messages
+            ),
+            server,
+        )
+        app.blob_cleaner.start()  # expired tool outputs are deleted by the server that stores them
     if "admin" in services:
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(app.admin, app.authenticator), server)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""`memplane` — serve, migrate, manage workspaces and keys, add, search, import, eval.
+"""`memplane` — serve, migrate, manage workspaces and keys, add, search, import, eval, compact.
 
 Settings come from the environment (MEMPLANE_*, see memplane.settings) and are loaded
 once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
@@ -125,13 +125,13 @@ async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memplane.cli import locomo
+    from memplane.cli import compact, locomo
 
     parser = argparse.ArgumentParser(prog="memplane", description="Multi-tenant long-term memory for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the gRPC server (embedded PostgreSQL unless MEMPLANE_DATABASE__DSN is set)")
-    p.add_argument("--services", default="retrieval,writeback,admin", help="comma-separated subset to serve")
+    p.add_argument("--services", default="retrieval,writeback,compaction,admin", help="comma-separated subset to serve")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 50051; 0 picks a free one)")
     p.set_defaults(func=cmd_serve)
@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
 
     locomo.add_parsers(sub)
+    compact.add_parsers(sub)
     return parser
 
 

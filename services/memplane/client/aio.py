@@ -21,6 +21,8 @@ from memplane.client.errors import from_rpc_error
 from memplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    compaction_pb2,
+    compaction_pb2_grpc,
     filter_pb2,
     memory_pb2,
     retrieval_pb2,
@@ -50,6 +52,7 @@ class AsyncMemplaneClient:
         self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
         self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.compaction = compaction_pb2_grpc.CompactionServiceStub(self._channel)
 
     async def __aenter__(self) -> AsyncMemplaneClient:
         return self
@@ -178,11 +181,68 @@ class AsyncMemplaneClient:
             retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token),
         )
 
+    # -- compaction ---------------------------------------------------------------
+    # Messages are `compaction_pb2.ContextMessage`s; `memplane.client.formats` converts
+    # OpenAI chat messages and AgentScope `Msg` dicts to and from them. Keyword
+    # arguments are the request's other fields (see proto/memplane/v1/compaction.proto).
+    async def check_context(
+        self, messages: Sequence[compaction_pb2.ContextMessage], **fields: Any
+    ) -> compaction_pb2.ContextSplit:
+        """Token counts and the compact/keep split (system_prompt, previous_summary,
+        threshold_tokens, reserve_tokens, encoding)."""
+        request = compaction_pb2.CheckContextRequest(messages=messages, **fields)
+        return (await self._call(self.compaction.CheckContext, request)).split
+
+    async def compact_messages(
+        self, messages: Sequence[compaction_pb2.ContextMessage], **fields: Any
+    ) -> compaction_pb2.CompactionResult:
+        """Summarise *messages* (previous_summary, language, max_summary_tokens,
+        summarizer, scope, encoding). Check `result.compacted` before dropping them."""
+        request = compaction_pb2.CompactMessagesRequest(messages=messages, **fields)
+        return (await self._call(self.compaction.CompactMessages, request)).result
+
+    async def compact_tool_results(
+        self, messages: Sequence[compaction_pb2.ContextMessage], **fields: Any
+    ) -> compaction_pb2.CompactToolResultsResponse:
+        """Cut long tool outputs (limits, scope); the whole outputs are stored."""
+        request = compaction_pb2.CompactToolResultsRequest(messages=messages, **fields)
+        return await self._call(self.compaction.CompactToolResults, request)
+
+    async def read_tool_result(self, ref: str, **fields: Any) -> compaction_pb2.ReadToolResultResponse:
+        """Read a stored tool output (start_line, start_column, line_count, max_bytes)."""
+        request = compaction_pb2.ReadToolResultRequest(ref=ref, **fields)
+        return await self._call(self.compaction.ReadToolResult, request)
+
+    async def prepare_context(
+        self, messages: Sequence[compaction_pb2.ContextMessage], **fields: Any
+    ) -> compaction_pb2.PrepareContextResponse:
+        """The pre-reasoning hook: cut tool outputs, check, compact when needed
+        (system_prompt, previous_summary, max_input_tokens, compact_ratio, ...)."""
+        request = compaction_pb2.PrepareContextRequest(messages=messages, **fields)
+        return await self._call(self.compaction.PrepareContext, request)
+
+    async def get_transcript(
+        self, session_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> compaction_pb2.GetTranscriptResponse:
+        """One page of a session's full transcript, oldest first."""
+        request = compaction_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, page_token=page_token)
+        return await self._call(self.compaction.GetTranscript, request)
+
+    async def summarize_session(
+        self, scope: memory_pb2.Scope, messages: Sequence[compaction_pb2.ContextMessage] = (), **fields: Any
+    ) -> compaction_pb2.SummarizeSessionResponse:
+        """Turn a session span into memories (summary, language, summarizer, request_id)."""
+        request = compaction_pb2.SummarizeSessionRequest(scope=scope, messages=messages, **fields)
+        return await self._call(self.compaction.SummarizeSession, request)
+
     # -- admin --------------------------------------------------------------------
-    async def create_workspace(self, name: str, *, max_memories: int = 0) -> admin_pb2.Workspace:
-        """Create a workspace (admin key)."""
+    async def create_workspace(
+        self, name: str, *, max_memories: int = 0, token_encoding: str = ""
+    ) -> admin_pb2.Workspace:
+        """Create a workspace (admin key); *token_encoding* is its CompactionService default."""
         reply = await self._call(
-            self.admin.CreateWorkspace, admin_pb2.CreateWorkspaceRequest(name=name, max_memories=max_memories)
+            self.admin.CreateWorkspace,
+            admin_pb2.CreateWorkspaceRequest(name=name, max_memories=max_memories, token_encoding=token_encoding),
         )
         return reply.workspace
 

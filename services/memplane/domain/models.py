@@ -152,6 +152,7 @@ class Workspace:
     embedding_dimensions: int
     max_memories: int
     created_at: datetime
+    token_encoding: str = "o200k_base"  # noqa: S105 - an encoding name, not a secret
 
 
 @dataclass(frozen=True)

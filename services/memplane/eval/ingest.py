@@ -137,7 +137,7 @@ def session_messages(session: Session) -> list[writeback_pb2.ConversationMessage
     return [
         writeback_pb2.ConversationMessage(
             id=turn.dia_id,
-            role=writeback_pb2.MESSAGE_ROLE_USER,
+            role=memory_pb2.MESSAGE_ROLE_USER,
             name=turn.speaker,
             content=turn.content(),
             create_time=when,

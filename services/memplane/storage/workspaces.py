@@ -32,6 +32,7 @@ def _workspace(row: dict[str, Any]) -> Workspace:
         embedding_dimensions=row["embedding_dimensions"],
         max_memories=row["max_memories"],
         created_at=row["created_at"],
+        token_encoding=row.get("token_encoding", "o200k_base"),
     )
 
 
@@ -42,7 +43,13 @@ class WorkspaceStore:
         self._db = db
 
     async def create(
-        self, name: str, *, embedding_model: str, embedding_dimensions: int, max_memories: int = 0
+        self,
+        name: str,
+        *,
+        embedding_model: str,
+        embedding_dimensions: int,
+        max_memories: int = 0,
+        token_encoding: str = "o200k_base",  # noqa: S107 - an encoding name, not a secret
     ) -> Workspace:
         """Insert the workspace and create its partitions with their own indexes:
         an HNSW index (cosine) on the embedding cast to its recorded dimension and a CHECK
@@ -50,9 +57,9 @@ class WorkspaceStore:
         async with self._db.admin() as conn:
             try:
                 cur = await conn.execute(
-                    "INSERT INTO workspaces (name, embedding_model, embedding_dimensions, max_memories)"
-                    " VALUES (%s, %s, %s, %s) RETURNING *",
-                    (name, embedding_model, embedding_dimensions, max_memories),
+                    "INSERT INTO workspaces (name, embedding_model, embedding_dimensions, max_memories,"
+                    " token_encoding) VALUES (%s, %s, %s, %s, %s) RETURNING *",
+                    (name, embedding_model, embedding_dimensions, max_memories, token_encoding),
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise AlreadyExistsError("workspace", name) from exc

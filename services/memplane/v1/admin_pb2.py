@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17memplane/v1/admin.proto\x12\x0bmemplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x01\n\tWorkspace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x03 \x01(\x05\x12\x14\n\x0cmax_memories\x18\x04 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\x16\x43reateWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmax_memories\x18\x02 \x01(\x03\"D\n\x17\x43reateWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\"#\n\x13GetWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\">\n\x15ListWorkspacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListWorkspacesResponse\x12*\n\nworkspaces\x18\x01 \x03(\x0b\x32\x16.memplane.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16\x44\x65leteWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x17\x44\x65leteWorkspaceResponse\x12\x1c\n\x14\x64\x65leted_memory_count\x18\x01 \x01(\x03\">\n\x13\x43reateApiKeyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\"7\n\x14\x43reateApiKeyResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"%\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"G\n\x14RevokeApiKeyResponse\x12/\n\x0brevoke_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"(\n\x18GetWorkspaceUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x81\x01\n\x19GetWorkspaceUsageResponse\x12\x14\n\x0cmemory_count\x18\x01 \x01(\x03\x12\x15\n\rcontent_bytes\x18\x02 \x01(\x03\x12 \n\x18transcript_message_count\x18\x03 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x04 \x01(\x03\x32\x88\x05\n\x0c\x41\x64minService\x12\\\n\x0f\x43reateWorkspace\x12#.memplane.v1.CreateWorkspaceRequest\x1a$.memplane.v1.CreateWorkspaceResponse\x12S\n\x0cGetWorkspace\x12 .memplane.v1.GetWorkspaceRequest\x1a!.memplane.v1.GetWorkspaceResponse\x12Y\n\x0eListWorkspaces\x12\".memplane.v1.ListWorkspacesRequest\x1a#.memplane.v1.ListWorkspacesResponse\x12\\\n\x0f\x44\x65leteWorkspace\x12#.memplane.v1.DeleteWorkspaceRequest\x1a$.memplane.v1.DeleteWorkspaceResponse\x12S\n\x0c\x43reateApiKey\x12 .memplane.v1.CreateApiKeyRequest\x1a!.memplane.v1.CreateApiKeyResponse\x12S\n\x0cRevokeApiKey\x12 .memplane.v1.RevokeApiKeyRequest\x1a!.memplane.v1.RevokeApiKeyResponse\x12\x62\n\x11GetWorkspaceUsage\x12%.memplane.v1.GetWorkspaceUsageRequest\x1a&.memplane.v1.GetWorkspaceUsageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17memplane/v1/admin.proto\x12\x0bmemplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n\tWorkspace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x03 \x01(\x05\x12\x14\n\x0cmax_memories\x18\x04 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0etoken_encoding\x18\x06 \x01(\t\"T\n\x16\x43reateWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmax_memories\x18\x02 \x01(\x03\x12\x16\n\x0etoken_encoding\x18\x03 \x01(\t\"D\n\x17\x43reateWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\"#\n\x13GetWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\">\n\x15ListWorkspacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListWorkspacesResponse\x12*\n\nworkspaces\x18\x01 \x03(\x0b\x32\x16.memplane.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16\x44\x65leteWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x17\x44\x65leteWorkspaceResponse\x12\x1c\n\x14\x64\x65leted_memory_count\x18\x01 \x01(\x03\">\n\x13\x43reateApiKeyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\"7\n\x14\x43reateApiKeyResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"%\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"G\n\x14RevokeApiKeyResponse\x12/\n\x0brevoke_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"(\n\x18GetWorkspaceUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x81\x01\n\x19GetWorkspaceUsageResponse\x12\x14\n\x0cmemory_count\x18\x01 \x01(\x03\x12\x15\n\rcontent_bytes\x18\x02 \x01(\x03\x12 \n\x18transcript_message_count\x18\x03 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x04 \x01(\x03\x32\x88\x05\n\x0c\x41\x64minService\x12\\\n\x0f\x43reateWorkspace\x12#.memplane.v1.CreateWorkspaceRequest\x1a$.memplane.v1.CreateWorkspaceResponse\x12S\n\x0cGetWorkspace\x12 .memplane.v1.GetWorkspaceRequest\x1a!.memplane.v1.GetWorkspaceResponse\x12Y\n\x0eListWorkspaces\x12\".memplane.v1.ListWorkspacesRequest\x1a#.memplane.v1.ListWorkspacesResponse\x12\\\n\x0f\x44\x65leteWorkspace\x12#.memplane.v1.DeleteWorkspaceRequest\x1a$.memplane.v1.DeleteWorkspaceResponse\x12S\n\x0c\x43reateApiKey\x12 .memplane.v1.CreateApiKeyRequest\x1a!.memplane.v1.CreateApiKeyResponse\x12S\n\x0cRevokeApiKey\x12 .memplane.v1.RevokeApiKeyRequest\x1a!.memplane.v1.RevokeApiKeyResponse\x12\x62\n\x11GetWorkspaceUsage\x12%.memplane.v1.GetWorkspaceUsageRequest\x1a&.memplane.v1.GetWorkspaceUsageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,35 +33,35 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memplane.v1.admin_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WORKSPACE']._serialized_start=74
-  _globals['_WORKSPACE']._serialized_end=225
-  _globals['_CREATEWORKSPACEREQUEST']._serialized_start=227
-  _globals['_CREATEWORKSPACEREQUEST']._serialized_end=287
-  _globals['_CREATEWORKSPACERESPONSE']._serialized_start=289
-  _globals['_CREATEWORKSPACERESPONSE']._serialized_end=357
-  _globals['_GETWORKSPACEREQUEST']._serialized_start=359
-  _globals['_GETWORKSPACEREQUEST']._serialized_end=394
-  _globals['_GETWORKSPACERESPONSE']._serialized_start=396
-  _globals['_GETWORKSPACERESPONSE']._serialized_end=461
-  _globals['_LISTWORKSPACESREQUEST']._serialized_start=463
-  _globals['_LISTWORKSPACESREQUEST']._serialized_end=525
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=527
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=620
-  _globals['_DELETEWORKSPACEREQUEST']._serialized_start=622
-  _globals['_DELETEWORKSPACEREQUEST']._serialized_end=660
-  _globals['_DELETEWORKSPACERESPONSE']._serialized_start=662
-  _globals['_DELETEWORKSPACERESPONSE']._serialized_end=717
-  _globals['_CREATEAPIKEYREQUEST']._serialized_start=719
-  _globals['_CREATEAPIKEYREQUEST']._serialized_end=781
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=783
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=838
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=840
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=877
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=879
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=950
-  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_start=952
-  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_end=992
-  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_start=995
-  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_end=1124
-  _globals['_ADMINSERVICE']._serialized_start=1127
-  _globals['_ADMINSERVICE']._serialized_end=1775
+  _globals['_WORKSPACE']._serialized_end=249
+  _globals['_CREATEWORKSPACEREQUEST']._serialized_start=251
+  _globals['_CREATEWORKSPACEREQUEST']._serialized_end=335
+  _globals['_CREATEWORKSPACERESPONSE']._serialized_start=337
+  _globals['_CREATEWORKSPACERESPONSE']._serialized_end=405
+  _globals['_GETWORKSPACEREQUEST']._serialized_start=407
+  _globals['_GETWORKSPACEREQUEST']._serialized_end=442
+  _globals['_GETWORKSPACERESPONSE']._serialized_start=444
+  _globals['_GETWORKSPACERESPONSE']._serialized_end=509
+  _globals['_LISTWORKSPACESREQUEST']._serialized_start=511
+  _globals['_LISTWORKSPACESREQUEST']._serialized_end=573
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=575
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=668
+  _globals['_DELETEWORKSPACEREQUEST']._serialized_start=670
+  _globals['_DELETEWORKSPACEREQUEST']._serialized_end=708
+  _globals['_DELETEWORKSPACERESPONSE']._serialized_start=710
+  _globals['_DELETEWORKSPACERESPONSE']._serialized_end=765
+  _globals['_CREATEAPIKEYREQUEST']._serialized_start=767
+  _globals['_CREATEAPIKEYREQUEST']._serialized_end=829
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=831
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=886
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=888
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=925
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=927
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=998
+  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_start=1000
+  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_end=1040
+  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_start=1043
+  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_end=1172
+  _globals['_ADMINSERVICE']._serialized_start=1175
+  _globals['_ADMINSERVICE']._serialized_end=1823
 # @@protoc_insertion_point(module_scope)

@@ -30,6 +30,7 @@ class Workspace(_message.Message):
     EMBEDDING_DIMENSIONS_FIELD_NUMBER: _builtins.int
     MAX_MEMORIES_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    TOKEN_ENCODING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name: 1 to 63 characters of a-z, 0-9 and '-', starting with a letter
     (a Kubernetes DNS label, so a MemoryWorkspace name maps onto it).
@@ -40,6 +41,10 @@ class Workspace(_message.Message):
     """Embedding dimension recorded at creation."""
     max_memories: _builtins.int
     """Maximum number of memories; 0 means unlimited."""
+    token_encoding: _builtins.str
+    """Default token encoding of CompactionService requests that leave it empty
+    (cl100k_base, o200k_base, o200k_harmony, llama3 or qwen3).
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Creation time (UTC)."""
@@ -52,10 +57,11 @@ class Workspace(_message.Message):
         embedding_dimensions: _builtins.int = ...,
         max_memories: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        token_encoding: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "max_memories", b"max_memories", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "max_memories", b"max_memories", "name", b"name", "token_encoding", b"token_encoding"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -69,19 +75,23 @@ class CreateWorkspaceRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     MAX_MEMORIES_FIELD_NUMBER: _builtins.int
+    TOKEN_ENCODING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the new workspace."""
     max_memories: _builtins.int
     """Maximum number of memories; 0 means unlimited."""
+    token_encoding: _builtins.str
+    """Default token encoding for CompactionService; empty means o200k_base."""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         max_memories: _builtins.int = ...,
+        token_encoding: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_memories", b"max_memories", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_memories", b"max_memories", "name", b"name", "token_encoding", b"token_encoding"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -67,6 +67,38 @@ MEMORY_TYPE_EPISODIC: MemoryType.ValueType  # 7
 """Raw conversation turns and session summaries."""
 Global___MemoryType: _TypeAlias = MemoryType  # noqa: Y015
 
+class _MessageRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MessageRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MESSAGE_ROLE_UNSPECIFIED: _MessageRole.ValueType  # 0
+    """Not set; rejected."""
+    MESSAGE_ROLE_SYSTEM: _MessageRole.ValueType  # 1
+    """System prompt."""
+    MESSAGE_ROLE_USER: _MessageRole.ValueType  # 2
+    """The user (or, in a conversation between people, any human speaker)."""
+    MESSAGE_ROLE_ASSISTANT: _MessageRole.ValueType  # 3
+    """The assistant."""
+    MESSAGE_ROLE_TOOL: _MessageRole.ValueType  # 4
+    """A tool result."""
+
+class MessageRole(_MessageRole, metaclass=_MessageRoleEnumTypeWrapper):
+    """Role of a conversation message."""
+
+MESSAGE_ROLE_UNSPECIFIED: MessageRole.ValueType  # 0
+"""Not set; rejected."""
+MESSAGE_ROLE_SYSTEM: MessageRole.ValueType  # 1
+"""System prompt."""
+MESSAGE_ROLE_USER: MessageRole.ValueType  # 2
+"""The user (or, in a conversation between people, any human speaker)."""
+MESSAGE_ROLE_ASSISTANT: MessageRole.ValueType  # 3
+"""The assistant."""
+MESSAGE_ROLE_TOOL: MessageRole.ValueType  # 4
+"""A tool result."""
+Global___MessageRole: _TypeAlias = MessageRole  # noqa: Y015
+
 class _EventKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015

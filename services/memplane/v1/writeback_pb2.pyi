@@ -9,7 +9,6 @@ from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from memplane.v1 import memory_pb2 as _memory_pb2
 import builtins as _builtins
 import sys
@@ -21,38 +20,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _MessageRole:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _MessageRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MessageRole.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    MESSAGE_ROLE_UNSPECIFIED: _MessageRole.ValueType  # 0
-    """Not set; rejected."""
-    MESSAGE_ROLE_SYSTEM: _MessageRole.ValueType  # 1
-    """System prompt."""
-    MESSAGE_ROLE_USER: _MessageRole.ValueType  # 2
-    """The user (or, in a conversation between people, any human speaker)."""
-    MESSAGE_ROLE_ASSISTANT: _MessageRole.ValueType  # 3
-    """The assistant."""
-    MESSAGE_ROLE_TOOL: _MessageRole.ValueType  # 4
-    """A tool result."""
-
-class MessageRole(_MessageRole, metaclass=_MessageRoleEnumTypeWrapper):
-    """Role of a conversation message."""
-
-MESSAGE_ROLE_UNSPECIFIED: MessageRole.ValueType  # 0
-"""Not set; rejected."""
-MESSAGE_ROLE_SYSTEM: MessageRole.ValueType  # 1
-"""System prompt."""
-MESSAGE_ROLE_USER: MessageRole.ValueType  # 2
-"""The user (or, in a conversation between people, any human speaker)."""
-MESSAGE_ROLE_ASSISTANT: MessageRole.ValueType  # 3
-"""The assistant."""
-MESSAGE_ROLE_TOOL: MessageRole.ValueType  # 4
-"""A tool result."""
-Global___MessageRole: _TypeAlias = MessageRole  # noqa: Y015
 
 @_typing.final
 class AddMemoriesRequest(_message.Message):
@@ -122,7 +89,7 @@ class ConversationMessage(_message.Message):
     bytes, not starting with "#". Empty: the server numbers it "#<n>", n being its
     position in the session transcript.
     """
-    role: Global___MessageRole.ValueType
+    role: _memory_pb2.MessageRole.ValueType
     """Role."""
     name: _builtins.str
     """Speaker name (e.g. "Caroline"); at most 128 bytes."""
@@ -136,7 +103,7 @@ class ConversationMessage(_message.Message):
         self,
         *,
         id: _builtins.str = ...,
-        role: Global___MessageRole.ValueType = ...,
+        role: _memory_pb2.MessageRole.ValueType = ...,
         name: _builtins.str = ...,
         content: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,

@@ -125,7 +125,7 @@ class WriteBackServiceServicer:
     def DeleteMemoriesByScope(self, request, context):
         """Erase every memory of a scope (right to be forgotten): memories are deleted and
         the content in their history is redacted; transcripts of the scope's sessions
-        are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
+        and tool outputs stored for the scope (CompactionService) are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -66,7 +66,7 @@ class WriteBackServiceStub:
     DeleteMemoriesByScope: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoriesByScopeRequest, _writeback_pb2.DeleteMemoriesByScopeResponse]
     """Erase every memory of a scope (right to be forgotten): memories are deleted and
     the content in their history is redacted; transcripts of the scope's sessions
-    are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
+    and tool outputs stored for the scope (CompactionService) are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
     """
     ListMemoryEvents: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.ListMemoryEventsRequest, _writeback_pb2.ListMemoryEventsResponse]
     """The history of one memory, oldest first (also for a deleted memory).
@@ -112,7 +112,7 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     DeleteMemoriesByScope: _aio.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoriesByScopeRequest, _writeback_pb2.DeleteMemoriesByScopeResponse]  # type: ignore[assignment]
     """Erase every memory of a scope (right to be forgotten): memories are deleted and
     the content in their history is redacted; transcripts of the scope's sessions
-    are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
+    and tool outputs stored for the scope (CompactionService) are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
     """
     ListMemoryEvents: _aio.UnaryUnaryMultiCallable[_writeback_pb2.ListMemoryEventsRequest, _writeback_pb2.ListMemoryEventsResponse]  # type: ignore[assignment]
     """The history of one memory, oldest first (also for a deleted memory).
@@ -185,7 +185,7 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_writeback_pb2.DeleteMemoriesByScopeResponse, _abc.Awaitable[_writeback_pb2.DeleteMemoriesByScopeResponse]]:
         """Erase every memory of a scope (right to be forgotten): memories are deleted and
         the content in their history is redacted; transcripts of the scope's sessions
-        are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
+        and tool outputs stored for the scope (CompactionService) are deleted too. Errors: INVALID_ARGUMENT when the scope is empty; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

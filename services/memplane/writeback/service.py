@@ -45,6 +45,7 @@ from memplane.embedding.base import Embedder
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
 from memplane.settings import LimitsSettings
+from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
 from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
 from memplane.storage.memories import Change, MemoryStore, PreparedMemory
@@ -113,11 +114,13 @@ class WriteBackService:
         db: Database,
         memories: MemoryStore,
         transcripts: TranscriptStore,
+        blobs: ToolResultBlobStore,
         idempotency: IdempotencyStore,
         embedder: Embedder,
         limits: LimitsSettings,
     ) -> None:
         self._db = db
+        self._blobs = blobs
         self._memories = memories
         self._transcripts = transcripts
         self._idempotency = idempotency
@@ -442,7 +445,8 @@ class WriteBackService:
         self, principal: Principal, workspace: Workspace, scope: Scope, request_id: str = ""
     ) -> tuple[int, int]:
         """Erase a scope (right to be forgotten): its memories, the content of their
-        history, and its transcript messages. Returns (memories, messages) deleted.
+        history, its transcript messages and its stored tool outputs. Returns
+        (memories, messages) deleted.
 
         Raises `InvalidArgumentError` on an empty scope (it would erase the workspace).
         """
@@ -459,6 +463,7 @@ class WriteBackService:
                 conn, workspace, scope, actor=principal.actor, request_id=request_id, now=now
             )
             messages = await self._transcripts.delete_by_scope(conn, workspace, scope)
+            await self._blobs.delete_by_scope(conn, workspace, scope)
             return {"memories": n, "messages": messages}
 
         request = _Request.of(request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope))

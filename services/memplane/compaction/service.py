@@ -1,0 +1,616 @@
+"""CompactionService: ReMe's context tools (ReMeLight's check_context, compact_memory,
+compact_tool_result, pre_reasoning_hook, summary_memory) for every agent of a workspace.
+
+The loss-proof rules, each enforced here:
+- a failed summariser (error, timeout, answer without the sections) returns the previous
+  summary unchanged with `compacted=False`; the caller keeps its messages;
+- a cut tool output is stored whole before the cut message is returned; an output cut
+  before is never stored again;
+- compacted messages are recorded in the session transcript and only marked compacted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from memplane.compaction import tool_output
+from memplane.compaction.extractive import ExtractiveSummarizer
+from memplane.compaction.language import Language, as_language, detect_language
+from memplane.compaction.llm import ExtractedMemory, LLMSummarizer, SummarizerError
+from memplane.compaction.split import split_context
+from memplane.compaction.tokens import TokenCounter, token_counter
+from memplane.domain.context import (
+    TOKEN_ENCODINGS,
+    CompactionOutcome,
+    ContextMessage,
+    ContextSplit,
+    SummarizerChoice,
+    SummaryMethod,
+    ToolResultBlock,
+    ToolResultLimits,
+    Truncation,
+)
+from memplane.domain.models import Memory, MemoryType, NewMemory, Principal, Provenance, Scope, Workspace
+from memplane.domain.validation import Violations, check_request_id, check_scope
+from memplane.errors import FailedPreconditionError, FieldViolation, InvalidArgumentError, NotFoundError
+from memplane.settings import CompactionSettings, LimitsSettings
+from memplane.storage.blobs import ToolResultBlobStore
+from memplane.storage.database import Database
+from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
+
+_log = logging.getLogger(__name__)
+
+NO_SCOPE = Scope()
+
+
+class MemoryWriter(Protocol):
+    """The write-back path (`WriteBackService.add`), injected by the composition root so
+    compaction and write-back stay independent modules."""
+
+    async def add(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> list[Memory]: ...
+
+
+@dataclass(frozen=True)
+class ToolCompaction:
+    """Messages with long tool outputs cut; how many were cut and bytes removed."""
+
+    messages: list[ContextMessage]
+    truncated_count: int
+    removed_bytes: int
+
+
+@dataclass(frozen=True)
+class ToolResultSlice:
+    """Part of a stored tool output (see `tool_output.read`)."""
+
+    text: str
+    next_line: int
+    next_column: int
+    total_lines: int
+    total_bytes: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The result of the pre-reasoning hook."""
+
+    messages: list[ContextMessage]
+    summary: str
+    split: ContextSplit
+    encoding: str
+    compaction: CompactionOutcome | None
+    truncated_tool_results: int
+    memories: list[Memory]
+
+
+@dataclass(frozen=True)
+class SessionMemories:
+    """Memories written from a session span and how they were made."""
+
+    memories: list[Memory]
+    summary_method: str
+    extraction: str
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Per-call knobs of `prepare_context`; zero / empty means the server default."""
+
+    system_prompt: str = ""
+    previous_summary: str = ""
+    max_input_tokens: int = 0
+    compact_ratio: float = 0.0
+    reserve_tokens: int = 0
+    tool_result_limits: ToolResultLimits | None = None
+    skip_tool_result_compaction: bool = False
+    encoding: str = ""
+    language: str = ""
+    max_summary_tokens: int = 0
+    summarizer: SummarizerChoice = SummarizerChoice.AUTO
+    scope: Scope = NO_SCOPE
+    write_memories: bool = False
+
+
+class CompactionService:
+    """Token checks, summaries, tool-output offload and transcripts of one server."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        blobs: ToolResultBlobStore,
+        transcripts: TranscriptStore,
+        extractive: ExtractiveSummarizer,
+        llm: LLMSummarizer | None,
+        writer: MemoryWriter,
+        settings: CompactionSettings,
+        limits: LimitsSettings,
+    ) -> None:
+        self._db = db
+        self._blobs = blobs
+        self._transcripts = transcripts
+        self._extractive = extractive
+        self._llm = llm
+        self._writer = writer
+        self._settings = settings
+        self._limits = limits
+
+    # -- helpers --------------------------------------------------------------------
+    def _counter(self, workspace: Workspace, encoding: str, field: str = "encoding") -> TokenCounter:
+        name = encoding or workspace.token_encoding
+        if name not in TOKEN_ENCODINGS:
+            raise InvalidArgumentError(FieldViolation(field, f"must be one of {', '.join(TOKEN_ENCODINGS)}"))
+        return token_counter(name)
+
+    def _language(self, language: str, messages: Sequence[ContextMessage], field: str = "language") -> Language:
+        if not language:
+            return detect_language(m.text() for m in messages)
+        try:
+            return as_language(language)
+        except ValueError:
+            raise InvalidArgumentError(FieldViolation(field, "must be 'zh', 'en' or empty (detect)")) from None
+
+    def default_tool_limits(self) -> ToolResultLimits:
+        """The server's tool-output limits."""
+        s = self._settings
+        return ToolResultLimits(
+            recent_max_bytes=s.recent_tool_result_bytes,
+            old_max_bytes=s.old_tool_result_bytes,
+            keep_last_messages=s.keep_last_messages,
+            retention_seconds=s.tool_result_retention_seconds,
+        )
+
+    # -- check context -------------------------------------------------------------
+    def check_context(
+        self,
+        workspace: Workspace,
+        messages: Sequence[ContextMessage],
+        *,
+        system_prompt: str = "",
+        previous_summary: str = "",
+        threshold_tokens: int = 0,
+        reserve_tokens: int = 0,
+        encoding: str = "",
+    ) -> tuple[ContextSplit, str]:
+        """Counts and split (see `compaction.split.split_context`); threshold 0 means
+        ReMe's `max_input_tokens * compact_ratio * 0.95`, reserve 0 the server's.
+        Returns the split and the encoding used. Raises `InvalidArgumentError` for an
+        unknown encoding or a negative budget."""
+        v = Violations()
+        if threshold_tokens < 0:
+            v.add("threshold_tokens", "must not be negative")
+        if reserve_tokens < 0:
+            v.add("reserve_tokens", "must not be negative")
+        v.raise_if_any()
+        counter = self._counter(workspace, encoding)
+        s = self._settings
+        threshold = threshold_tokens or int(s.max_input_tokens * s.compact_ratio * s.safety_factor)
+        split = self._split(
+            counter=counter,
+            messages=messages,
+            system_prompt=system_prompt,
+            previous_summary=previous_summary,
+            threshold=threshold,
+            reserve=reserve_tokens,
+        )
+        return split, counter.encoding
+
+    def _split(
+        self,
+        *,
+        counter: TokenCounter,
+        messages: Sequence[ContextMessage],
+        system_prompt: str,
+        previous_summary: str,
+        threshold: int,
+        reserve: int,
+    ) -> ContextSplit:
+        system_tokens, summary_tokens = counter.count_texts([system_prompt, previous_summary])
+        return split_context(
+            messages,
+            counter.count_messages(messages),
+            system_prompt_tokens=system_tokens,
+            previous_summary_tokens=summary_tokens,
+            threshold_tokens=threshold,
+            reserve_tokens=reserve or self._settings.reserve_tokens,
+        )
+
+    # -- compact messages ------------------------------------------------------------
+    async def compact_messages(
+        self,
+        workspace: Workspace,
+        messages: Sequence[ContextMessage],
+        *,
+        previous_summary: str = "",
+        language: str = "",
+        max_summary_tokens: int = 0,
+        summarizer: SummarizerChoice = SummarizerChoice.AUTO,
+        scope: Scope = NO_SCOPE,
+        encoding: str = "",
+    ) -> CompactionOutcome:
+        """Summarise *messages* into the structured summary, updating *previous_summary*.
+
+        Never loses a summary: any summariser failure returns *previous_summary* unchanged
+        with `compacted=False` and the reason. With `scope.session_id` the messages are
+        recorded in the transcript, marked compacted, after a successful summary.
+        Raises `InvalidArgumentError` (language, max_summary_tokens, scope, encoding) and
+        `FailedPreconditionError` when the LLM is asked for and none is configured."""
+        v = Violations()
+        if max_summary_tokens < 0:
+            v.add("max_summary_tokens", "must not be negative")
+        check_scope(v, "scope", scope, self._limits)
+        v.raise_if_any()
+        counter = self._counter(workspace, encoding)
+        lang = self._language(language, messages)
+        if summarizer is SummarizerChoice.LLM and self._llm is None:
+            raise FailedPreconditionError("no LLM is configured on this server (set MEMPLANE_LLM__BASE_URL)")
+        budget = max_summary_tokens or self._settings.max_summary_tokens
+        input_tokens = sum(counter.count_messages(messages))
+        llm = self._llm if summarizer is not SummarizerChoice.EXTRACTIVE else None
+        method = SummaryMethod.LLM if llm is not None else SummaryMethod.EXTRACTIVE
+        try:
+            if llm is not None:
+                summary = await llm.summarize(
+                    messages, previous_summary=previous_summary, language=lang, max_summary_tokens=budget
+                )
+            else:
+                summary = await self._extractive.summarize(
+                    messages,
+                    previous_summary=previous_summary,
+                    language=lang,
+                    max_summary_tokens=budget,
+                    counter=counter,
+                )
+        except SummarizerError as error:
+            _log.warning("summariser (%s) failed, previous summary kept: %s", method, error)
+            return self._kept(previous_summary, counter, input_tokens, lang, f"{method} summariser failed: {error}")
+        except Exception as error:  # a summary is never lost, whatever went wrong
+            _log.exception("summariser (%s) raised; previous summary kept", method)
+            return self._kept(
+                previous_summary, counter, input_tokens, lang, f"{method} summariser failed: {type(error).__name__}"
+            )
+        ids: list[str] = []
+        if scope.session_id:
+            async with self._db.tenant(workspace.key) as conn:
+                ids = await self._transcripts.record_compacted(conn, workspace, scope, messages, now=datetime.now(UTC))
+        return CompactionOutcome(
+            summary=summary,
+            method=method,
+            compacted=True,
+            failure="",
+            compacted_message_count=len(messages),
+            input_tokens=input_tokens,
+            summary_tokens=counter.count_text(summary),
+            language=lang,
+            transcript_message_ids=tuple(ids),
+        )
+
+    @staticmethod
+    def _kept(previous: str, counter: TokenCounter, input_tokens: int, lang: str, failure: str) -> CompactionOutcome:
+        return CompactionOutcome(
+            summary=previous,
+            method=SummaryMethod.PREVIOUS_KEPT,
+            compacted=False,
+            failure=failure,
+            compacted_message_count=0,
+            input_tokens=input_tokens,
+            summary_tokens=counter.count_text(previous),
+            language=lang,
+        )
+
+    # -- tool results ------------------------------------------------------------------
+    async def compact_tool_results(
+        self,
+        workspace: Workspace,
+        messages: Sequence[ContextMessage],
+        *,
+        limits: ToolResultLimits | None = None,
+        scope: Scope = NO_SCOPE,
+    ) -> ToolCompaction:
+        """Cut tool outputs over their byte limit (see `tool_output.plan_limits`), storing
+        each whole output as a tool-result blob first (one transaction for the call).
+        Raises `InvalidArgumentError` for non-positive limits or a bad scope."""
+        lim = limits or self.default_tool_limits()
+        v = Violations()
+        if lim.recent_max_bytes <= 0:
+            v.add("limits.recent_max_bytes", "must be positive")
+        if lim.old_max_bytes <= 0:
+            v.add("limits.old_max_bytes", "must be positive")
+        if lim.retention_seconds <= 0:
+            v.add("limits.retention", "must be positive")
+        check_scope(v, "scope", scope, self._limits)
+        v.raise_if_any()
+        per_message = tool_output.plan_limits(
+            messages,
+            recent_max_bytes=lim.recent_max_bytes,
+            old_max_bytes=lim.old_max_bytes,
+            keep_last_messages=lim.keep_last_messages,
+        )
+        now = datetime.now(UTC)
+        retention = timedelta(seconds=lim.retention_seconds)
+        out: list[ContextMessage] = []
+        truncated = removed = 0
+        pending = [
+            (i, j)
+            for i, m in enumerate(messages)
+            for j, b in enumerate(m.blocks)
+            if isinstance(b, ToolResultBlock) and len(b.output.encode("utf-8")) > per_message[i]
+        ]
+        if not pending:
+            return ToolCompaction(list(messages), 0, 0)
+        todo = set(pending)
+        async with self._db.tenant(workspace.key) as conn:
+            for i, message in enumerate(messages):
+                blocks = list(message.blocks)
+                for j, block in enumerate(blocks):
+                    if (i, j) not in todo or not isinstance(block, ToolResultBlock):
+                        continue
+                    before = len(block.output.encode("utf-8"))
+                    if block.truncation is not None or tool_output.find_marker(block.output) is not None:
+                        new_block = tool_output.recut(block, per_message[i])
+                    else:
+                        cut = tool_output.cut(block.output, per_message[i])
+                        stored = await self._blobs.put(
+                            conn,
+                            workspace,
+                            content=block.output,
+                            scope=scope,
+                            tool_use_id=block.tool_use_id,
+                            tool_name=block.name,
+                            retention=retention,
+                            now=now,
+                        )
+                        trunc = Truncation(
+                            ref=stored.ref,
+                            total_bytes=cut.total_bytes,
+                            total_lines=cut.total_lines,
+                            kept_bytes=cut.kept_bytes,
+                            resume_line=cut.resume_line,
+                            resume_column=cut.resume_column,
+                            expires_at=stored.expires_at,
+                        )
+                        new_block = ToolResultBlock(
+                            tool_use_id=block.tool_use_id,
+                            name=block.name,
+                            output=cut.head + tool_output.marker(trunc),
+                            truncation=trunc,
+                        )
+                        truncated += 1
+                    removed += before - len(new_block.output.encode("utf-8"))
+                    blocks[j] = new_block
+                out.append(message.with_blocks(tuple(blocks)))
+        return ToolCompaction(out, truncated, removed)
+
+    async def read_tool_result(
+        self,
+        workspace: Workspace,
+        ref: str,
+        *,
+        start_line: int = 0,
+        start_column: int = 0,
+        line_count: int = 0,
+        max_bytes: int = 0,
+    ) -> ToolResultSlice:
+        """Part of a stored tool output. Raises `NotFoundError` for an unknown, expired or
+        another workspace's ref, `InvalidArgumentError` for a bad range."""
+        v = Violations()
+        if start_line < 0:
+            v.add("start_line", "must not be negative")
+        if start_column < 0:
+            v.add("start_column", "must not be negative")
+        if line_count < 0:
+            v.add("line_count", "must not be negative")
+        if max_bytes < 0:
+            v.add("max_bytes", "must not be negative")
+        v.raise_if_any()
+        async with self._db.tenant(workspace.key) as conn:
+            blob = await self._blobs.get(conn, workspace, ref, now=datetime.now(UTC))
+        if blob is None:
+            raise NotFoundError("tool result", ref)
+        try:
+            piece = tool_output.read(
+                blob.content,
+                start_line=start_line or 1,
+                start_column=start_column,
+                line_count=line_count,
+                max_bytes=max_bytes or self._settings.read_max_bytes,
+            )
+        except ValueError as error:  # tool_output.read names the field first: "start_line ..."
+            field = str(error).split(" ", 1)[0].rstrip(":")
+            known = ("start_line", "start_column", "line_count", "max_bytes")
+            raise InvalidArgumentError(FieldViolation(field if field in known else "start_line", str(error))) from error
+        return ToolResultSlice(
+            text=piece.text,
+            next_line=piece.next_line,
+            next_column=piece.next_column,
+            total_lines=blob.line_count,
+            total_bytes=blob.byte_size,
+            expires_at=blob.expires_at,
+        )
+
+    # -- prepare context (the pre-reasoning hook) --------------------------------------
+    async def prepare_context(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        messages: Sequence[ContextMessage],
+        options: PrepareOptions,
+    ) -> Prepared:
+        """ReMe's pre_reasoning_hook in one call: cut tool outputs, check the context
+        against `max_input_tokens * compact_ratio * 0.95` (system prompt and summary
+        counted), and compact the older messages when it is exceeded and the split is
+        valid. On a summariser failure every message is returned with the previous
+        summary. Raises `InvalidArgumentError` for bad knobs (named as in the request)."""
+        s = self._settings
+        o = options
+        v = Violations()
+        if o.max_input_tokens < 0:
+            v.add("max_input_tokens", "must not be negative")
+        if not 0 <= o.compact_ratio <= 1:
+            v.add("compact_ratio", "must be in (0, 1]; 0 means the default 0.7")
+        if o.reserve_tokens < 0:
+            v.add("reserve_tokens", "must not be negative")
+        if o.write_memories and not o.scope.session_id:
+            v.add("scope.session_id", "is required when write_memories is set")
+        v.raise_if_any()
+        counter = self._counter(workspace, o.encoding)
+        truncated = 0
+        current = list(messages)
+        if not o.skip_tool_result_compaction:
+            tools = await self.compact_tool_results(
+                workspace, current, limits=o.tool_result_limits or self.default_tool_limits(), scope=o.scope
+            )
+            current, truncated = tools.messages, tools.truncated_count
+        window = o.max_input_tokens or s.max_input_tokens
+        threshold = int(window * (o.compact_ratio or s.compact_ratio) * s.safety_factor)
+        split = self._split(
+            counter=counter,
+            messages=current,
+            system_prompt=o.system_prompt,
+            previous_summary=o.previous_summary,
+            threshold=threshold,
+            reserve=o.reserve_tokens,
+        )
+        if not (split.needs_compaction and split.keep_from > 0 and split.valid):
+            return Prepared(current, o.previous_summary, split, counter.encoding, None, truncated, [])
+        older, kept = current[: split.keep_from], current[split.keep_from :]
+        outcome = await self.compact_messages(
+            workspace,
+            older,
+            previous_summary=o.previous_summary,
+            language=o.language,
+            max_summary_tokens=o.max_summary_tokens,
+            summarizer=o.summarizer,
+            scope=o.scope,
+            encoding=counter.encoding,
+        )
+        if not outcome.compacted:
+            return Prepared(current, o.previous_summary, split, counter.encoding, outcome, truncated, [])
+        memories: list[Memory] = []
+        if o.write_memories:
+            written = await self.summarize_session(
+                principal, workspace, o.scope, older, summary=outcome.summary, language=outcome.language
+            )
+            memories = written.memories
+        return Prepared(kept, outcome.summary, split, counter.encoding, outcome, truncated, memories)
+
+    # -- transcripts -----------------------------------------------------------------
+    async def transcript(
+        self, workspace: Workspace, session_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> tuple[list[TranscriptEntry], str]:
+        """One page of a session's transcript, oldest first, and the next page token
+        ("" on the last page). Raises `InvalidArgumentError` (session_id, page_size,
+        page_token)."""
+        v = Violations()
+        if not session_id:
+            v.add("session_id", "must not be empty")
+        if not 0 <= page_size <= self._limits.max_page_size:
+            v.add("page_size", f"must be 0 to {self._limits.max_page_size}")
+        after = 0
+        if page_token:
+            if not page_token.isascii() or not page_token.isdigit() or len(page_token) > 18:
+                v.add("page_token", "is not a token this server returned")
+            else:
+                after = int(page_token)
+        v.raise_if_any()
+        size = page_size or 200
+        async with self._db.tenant(workspace.key) as conn:
+            entries = await self._transcripts.page(conn, workspace, session_id, after_seq=after, limit=size + 1)
+        more = len(entries) > size
+        entries = entries[:size]
+        return entries, (str(entries[-1].seq) if more else "")
+
+    # -- session memories ---------------------------------------------------------------
+    async def summarize_session(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        scope: Scope,
+        messages: Sequence[ContextMessage],
+        *,
+        summary: str = "",
+        language: str = "",
+        summarizer: SummarizerChoice = SummarizerChoice.AUTO,
+        request_id: str = "",
+    ) -> SessionMemories:
+        """Write a session span as memories through the write-back path: an EPISODIC
+        session summary (the given one, else the LLM's, else extractive — an LLM failure
+        falls back to extractive and says so) plus, with an LLM, the USER / PROCEDURAL /
+        TOOL memories it extracts (ReMe's summary_memory). Raises `InvalidArgumentError`
+        (scope.session_id, messages, summary, request_id) and what `WriteBackService.add`
+        raises (quota, embedding mismatch)."""
+        v = Violations()
+        check_scope(v, "scope", scope, self._limits)
+        check_request_id(v, "request_id", request_id, self._limits)
+        if not scope.session_id:
+            v.add("scope.session_id", "must not be empty")
+        if not messages and not summary.strip():
+            v.add("messages", "must hold messages when no summary is given")
+        v.raise_if_any()
+        lang = self._language(language, messages)
+        method = "given"
+        if not summary.strip():
+            outcome = await self.compact_messages(workspace, messages, language=lang, summarizer=summarizer)
+            if not outcome.compacted:  # the LLM failed: an honest extract rather than nothing
+                outcome = await self.compact_messages(
+                    workspace, messages, language=lang, summarizer=SummarizerChoice.EXTRACTIVE
+                )
+                method = f"extractive (llm failed: {outcome.failure or 'see logs'})"
+            else:
+                method = str(outcome.method)
+            if not outcome.compacted:
+                raise FailedPreconditionError(f"no summary could be made: {outcome.failure}")
+            summary = outcome.summary
+        size = len(summary.encode("utf-8"))
+        if size > self._limits.max_content_bytes:
+            raise InvalidArgumentError(
+                FieldViolation("summary", f"is {size} bytes; the limit is {self._limits.max_content_bytes} bytes")
+            )
+        extracted: list[ExtractedMemory] = []
+        extraction = "none: no LLM configured"
+        if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
+            try:
+                extracted = await self._llm.extract_memories(messages, summary=summary, language=lang)
+                extraction = "llm"
+            except SummarizerError as error:
+                extraction = f"none: {error}"
+        items = [self._summary_memory(scope, messages, summary, method)]
+        items += [self._extracted_memory(scope, messages, e) for e in extracted]
+        stored = await self._writer.add(principal, workspace, items, request_id)
+        return SessionMemories(stored, method, extraction)
+
+    @staticmethod
+    def _provenance(scope: Scope, messages: Sequence[ContextMessage]) -> Provenance:
+        return Provenance(session_id=scope.session_id, message_ids=tuple(m.id for m in messages if m.id))
+
+    def _summary_memory(self, scope: Scope, messages: Sequence[ContextMessage], summary: str, method: str) -> NewMemory:
+        times = sorted(m.created_at for m in messages if m.created_at is not None)
+        span = f" from {times[0]:%Y-%m-%d %H:%M} to {times[-1]:%Y-%m-%d %H:%M} UTC" if times else ""
+        return NewMemory(
+            content=summary,
+            scope=scope,
+            type=MemoryType.EPISODIC,
+            name=f"Session {scope.session_id} summary"[: self._limits.max_name_bytes],
+            description=f"Summary of {len(messages)} messages{span}"[: self._limits.max_description_bytes],
+            metadata={"kind": "session_summary", "summary_method": method, "message_count": len(messages)},
+            valid_from=times[0] if times else None,
+            provenance=self._provenance(scope, messages),
+        )
+
+    def _extracted_memory(self, scope: Scope, messages: Sequence[ContextMessage], item: ExtractedMemory) -> NewMemory:
+        return NewMemory(
+            content=item.content[: self._limits.max_content_bytes // 4],
+            scope=scope,
+            type=MemoryType(item.type),
+            name=item.name[: self._limits.max_name_bytes // 4],
+            description=item.description[: self._limits.max_description_bytes // 4],
+            metadata={"kind": "extracted", "extracted_by": "llm"},
+            provenance=self._provenance(scope, messages),
+        )

@@ -1,0 +1,445 @@
+"""Tool-result blobs and structured transcripts against the real PostgreSQL: storage,
+expiry, isolation (WHERE clause and row-level security), the background cleaner,
+workspace deletion, and migration 0003 on a database that already holds data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from memplane.app import App
+from memplane.domain.blobs import StoredBlob
+from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
+from memplane.domain.models import ConversationMessage, MessageRole, Scope, Workspace
+from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
+from memplane.storage.database import Database
+from memplane.storage.migrate import _migrations, apply_migrations
+from memplane.storage.transcripts import TranscriptStore
+from tests.integration.conftest import TenantFactory
+
+SCOPE = Scope(user_id="u1", agent_id="a1", session_id="s1")
+OUTPUT = "header\n" + "é中😀 " * 10 + "\r\nlast line without ending"
+
+
+async def _put(
+    app: App,
+    ws: Workspace,
+    *,
+    content: str = OUTPUT,
+    now: datetime | None = None,
+    retention: timedelta = timedelta(days=3),
+    scope: Scope = SCOPE,
+) -> StoredBlob:
+    async with app.db.tenant(ws.key) as conn:
+        return await ToolResultBlobStore().put(
+            conn,
+            ws,
+            content=content,
+            scope=scope,
+            tool_use_id="call-1",
+            tool_name="shell",
+            retention=retention,
+            now=now or datetime.now(UTC),
+        )
+
+
+async def _get(app: App, ws: Workspace, ref: str, now: datetime | None = None) -> StoredBlob | None:
+    async with app.db.tenant(ws.key) as conn:
+        return await ToolResultBlobStore().get(conn, ws, ref, now=now or datetime.now(UTC))
+
+
+async def _exists(app: App, ref: str) -> bool:
+    async with app.db.admin() as conn:
+        cur = await conn.execute("SELECT 1 FROM tool_result_blobs WHERE id = %s", (uuid.UUID(ref),))
+        return await cur.fetchone() is not None
+
+
+class _UndoError(Exception):
+    """Raised to roll a tenant transaction back; carries the statement's row count."""
+
+    def __init__(self, rowcount: int) -> None:
+        super().__init__(rowcount)
+        self.rowcount = rowcount
+
+
+async def _delete_all_then_roll_back(app: App, workspace_key: int) -> None:
+    async with app.db.tenant(workspace_key) as conn:
+        cur = await conn.execute("DELETE FROM tool_result_blobs")
+        raise _UndoError(cur.rowcount)
+
+
+# --------------------------------------------------------------------------- blobs
+
+
+async def test_put_then_get_returns_the_whole_output(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    now = datetime.now(UTC)
+    stored = await _put(app, ws, now=now)
+    assert str(uuid.UUID(stored.ref)) == stored.ref
+    assert stored.content == OUTPUT
+    assert stored.byte_size == len(OUTPUT.encode("utf-8"))
+    assert stored.line_count == 3
+    assert (stored.tool_use_id, stored.tool_name, stored.session_id) == ("call-1", "shell", "s1")
+    assert stored.created_at == now
+    assert stored.expires_at == (now + timedelta(days=3)).replace(microsecond=0)
+    assert stored.expires_at.tzinfo is not None
+    assert await _get(app, ws, stored.ref) == stored
+    assert await _get(app, ws, stored.ref.upper()) == stored  # any spelling of the UUID
+
+
+async def test_line_count_of_edge_contents(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    for content, lines in (("", 0), ("x", 1), ("x\n", 1), ("\n\n", 2), ("a\r\nb", 2), ("a\rb\n", 1)):
+        stored = await _put(app, ws, content=content)
+        assert (stored.line_count, stored.byte_size) == (lines, len(content.encode())), repr(content)
+
+
+async def test_expired_unknown_and_malformed_refs_read_as_none(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    now = datetime.now(UTC)
+    stored = await _put(app, ws, now=now, retention=timedelta(hours=1))
+    assert await _get(app, ws, stored.ref, now=stored.expires_at - timedelta(seconds=1)) is not None
+    assert await _get(app, ws, stored.ref, now=stored.expires_at) is None  # expires_at <= now
+    assert await _get(app, ws, stored.ref, now=now + timedelta(days=1)) is None
+    assert await _get(app, ws, str(uuid.uuid4())) is None
+    for bad in ("", "not-a-uuid", "1234", "'; DROP TABLE tool_result_blobs; --", stored.ref + "0", "\x00"):
+        assert await _get(app, ws, bad) is None, bad
+
+
+async def test_put_rejects_bad_input_before_the_database(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    with pytest.raises(ValueError, match="retention"):
+        await _put(app, ws, retention=timedelta(milliseconds=500))
+    with pytest.raises(ValueError, match="NUL"):
+        await _put(app, ws, content="a\x00b")
+    with pytest.raises(ValueError, match="timezone"):
+        await _put(app, ws, now=datetime(2026, 1, 1))  # noqa: DTZ001 - the naive time is the point
+
+
+async def test_another_workspaces_blob_is_invisible(app: App, tenant_factory: TenantFactory) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    blob_a = await _put(app, a)
+    blob_b = await _put(app, b)
+    # The WHERE clause: B's ref asked for as A's.
+    assert await _get(app, a, blob_b.ref) is None
+    assert await _get(app, b, blob_a.ref) is None
+    # Row-level security: in A's transaction, SQL without any workspace condition sees
+    # only A's rows and cannot write B's.
+    async with app.db.tenant(a.key) as conn:
+        cur = await conn.execute("SELECT id FROM tool_result_blobs WHERE id = ANY(%s)", ([blob_a.ref, blob_b.ref],))
+        assert [str(r["id"]) for r in await cur.fetchall()] == [blob_a.ref]
+        cur = await conn.execute("SELECT DISTINCT workspace_key FROM tool_result_blobs")
+        assert [r["workspace_key"] for r in await cur.fetchall()] == [a.key]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        async with app.db.tenant(a.key) as conn:
+            await conn.execute(
+                "INSERT INTO tool_result_blobs (workspace_key, id, content, byte_size, line_count, expires_at)"
+                " VALUES (%s, %s, 'x', 1, 1, now() + interval '1 day')",
+                (b.key, uuid.uuid4()),
+            )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # blobs are immutable for tenants
+        async with app.db.tenant(a.key) as conn:
+            await conn.execute("UPDATE tool_result_blobs SET content = 'forged'")
+    with pytest.raises(_UndoError) as undone:
+        await _delete_all_then_roll_back(app, a.key)
+    assert undone.value.rowcount == 1  # A's blob, never B's
+    assert await _exists(app, blob_a.ref)
+    assert await _exists(app, blob_b.ref)
+
+
+async def test_delete_by_scope_erases_only_matching_blobs(app: App, tenant_factory: TenantFactory) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    mine = await _put(app, a, scope=Scope(user_id="erase-me", session_id="s1"))
+    other_user = await _put(app, a, scope=Scope(user_id="keep-me", session_id="s1"))
+    other_ws = await _put(app, b, scope=Scope(user_id="erase-me", session_id="s1"))
+    async with app.db.tenant(a.key) as conn:
+        assert await ToolResultBlobStore().delete_by_scope(conn, a, Scope(user_id="erase-me")) == 1
+        with pytest.raises(ValueError, match="non-empty scope"):
+            await ToolResultBlobStore().delete_by_scope(conn, a, Scope())
+    assert not await _exists(app, mine.ref)
+    assert await _exists(app, other_user.ref)
+    assert await _exists(app, other_ws.ref)
+
+
+async def test_delete_expired_removes_only_expired_blobs_of_every_workspace(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    # Times far in the past, so blobs of other tests (stored at the real time) are never
+    # expired at `cutoff`.
+    base = datetime(1990, 1, 1, tzinfo=UTC) + timedelta(minutes=secrets.randbelow(10**6))
+    cutoff = base + timedelta(minutes=90)
+    expired = [
+        await _put(app, a, now=base, retention=timedelta(minutes=30)),
+        await _put(app, b, now=base, retention=timedelta(minutes=60)),
+        await _put(app, a, now=base, retention=timedelta(minutes=90)),  # expires_at == cutoff: expired
+    ]
+    alive = [
+        await _put(app, a, now=base, retention=timedelta(minutes=91)),
+        await _put(app, b, now=base, retention=timedelta(days=1)),
+    ]
+    deleted = await ToolResultBlobStore().delete_expired(app.db, now=cutoff, batch_size=2)  # 2 batches
+    assert deleted >= len(expired)
+    for blob in expired:
+        assert not await _exists(app, blob.ref)
+    for blob in alive:
+        assert await _exists(app, blob.ref)
+    assert await ToolResultBlobStore().delete_expired(app.db, now=base) == 0
+    with pytest.raises(ValueError, match="batch_size"):
+        await ToolResultBlobStore().delete_expired(app.db, now=cutoff, batch_size=0)
+
+
+async def test_blob_cleaner_runs_by_itself(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    long_ago = datetime.now(UTC) - timedelta(days=10)
+    expired = await _put(app, ws, now=long_ago, retention=timedelta(hours=1))
+    alive = await _put(app, ws)
+    cleaner = BlobCleaner(ToolResultBlobStore(), app.db, interval_seconds=0.2)
+    cleaner.start()
+    cleaner.start()  # idempotent
+    try:
+        for _ in range(100):
+            if not await _exists(app, expired.ref):
+                break
+            await asyncio.sleep(0.05)
+        assert not await _exists(app, expired.ref)
+        assert await _exists(app, alive.ref)
+        runs = cleaner.stats.runs
+        await asyncio.sleep(0.5)
+        assert cleaner.stats.runs > runs  # it keeps running every interval
+        assert cleaner.running
+    finally:
+        await cleaner.stop()
+    assert not cleaner.running
+    await cleaner.stop()  # idempotent
+
+
+async def test_blob_cleaner_survives_database_errors(
+    app: App, tenant_factory: TenantFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await tenant_factory()
+    expired = await _put(app, ws, now=datetime.now(UTC) - timedelta(days=1), retention=timedelta(hours=1))
+    failures = 2
+
+    class FlakyStore(ToolResultBlobStore):
+        async def delete_expired(self, db: Database, *, now: datetime, batch_size: int = 1000) -> int:
+            nonlocal failures
+            if failures:
+                failures -= 1
+                raise psycopg.OperationalError("connection lost")
+            return await super().delete_expired(db, now=now, batch_size=batch_size)
+
+    cleaner = BlobCleaner(FlakyStore(), app.db, interval_seconds=0.1)
+    cleaner.start()
+    try:
+        for _ in range(100):
+            if not await _exists(app, expired.ref):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await cleaner.stop()
+    assert not await _exists(app, expired.ref)
+    assert cleaner.stats.failures == 2
+    assert "blob cleanup failed" in caplog.text
+    assert OUTPUT not in caplog.text  # counts, never content
+
+
+async def test_deleting_a_workspace_deletes_its_blobs(app: App, tenant_factory: TenantFactory) -> None:
+    doomed, kept = await tenant_factory(), await tenant_factory()
+    gone = [await _put(app, doomed), await _put(app, doomed)]
+    stays = await _put(app, kept)
+    await app.admin.delete_workspace(doomed.name)
+    async with app.db.admin() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM tool_result_blobs WHERE workspace_key = %s", (doomed.key,))
+        row = await cur.fetchone()
+    assert row is not None
+    assert row["n"] == 0
+    for blob in gone:
+        assert not await _exists(app, blob.ref)
+    assert await _exists(app, stays.ref)
+
+
+# --------------------------------------------------------------------------- transcripts
+
+
+def _context(
+    msg_id: str, role: MessageRole, *blocks: TextBlock | ToolUseBlock | ToolResultBlock, name: str = ""
+) -> ContextMessage:
+    return ContextMessage(role=role, blocks=blocks, name=name, id=msg_id)
+
+
+async def test_record_compacted_marks_known_messages_and_appends_the_rest(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    ws = await tenant_factory()
+    store = TranscriptStore()
+    said = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    now = datetime(2026, 3, 1, 13, 0, tzinfo=UTC)
+    async with app.db.tenant(ws.key) as conn:  # as WriteConversation writes
+        written = await store.append(
+            conn,
+            ws,
+            SCOPE,
+            [
+                ConversationMessage("list the files", MessageRole.USER, id="m1", created_at=said),
+                ConversationMessage("sure", MessageRole.ASSISTANT),
+            ],
+            now=now,
+        )
+    assert written == ["m1", "#2"]
+    trunc = Truncation(str(uuid.uuid4()), 312_345, 4, 100, 2, 7, datetime(2026, 3, 4, 13, 0, tzinfo=UTC))
+    compacted = [
+        _context("m1", MessageRole.USER, TextBlock("list the files (as the agent holds it)")),
+        _context("#2", MessageRole.ASSISTANT, TextBlock("sure")),
+        _context("t1", MessageRole.ASSISTANT, ToolUseBlock("call-1", "shell", '{"cmd": "ls"}')),
+        _context("", MessageRole.TOOL, ToolResultBlock("call-1", "a\nb", name="shell", truncation=trunc)),
+        _context("#99", MessageRole.ASSISTANT, TextBlock("an id from another transcript"), name="bot"),
+        _context("t1", MessageRole.ASSISTANT, ToolUseBlock("call-1", "shell", '{"cmd": "ls"}')),  # repeated
+    ]
+    async with app.db.tenant(ws.key) as conn:
+        ids = await store.record_compacted(conn, ws, SCOPE, compacted, now=now)
+    assert ids == ["m1", "#2", "t1", "#4", "#5", "t1"]
+    async with app.db.tenant(ws.key) as conn:
+        await store.append(conn, ws, SCOPE, [ConversationMessage("next", MessageRole.USER)], now=now)
+        entries = await store.page(conn, ws, "s1", after_seq=0, limit=100)
+    assert [(e.seq, e.message.id, e.compacted) for e in entries] == [
+        (1, "m1", True),
+        (2, "#2", True),
+        (3, "t1", True),
+        (4, "#4", True),
+        (5, "#5", True),
+        (6, "#6", False),
+    ]
+    # Known messages are marked, not rewritten: m1 keeps its WriteConversation text.
+    first = entries[0].message
+    assert (first.role, first.blocks, first.created_at) == (MessageRole.USER, (TextBlock("list the files"),), said)
+    # Appended ones keep their blocks (truncation included), name, and get `now`.
+    assert entries[2].message.blocks == compacted[2].blocks
+    assert entries[3].message.blocks == compacted[3].blocks
+    assert entries[3].message.role == MessageRole.TOOL
+    assert entries[4].message.name == "bot"
+    assert entries[4].message.created_at == now
+    assert entries[5].message.blocks == (TextBlock("next"),)
+    # content is the plain-text rendering (search and other readers of the column).
+    async with app.db.tenant(ws.key) as conn:
+        cur = await conn.execute(
+            "SELECT content, blocks IS NULL AS plain FROM transcript_messages WHERE workspace_key = %s"
+            " AND session_id = 's1' ORDER BY seq",
+            (ws.key,),
+        )
+        rows = await cur.fetchall()
+    assert rows[3]["content"] == compacted[3].text()
+    assert [r["plain"] for r in rows] == [True, True, False, False, False, True]
+
+
+async def test_record_compacted_twice_is_stable(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    store = TranscriptStore()
+    now = datetime.now(UTC)
+    messages = [_context("x1", MessageRole.USER, TextBlock("hi")), _context("", MessageRole.ASSISTANT, TextBlock("yo"))]
+    async with app.db.tenant(ws.key) as conn:
+        first = await store.record_compacted(conn, ws, SCOPE, messages, now=now)
+    again = [messages[0], _context(first[1], MessageRole.ASSISTANT, TextBlock("yo"))]  # ids as GetTranscript gave
+    async with app.db.tenant(ws.key) as conn:
+        second = await store.record_compacted(conn, ws, SCOPE, again, now=now)
+        entries = await store.page(conn, ws, "s1", after_seq=0, limit=10)
+    assert first == second == ["x1", "#2"]
+    assert len(entries) == 2
+    with pytest.raises(ValueError, match="session_id"):
+        async with app.db.tenant(ws.key) as conn:
+            await store.record_compacted(conn, ws, Scope(user_id="u"), messages, now=now)
+
+
+async def test_page_is_ordered_bounded_and_per_session(app: App, tenant_factory: TenantFactory) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    store = TranscriptStore()
+    now = datetime.now(UTC)
+    async with app.db.tenant(a.key) as conn:
+        await store.append(
+            conn, a, SCOPE, [ConversationMessage(f"m{i}", MessageRole.USER) for i in range(1, 8)], now=now
+        )
+        await store.append(
+            conn, a, Scope(session_id="other"), [ConversationMessage("elsewhere", MessageRole.USER)], now=now
+        )
+    async with app.db.tenant(b.key) as conn:
+        await store.append(conn, b, SCOPE, [ConversationMessage("b's", MessageRole.USER)], now=now)
+    async with app.db.tenant(a.key) as conn:
+        page1 = await store.page(conn, a, "s1", after_seq=0, limit=3)
+        page3 = await store.page(conn, a, "s1", after_seq=6, limit=3)
+        missing = await store.page(conn, a, "nope", after_seq=0, limit=3)
+    assert [e.seq for e in page1] == [1, 2, 3]
+    assert [e.message.text() for e in page1] == ["m1", "m2", "m3"]
+    assert [e.seq for e in page3] == [7]
+    assert missing == []
+
+
+# --------------------------------------------------------------------------- migration
+
+
+@pytest.fixture
+async def empty_database(pg_dsn: str) -> AsyncIterator[str]:
+    """DSN of a new, empty database on the test server."""
+    name = f"mig_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        try:
+            await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("the test DSN's user may not create databases")
+    yield make_conninfo(pg_dsn, dbname=name)
+    if os.environ.get("MEMPLANE_TEST_DSN"):  # the embedded server is thrown away whole
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+async def test_migration_0003_upgrades_a_database_holding_data(empty_database: str) -> None:
+    earlier = [(v, n, t) for v, n, t in _migrations() if v < 3]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, name, text in earlier:
+            await conn.execute(text.encode())
+            await conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        cur = await conn.execute(
+            "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('old', 'm', 3) RETURNING key"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        key = row[0]
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF transcript_messages FOR VALUES IN ({})").format(
+                sql.Identifier(f"transcript_messages_w{key}"), sql.Literal(key)
+            )
+        )
+        await conn.execute(
+            "INSERT INTO transcript_messages (workspace_key, session_id, seq, message_id, role, content, created_at)"
+            " VALUES (%s, 's', 1, 'm1', 'user', 'hello', now())",
+            (key,),
+        )
+    assert await apply_migrations(empty_database) == ["0003_compaction.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database) as conn:
+        cur = await conn.execute(
+            "SELECT w.token_encoding, t.blocks FROM workspaces w JOIN transcript_messages t ON t.workspace_key = w.key"
+        )
+        assert await cur.fetchall() == [("o200k_base", None)]
+        # The existing partition got the column, and takes structured rows.
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (workspace_key, session_id, seq, message_id, role, content, created_at, blocks)"
+                " VALUES (%s, 's', 2, 'm2', 'tool', 'x', now(), '[]')"
+            ).format(sql.Identifier(f"transcript_messages_w{key}")),
+            (key,),
+        )
+        cur = await conn.execute("SELECT relrowsecurity FROM pg_class WHERE relname = 'tool_result_blobs'")
+        assert await cur.fetchall() == [(True,)]
+    assert await apply_migrations(empty_database) == []
