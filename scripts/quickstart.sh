@@ -4,7 +4,7 @@
 #   2. start `memplane serve` (embedded PostgreSQL 18 + pgvector under $MEMPLANE_DATA_DIR,
 #      default ~/.local/share/memplane; first run creates workspace "default" and keys),
 #   3. import LoCoMo through the gRPC API, one workspace per conversation,
-#   4. answer a search, then stop the server.
+#   4. answer a search, replay a conversation through CompactionService, then stop the server.
 # LOCOMO=path/to/locomo10.json (default: ../shared/data/locomo/locomo10.json)
 # CONVERSATIONS=N imports only the first N conversations (default: all 10, ~3 min).
 set -euo pipefail
@@ -45,3 +45,7 @@ echo "\$ memplane add 'I switched from coffee to green tea last spring' --user-i
 memplane add "I switched from coffee to green tea last spring" --user-id me
 echo "\$ memplane search 'what does the user drink?' --user-id me"
 memplane search "what does the user drink?" --user-id me
+
+echo
+echo "\$ memplane compact locomo \"$LOCOMO\" --sessions 8 --max-input-tokens 4000   # CompactionService"
+memplane compact locomo "$LOCOMO" --sessions 8 --max-input-tokens 4000

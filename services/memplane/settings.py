@@ -167,6 +167,13 @@ class CompactionSettings(BaseModel):
         default=0.95, gt=0, le=1, description="ReMe's threshold = max_input_tokens * compact_ratio * 0.95."
     )
     reserve_tokens: int = Field(default=10_000, gt=0, description="Recent tokens kept uncompacted (ReMe: 10,000).")
+    reserve_ratio: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="The default reserve is at most this share of the window (ReMe/CoPaw memory_reserve_ratio), "
+        "so a 4,000-token window keeps 400 tokens rather than everything.",
+    )
     max_summary_tokens: int = Field(default=2_000, gt=0, description="Token budget of a summary.")
     max_messages: int = Field(default=100_000, gt=0, description="Messages in one context request.")
     recent_tool_result_bytes: int = Field(

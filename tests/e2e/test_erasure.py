@@ -3,12 +3,14 @@ in the workspace's rows (memories, history, transcripts, idempotency records).""
 
 from __future__ import annotations
 
+import pytest
 from psycopg import sql
 
 from memplane.app import App
-from memplane.v1 import memory_pb2, writeback_pb2
+from memplane.errors import NotFoundError
+from memplane.v1 import compaction_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
-from tests.support import list_all, mem
+from tests.support import list_all, mem, tool_output
 
 SECRETS = ("confidential-diagnosis-xyz", "pin-code-4242")
 ALICE = memory_pb2.Scope(user_id="alice", session_id="s-alice")
@@ -56,3 +58,20 @@ async def test_erased_text_is_gone_from_memories_history_and_transcripts(app: Ap
 async def test_erased_text_is_gone_from_idempotency_records(app: App, workspace: TestWorkspace) -> None:
     await _erase_alice(workspace)
     assert await _rows_mentioning_secrets(app, workspace, "idempotency_keys", "result::text") == 0
+
+
+async def test_erasing_a_scope_erases_its_stored_tool_outputs(workspace: TestWorkspace) -> None:
+    client = workspace.client
+    small = compaction_pb2.ToolResultLimits(recent_max_bytes=256)
+    secret_output = tool_output("c1", f"patient record {SECRETS[0]}\n" * 100)
+    alice = await client.compact_tool_results([secret_output], limits=small, scope=ALICE)
+    bob = await client.compact_tool_results(
+        [tool_output("c2", "bob's build log\n" * 100)], limits=small, scope=memory_pb2.Scope(user_id="bob")
+    )
+    alice_ref = alice.messages[0].content[0].tool_result.truncation.ref
+    bob_ref = bob.messages[0].content[0].tool_result.truncation.ref
+    assert SECRETS[0] in (await client.read_tool_result(alice_ref)).text
+    await client.delete_memories_by_scope(memory_pb2.Scope(user_id="alice"))
+    with pytest.raises(NotFoundError):
+        await client.read_tool_result(alice_ref)
+    assert (await client.read_tool_result(bob_ref)).text.startswith("bob's build log")

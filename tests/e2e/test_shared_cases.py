@@ -1,5 +1,7 @@
 """The shared cases C001 to C005 (/work/shared/cases/cases.jsonl), inputs inlined, run over
-gRPC against the real server and database. C006 to C008 belong to the compaction service."""
+gRPC against the real server and database. C006 to C008 belong to the compaction service:
+`test_c006_*` in test_compaction_context.py, `test_c007_*` in test_compaction_summaries.py,
+`test_c008_*` in test_compaction_tool_results.py."""
 
 from __future__ import annotations
 

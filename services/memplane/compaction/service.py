@@ -157,6 +157,12 @@ class CompactionService:
         except ValueError:
             raise InvalidArgumentError(FieldViolation(field, "must be 'zh', 'en' or empty (detect)")) from None
 
+    def _default_reserve(self, window_tokens: float) -> int:
+        """ReMe's reserve (10,000 tokens), but at most `reserve_ratio` (10%) of the model's
+        window (CoPaw's memory_reserve_ratio), so a small window still compacts; >= 1."""
+        s = self._settings
+        return max(1, min(s.reserve_tokens, int(window_tokens * s.reserve_ratio)))
+
     def default_tool_limits(self) -> ToolResultLimits:
         """The server's tool-output limits."""
         s = self._settings
@@ -198,7 +204,7 @@ class CompactionService:
             system_prompt=system_prompt,
             previous_summary=previous_summary,
             threshold=threshold,
-            reserve=reserve_tokens,
+            reserve=reserve_tokens or self._default_reserve(threshold / (s.compact_ratio * s.safety_factor)),
         )
         return split, counter.encoding
 
@@ -219,7 +225,7 @@ class CompactionService:
             system_prompt_tokens=system_tokens,
             previous_summary_tokens=summary_tokens,
             threshold_tokens=threshold,
-            reserve_tokens=reserve or self._settings.reserve_tokens,
+            reserve_tokens=reserve,
         )
 
     # -- compact messages ------------------------------------------------------------
@@ -476,7 +482,7 @@ class CompactionService:
             system_prompt=o.system_prompt,
             previous_summary=o.previous_summary,
             threshold=threshold,
-            reserve=o.reserve_tokens,
+            reserve=o.reserve_tokens or self._default_reserve(window),
         )
         if not (split.needs_compaction and split.keep_from > 0 and split.valid):
             return Prepared(current, o.previous_summary, split, counter.encoding, None, truncated, [])
@@ -486,7 +492,8 @@ class CompactionService:
             older,
             previous_summary=o.previous_summary,
             language=o.language,
-            max_summary_tokens=o.max_summary_tokens,
+            # The summary shares the window too: at most 10% of it by default.
+            max_summary_tokens=o.max_summary_tokens or max(100, min(s.max_summary_tokens, int(window * 0.1))),
             summarizer=o.summarizer,
             scope=o.scope,
             encoding=counter.encoding,

@@ -325,7 +325,9 @@ class CheckContextRequest(_message.Message):
     `128,000 × 0.7 × 0.95`.
     """
     reserve_tokens: _builtins.int
-    """Tokens of recent messages to keep when compacting; 0 means 10,000 (ReMe)."""
+    """Tokens of recent messages to keep when compacting; 0 means ReMe's 10,000, at most
+    10% of the window the threshold implies (threshold / 0.665).
+    """
     encoding: _builtins.str
     """Token encoding: cl100k_base, o200k_base, o200k_harmony, llama3 or qwen3; empty
     means the workspace default.
@@ -809,7 +811,9 @@ class PrepareContextRequest(_message.Message):
     max_input_tokens × compact_ratio × 0.95.
     """
     reserve_tokens: _builtins.int
-    """Tokens of recent messages to keep; 0 means 10,000 (ReMe)."""
+    """Tokens of recent messages to keep; 0 means ReMe's 10,000, at most 10% of
+    max_input_tokens (ReMe/CoPaw's memory_reserve_ratio).
+    """
     skip_tool_result_compaction: _builtins.bool
     """Skip the tool-output step."""
     encoding: _builtins.str
@@ -817,7 +821,9 @@ class PrepareContextRequest(_message.Message):
     language: _builtins.str
     """"zh" or "en"; empty detects it."""
     max_summary_tokens: _builtins.int
-    """Summary budget in tokens; 0 means 2,000."""
+    """Summary budget in tokens; 0 means 2,000, at most 10% of max_input_tokens (the
+    summary is sent in the same window), at least 100.
+    """
     summarizer: Global___SummarizerChoice.ValueType
     """Which summariser to use."""
     write_memories: _builtins.bool
