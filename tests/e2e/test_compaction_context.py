@@ -7,7 +7,7 @@ import pytest
 import quicktok
 
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import InvalidArgumentError
+from memplane.errors import InvalidArgumentError, MessageTooLargeError
 from memplane.v1 import compaction_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 from tests.support import fields, text_message, tool_call, tool_output
@@ -225,3 +225,9 @@ async def test_prepare_context_rejects_bad_knobs(workspace: TestWorkspace) -> No
             chat(2), tool_result_limits=compaction_pb2.ToolResultLimits(old_max_bytes=-5)
         )
     assert fields(caught.value) == ["tool_result_limits.old_max_bytes"]
+
+
+async def test_a_request_over_the_grpc_message_limit_is_reported_as_such(workspace: TestWorkspace) -> None:
+    huge = text_message("user", "x" * (17 * 1024 * 1024))  # over the default 16 MiB
+    with pytest.raises(MessageTooLargeError, match="larger than max"):
+        await workspace.client.check_context([huge])

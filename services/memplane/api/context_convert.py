@@ -6,7 +6,8 @@ and all violations of a request are reported together (one INVALID_ARGUMENT).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from memplane.api.convert import ROLES, timestamp, to_datetime
 from memplane.domain.context import (
@@ -63,33 +64,48 @@ def _truncation_from_proto(v: Violations, field: str, t: compaction_pb2.ToolResu
 
 
 def _block_from_proto(
-    v: Violations, field: str, block: compaction_pb2.ContentBlock, limits: LimitsSettings
+    v: Violations, path: Callable[[], str], block: compaction_pb2.ContentBlock, max_id_bytes: int
 ) -> Block | None:
+    """One block; *path* builds the block's field path only when a violation needs it
+    (a 1M-token request holds ~10,000 blocks: formatting paths eagerly cost more than
+    counting their tokens)."""
     kind = block.WhichOneof("block")
     if kind == "text":
-        _no_nul(v, f"{field}.text.text", block.text.text)
-        return TextBlock(block.text.text)
+        text = block.text.text
+        if "\x00" in text:
+            v.add(f"{path()}.text.text", _NUL)
+        return TextBlock(text)
     if kind == "tool_use":
         use = block.tool_use
-        _id(v, f"{field}.tool_use.id", use.id, limits, required=True)
-        check_text(v, f"{field}.tool_use.name", use.name, limits.max_id_bytes)
-        _no_nul(v, f"{field}.tool_use.input_json", use.input_json)
-        return ToolUseBlock(id=use.id, name=use.name, input_json=use.input_json or "{}")
+        uid, name, args = use.id, use.name, use.input_json
+        if not uid.strip() or len(uid) > max_id_bytes // 4 or len(name) > max_id_bytes // 4 or "\x00" in args + uid:
+            _check_tool_use(v, path(), uid, name, args, max_id_bytes=max_id_bytes)
+        return ToolUseBlock(id=uid, name=name, input_json=args or "{}")
     if kind == "tool_result":
         result = block.tool_result
-        _id(v, f"{field}.tool_result.tool_use_id", result.tool_use_id, limits, required=True)
-        check_text(v, f"{field}.tool_result.name", result.name, limits.max_id_bytes)
-        _no_nul(v, f"{field}.tool_result.output", result.output)
+        uid, name, output = result.tool_use_id, result.name, result.output
+        if not uid.strip() or len(uid) > max_id_bytes // 4 or len(name) > max_id_bytes // 4 or "\x00" in output:
+            _check_tool_result(v, path(), uid, name, output, max_id_bytes=max_id_bytes)
         truncation = (
-            _truncation_from_proto(v, f"{field}.tool_result.truncation", result.truncation)
+            _truncation_from_proto(v, f"{path()}.tool_result.truncation", result.truncation)
             if result.HasField("truncation")
             else None
         )
-        return ToolResultBlock(
-            tool_use_id=result.tool_use_id, output=result.output, name=result.name, truncation=truncation
-        )
-    v.add(field, "must set one of text, tool_use or tool_result")
+        return ToolResultBlock(tool_use_id=uid, output=output, name=name, truncation=truncation)
+    v.add(path(), "must set one of text, tool_use or tool_result")
     return None
+
+
+def _check_tool_use(v: Violations, field: str, uid: str, name: str, args: str, *, max_id_bytes: int) -> None:
+    check_text(v, f"{field}.tool_use.id", uid, max_id_bytes, required=True)
+    check_text(v, f"{field}.tool_use.name", name, max_id_bytes)
+    _no_nul(v, f"{field}.tool_use.input_json", args)
+
+
+def _check_tool_result(v: Violations, field: str, uid: str, name: str, output: str, *, max_id_bytes: int) -> None:
+    check_text(v, f"{field}.tool_result.tool_use_id", uid, max_id_bytes, required=True)
+    check_text(v, f"{field}.tool_result.name", name, max_id_bytes)
+    _no_nul(v, f"{field}.tool_result.output", output)
 
 
 def messages_from_proto(
@@ -103,42 +119,62 @@ def messages_from_proto(
     """Domain messages of a request. Raises `InvalidArgumentError` listing every bad field:
     a missing role, a message without content blocks, an empty block, a tool call without
     id, ids over `limits.max_id_bytes` or starting with "#", NUL characters, more than
-    *max_messages* messages, or none when *required*."""
+    *max_messages* messages, or none when *required*. Linear in the request size; field
+    paths are formatted only for violations."""
     v = Violations()
     if required and not messages:
         v.add(field, "must hold at least one message")
     if len(messages) > max_messages:
         v.add(field, f"holds {len(messages)} messages; the limit is {max_messages}")
         v.raise_if_any()
+    max_id = limits.max_id_bytes
     out: list[ContextMessage] = []
+    roles = ROLES
     for i, message in enumerate(messages):
-        path = f"{field}[{i}]"
-        if message.role not in ROLES:
-            v.add(f"{path}.role", "must be SYSTEM, USER, ASSISTANT or TOOL")
-        _id(v, f"{path}.id", message.id, limits, required=False)
-        if message.id.startswith("#"):
-            v.add(f"{path}.id", "must not start with '#' (reserved for server-numbered transcript ids)")
-        check_text(v, f"{path}.name", message.name, limits.max_id_bytes)
-        if not message.content:
-            v.add(f"{path}.content", "must hold at least one content block")
-        blocks = [_block_from_proto(v, f"{path}.content[{j}]", b, limits) for j, b in enumerate(message.content)]
+        role = roles.get(message.role)
+        mid, name, content = message.id, message.name, message.content
+        if (
+            role is None
+            or not content
+            or mid.startswith("#")
+            or len(mid) > max_id // 4  # a code point is at most 4 bytes: shorter ids surely fit
+            or len(name) > max_id // 4
+            or "\x00" in mid
+            or "\x00" in name
+        ):
+            _check_message(v, f"{field}[{i}]", message, limits)
+        blocks: list[Block] = []
+        for j, b in enumerate(content):
+            block = _block_from_proto(v, functools.partial(_block_path, field, i, j), b, max_id)
+            if block is not None:
+                blocks.append(block)
         created = None
         if message.HasField("create_time"):
             try:
-                created = to_datetime(message.create_time, f"{path}.create_time")
+                created = to_datetime(message.create_time, f"{field}[{i}].create_time")
             except Exception:
-                v.add(f"{path}.create_time", "must be a valid Timestamp from 0001-01-01 to 9999-12-31 UTC")
+                v.add(f"{field}[{i}].create_time", "must be a valid Timestamp from 0001-01-01 to 9999-12-31 UTC")
         out.append(
-            ContextMessage(
-                role=ROLES.get(message.role, MessageRole.USER),
-                blocks=tuple(b for b in blocks if b is not None),
-                name=message.name,
-                id=message.id,
-                created_at=created,
-            )
+            ContextMessage(role=role or MessageRole.USER, blocks=tuple(blocks), name=name, id=mid, created_at=created)
         )
     v.raise_if_any()
     return out
+
+
+def _block_path(field: str, i: int, j: int) -> str:
+    return f"{field}[{i}].content[{j}]"
+
+
+def _check_message(v: Violations, path: str, message: compaction_pb2.ContextMessage, limits: LimitsSettings) -> None:
+    """The slow, exact checks of one message's own fields (run when the fast test fails)."""
+    if message.role not in ROLES:
+        v.add(f"{path}.role", "must be SYSTEM, USER, ASSISTANT or TOOL")
+    _id(v, f"{path}.id", message.id, limits, required=False)
+    if message.id.startswith("#"):
+        v.add(f"{path}.id", "must not start with '#' (reserved for server-numbered transcript ids)")
+    check_text(v, f"{path}.name", message.name, limits.max_id_bytes)
+    if not message.content:
+        v.add(f"{path}.content", "must hold at least one content block")
 
 
 def _block_to_proto(block: Block) -> compaction_pb2.ContentBlock:

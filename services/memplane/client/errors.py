@@ -68,7 +68,11 @@ def _typed(  # noqa: PLR0911 - one return per status code
     if code == grpc.StatusCode.ABORTED:
         return _version_conflict(message)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return errors.QuotaExceededError(*quota) if quota[0] else errors.QuotaExceededError("quota", message)
+        if quota[0]:  # memplane's own quota refusals always carry a QuotaFailure
+            return errors.QuotaExceededError(*quota)
+        if "larger than max" in message:  # gRPC's "Received message larger than max (n vs. m)"
+            return errors.MessageTooLargeError(message)
+        return errors.MemplaneError(f"{code.name}: {message}")
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         mismatch = reason == errors.EmbeddingMismatchError.reason
         return (errors.EmbeddingMismatchError if mismatch else errors.FailedPreconditionError)(message)

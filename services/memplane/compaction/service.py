@@ -11,6 +11,7 @@ The loss-proof rules, each enforced here:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,18 @@ from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
 _log = logging.getLogger(__name__)
 
 NO_SCOPE = Scope()
+
+
+# Contexts with more messages than this are counted off the event loop (quicktok
+# releases the GIL while it encodes, so the loop keeps serving other calls).
+OFFLOAD_MESSAGES = 512
+
+
+async def count_messages(counter: TokenCounter, messages: Sequence[ContextMessage]) -> list[int]:
+    """Tokens of each message; in a worker thread for large contexts."""
+    if len(messages) <= OFFLOAD_MESSAGES:
+        return counter.count_messages(messages)
+    return await asyncio.to_thread(counter.count_messages, messages)
 
 
 class MemoryWriter(Protocol):
@@ -174,7 +187,7 @@ class CompactionService:
         )
 
     # -- check context -------------------------------------------------------------
-    def check_context(
+    async def check_context(
         self,
         workspace: Workspace,
         messages: Sequence[ContextMessage],
@@ -198,7 +211,7 @@ class CompactionService:
         counter = self._counter(workspace, encoding)
         s = self._settings
         threshold = threshold_tokens or int(s.max_input_tokens * s.compact_ratio * s.safety_factor)
-        split = self._split(
+        split = await self._split(
             counter=counter,
             messages=messages,
             system_prompt=system_prompt,
@@ -208,7 +221,7 @@ class CompactionService:
         )
         return split, counter.encoding
 
-    def _split(
+    async def _split(
         self,
         *,
         counter: TokenCounter,
@@ -221,7 +234,7 @@ class CompactionService:
         system_tokens, summary_tokens = counter.count_texts([system_prompt, previous_summary])
         return split_context(
             messages,
-            counter.count_messages(messages),
+            await count_messages(counter, messages),
             system_prompt_tokens=system_tokens,
             previous_summary_tokens=summary_tokens,
             threshold_tokens=threshold,
@@ -258,7 +271,7 @@ class CompactionService:
         if summarizer is SummarizerChoice.LLM and self._llm is None:
             raise FailedPreconditionError("no LLM is configured on this server (set MEMPLANE_LLM__BASE_URL)")
         budget = max_summary_tokens or self._settings.max_summary_tokens
-        input_tokens = sum(counter.count_messages(messages))
+        input_tokens = sum(await count_messages(counter, messages))
         llm = self._llm if summarizer is not SummarizerChoice.EXTRACTIVE else None
         method = SummaryMethod.LLM if llm is not None else SummaryMethod.EXTRACTIVE
         try:
@@ -476,7 +489,7 @@ class CompactionService:
             current, truncated = tools.messages, tools.truncated_count
         window = o.max_input_tokens or s.max_input_tokens
         threshold = int(window * (o.compact_ratio or s.compact_ratio) * s.safety_factor)
-        split = self._split(
+        split = await self._split(
             counter=counter,
             messages=current,
             system_prompt=o.system_prompt,
