@@ -81,13 +81,13 @@ async def test_split_walks_back_from_the_newest_until_the_reserve(workspace: Tes
     messages = chat(20)
     counts = list((await workspace.client.check_context(messages)).message_tokens)
     reserve = sum(counts[-4:])  # exactly the last four messages fit
-    split = await workspace.client.check_context(messages, threshold_tokens=100, reserve_tokens=reserve)
+    split = await workspace.client.check_context(messages, threshold_tokens=reserve + 1, reserve_tokens=reserve)
     assert split.needs_compaction
     assert split.valid
     assert split.keep_from_index == 16
     assert split.kept_tokens == reserve
     assert not split.over_reserve
-    assert split.threshold_tokens == 100
+    assert split.threshold_tokens == reserve + 1
 
 
 async def test_the_default_threshold_is_remes(workspace: TestWorkspace) -> None:
@@ -116,7 +116,8 @@ async def test_a_user_turn_is_not_split_from_the_assistant_reply(workspace: Test
     counts = list((await workspace.client.check_context(messages)).message_tokens)
     # Room for the last three messages: a boundary before message 8 (assistant) would
     # separate it from user message 7, so 7 comes along.
-    split = await workspace.client.check_context(messages, threshold_tokens=100, reserve_tokens=sum(counts[-3:]))
+    reserve = sum(counts[-3:])
+    split = await workspace.client.check_context(messages, threshold_tokens=reserve + 1, reserve_tokens=reserve)
     assert split.keep_from_index == 6
     assert split.over_reserve  # the pair costs more than the reserve; still kept whole
 
@@ -139,7 +140,8 @@ async def test_a_tool_result_before_its_call_across_the_split_is_reported_invali
         text_message("user", "next question"),
     ]
     counts = list((await workspace.client.check_context(messages)).message_tokens)
-    split = await workspace.client.check_context(messages, threshold_tokens=10, reserve_tokens=sum(counts[-2:]))
+    reserve = sum(counts[-2:])
+    split = await workspace.client.check_context(messages, threshold_tokens=reserve + 1, reserve_tokens=reserve)
     assert not split.valid
     assert any("call_x" in p for p in split.problems)
 
@@ -231,3 +233,31 @@ async def test_a_request_over_the_grpc_message_limit_is_reported_as_such(workspa
     huge = text_message("user", "x" * (17 * 1024 * 1024))  # over the default 16 MiB
     with pytest.raises(MessageTooLargeError, match="larger than max"):
         await workspace.client.check_context([huge])
+
+
+async def test_a_reserve_not_below_the_threshold_is_refused(workspace: TestWorkspace) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.check_context(chat(4), threshold_tokens=500, reserve_tokens=500)
+    assert fields(caught.value) == ["reserve_tokens"]
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.prepare_context(chat(4), max_input_tokens=5000, reserve_tokens=100_000)
+    assert fields(caught.value) == ["reserve_tokens"]
+
+
+async def test_repeated_message_ids_are_refused(workspace: TestWorkspace) -> None:
+    messages = [text_message("user", "first", id="same"), text_message("assistant", "second", id="same")]
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.check_context(messages)
+    assert fields(caught.value) == ["messages[1].id"]
+
+
+async def test_text_that_looks_like_special_tokens_is_counted_as_text(workspace: TestWorkspace) -> None:
+    text = "GPT-2 ends documents with <|endoftext|> and chat templates use <|im_start|> markers."
+    split = await workspace.client.check_context([text_message("user", text)], previous_summary=f"- {text}")
+    enc = quicktok.get_encoding("o200k_base")
+    assert split.previous_summary_tokens == len(enc.encode_ordinary(f"- {text}"))
+    result = await workspace.client.compact_messages(
+        [text_message("user", text), text_message("assistant", "Noted, the markers are plain text here.")],
+        previous_summary=f"- {text}",
+    )
+    assert result.compacted  # no summariser failure on special-token text

@@ -8,19 +8,21 @@ previous summary comes back whole and that no message is marked compacted.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import FailedPreconditionError, InvalidArgumentError
+from memplane.errors import FailedPreconditionError, InvalidArgumentError, QuotaExceededError
 from memplane.v1 import compaction_pb2, memory_pb2
 from tests.fake_llm import Delay, FakeLLM, HttpError
 from tests.fix_llm import LLM_TIMEOUT_SECONDS
-from tests.fix_server import TestWorkspace
-from tests.support import fields, text_message, tool_call, tool_output
+from tests.fix_server import TestWorkspace, WorkspaceFactory
+from tests.support import fields, mem, text_message, tool_call, tool_output
 
 T0 = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 HEADINGS_EN = (
@@ -128,10 +130,12 @@ async def test_prose_wrapped_json_is_accepted(llm: FakeLLM, llm_client: AsyncMem
     [
         ("Hello! How can I help you today?", "section"),  # C007: no sections at all
         (json.dumps({"goal": ["only a goal"]}), "section"),
+        (json.dumps({key: [] for key in GOOD}), "nothing"),  # six empty sections
+        (json.dumps({**GOOD, "progress": ["step " * 9000]}), "budget"),  # far over 2,000 tokens
         (HttpError(500, "upstream exploded"), "500"),
         (Delay(LLM_TIMEOUT_SECONDS + 1.5, json.dumps(GOOD)), "time"),
     ],
-    ids=["greeting", "missing-sections", "http-500", "timeout"],
+    ids=["greeting", "missing-sections", "empty-sections", "over-budget", "http-500", "timeout"],
 )
 async def test_c007_a_failed_summariser_keeps_the_previous_summary_and_the_messages(
     llm: FakeLLM, llm_client: AsyncMemplaneClient, reply: object, reason: str
@@ -296,3 +300,74 @@ async def test_summarize_session_without_an_llm(workspace: TestWorkspace) -> Non
     with pytest.raises(InvalidArgumentError) as caught:
         await workspace.client.summarize_session(scope)
     assert fields(caught.value) == ["messages"]
+
+
+async def test_an_extract_without_content_is_not_a_compaction(workspace: TestWorkspace) -> None:
+    tool_only = [tool_call("c1", "ls"), tool_output("c1", "")]
+    result = await workspace.client.compact_messages(tool_only)
+    assert not result.compacted  # a bare heading would drop the messages for nothing
+    assert result.summary == ""
+    assert "no content" in result.failure
+    # With a running summary its items are carried over, so nothing is lost.
+    carried = await workspace.client.compact_messages(tool_only, previous_summary=PREVIOUS)
+    assert carried.compacted
+    assert "Ship v2 of the billing service" in carried.summary
+    assert "Schema migrated" in carried.summary
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.compact_messages(conversation(), max_summary_tokens=1)
+    assert fields(caught.value) == ["max_summary_tokens"]
+
+
+async def test_prepare_context_validates_everything_before_writing(workspace: TestWorkspace, pg_dsn: str) -> None:
+    messages = [
+        *conversation(),
+        text_message("user", "fetch the log"),
+        tool_call("c9", "read_log"),
+        tool_output("c9", "log line\n" * 50_000),
+        text_message("assistant", "done"),
+    ]
+    for knobs, field in (({"language": "de"}, "language"), ({"max_summary_tokens": -3}, "max_summary_tokens")):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await workspace.client.prepare_context(messages, max_input_tokens=5000, **knobs)
+        assert fields(caught.value) == [field]
+    with pytest.raises(FailedPreconditionError):
+        await workspace.client.prepare_context(
+            messages, max_input_tokens=5000, summarizer=compaction_pb2.SUMMARIZER_CHOICE_LLM
+        )
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
+            (workspace.name,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    assert row[0] == 0
+
+
+async def test_write_memories_over_quota_marks_nothing_compacted(workspace_factory: WorkspaceFactory) -> None:
+    ws = await workspace_factory(max_memories=1)
+    await ws.client.add_memories([mem("the one memory the quota allows")])
+    messages = [m for _ in range(5) for m in conversation()]
+    for i, m in enumerate(messages):
+        m.id = f"q{i}"
+    scope = memory_pb2.Scope(session_id="sess-quota")
+    with pytest.raises(QuotaExceededError):
+        await ws.client.prepare_context(messages, max_input_tokens=800, scope=scope, write_memories=True)
+    transcript = await ws.client.get_transcript("sess-quota")
+    assert list(transcript.messages) == []  # nothing marked: the client got no summary
+
+
+async def test_messages_without_ids_are_recorded_once_however_often_compacted(workspace: TestWorkspace) -> None:
+    plain = [text_message("user", "Where is the config?"), text_message("assistant", "In /srv/billing.")]
+    plain.append(text_message("user", "Where is the config?"))  # the same words again, later in the list
+    scope = memory_pb2.Scope(session_id="sess-noids")
+    first = await workspace.client.compact_messages(plain, scope=scope)
+    await asyncio.gather(*[workspace.client.compact_messages(plain, scope=scope) for _ in range(4)])
+    transcript = await workspace.client.get_transcript("sess-noids")
+    assert len(transcript.messages) == 3  # retries and concurrent repeats add nothing
+    assert [e.message.id for e in transcript.messages] == list(first.transcript_message_ids)
+    assert [e.message.content[0].text.text for e in transcript.messages] == [
+        "Where is the config?",
+        "In /srv/billing.",
+        "Where is the config?",
+    ]

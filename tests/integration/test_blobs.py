@@ -1,10 +1,12 @@
 """Tool-result blobs and structured transcripts against the real PostgreSQL: storage,
-expiry, isolation (WHERE clause and row-level security), the background cleaner,
-workspace deletion, and migration 0003 on a database that already holds data."""
+deduplication, verification of claimed cuts, expiry, isolation (WHERE clause and
+row-level security), the background cleaner, workspace deletion, and migrations 0003 and
+0004 on a database that already holds data."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import secrets
 import uuid
@@ -20,7 +22,7 @@ from memplane.app import App
 from memplane.domain.blobs import StoredBlob
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
 from memplane.domain.models import ConversationMessage, MessageRole, Scope, Workspace
-from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
+from memplane.storage.blobs import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.migrate import _migrations, apply_migrations
 from memplane.storage.transcripts import TranscriptStore
@@ -38,6 +40,7 @@ async def _put(
     now: datetime | None = None,
     retention: timedelta = timedelta(days=3),
     scope: Scope = SCOPE,
+    tool_use_id: str = "call-1",
 ) -> StoredBlob:
     async with app.db.tenant(ws.key) as conn:
         return await ToolResultBlobStore().put(
@@ -45,7 +48,7 @@ async def _put(
             ws,
             content=content,
             scope=scope,
-            tool_use_id="call-1",
+            tool_use_id=tool_use_id,
             tool_name="shell",
             retention=retention,
             now=now or datetime.now(UTC),
@@ -55,6 +58,19 @@ async def _put(
 async def _get(app: App, ws: Workspace, ref: str, now: datetime | None = None) -> StoredBlob | None:
     async with app.db.tenant(ws.key) as conn:
         return await ToolResultBlobStore().get(conn, ws, ref, now=now or datetime.now(UTC))
+
+
+async def _verify(app: App, ws: Workspace, ref: str, head: str, now: datetime | None = None) -> StoredBlob | None:
+    async with app.db.tenant(ws.key) as conn:
+        return await ToolResultBlobStore().verify(conn, ws, ref, head, now=now or datetime.now(UTC))
+
+
+async def _count(app: App, ws: Workspace) -> int:
+    async with app.db.admin() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM tool_result_blobs WHERE workspace_key = %s", (ws.key,))
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])
 
 
 async def _exists(app: App, ref: str) -> bool:
@@ -93,7 +109,10 @@ async def test_put_then_get_returns_the_whole_output(app: App, tenant_factory: T
     assert stored.expires_at == (now + timedelta(days=3)).replace(microsecond=0)
     assert stored.expires_at.tzinfo is not None
     assert await _get(app, ws, stored.ref) == stored
-    assert await _get(app, ws, stored.ref.upper()) == stored  # any spelling of the UUID
+    # One ref, one string: other spellings of the same UUID are not refs.
+    plain = stored.ref.replace("-", "")
+    for other in (stored.ref.upper(), "{" + stored.ref + "}", plain, "urn:uuid:" + stored.ref, stored.ref + "\n"):
+        assert await _get(app, ws, other) is None, other
 
 
 async def test_line_count_of_edge_contents(app: App, tenant_factory: TenantFactory) -> None:
@@ -119,6 +138,12 @@ async def test_put_rejects_bad_input_before_the_database(app: App, tenant_factor
     ws = await tenant_factory()
     with pytest.raises(ValueError, match="retention"):
         await _put(app, ws, retention=timedelta(milliseconds=500))
+    with pytest.raises(ValueError, match="retention"):
+        await _put(app, ws, retention=timedelta(seconds=MAX_RETENTION_SECONDS + 1))
+    assert MIN_RETENTION_SECONDS == 1
+    # Both bounds are allowed.
+    await _put(app, ws, content="min", retention=timedelta(seconds=MIN_RETENTION_SECONDS))
+    await _put(app, ws, content="max", retention=timedelta(days=365))
     with pytest.raises(ValueError, match="NUL"):
         await _put(app, ws, content="a\x00b")
     with pytest.raises(ValueError, match="timezone"):
@@ -178,14 +203,15 @@ async def test_delete_expired_removes_only_expired_blobs_of_every_workspace(
     # expired at `cutoff`.
     base = datetime(1990, 1, 1, tzinfo=UTC) + timedelta(minutes=secrets.randbelow(10**6))
     cutoff = base + timedelta(minutes=90)
+    # Distinct contents: identical ones would be one deduplicated blob.
     expired = [
-        await _put(app, a, now=base, retention=timedelta(minutes=30)),
-        await _put(app, b, now=base, retention=timedelta(minutes=60)),
-        await _put(app, a, now=base, retention=timedelta(minutes=90)),  # expires_at == cutoff: expired
+        await _put(app, a, content="e1", now=base, retention=timedelta(minutes=30)),
+        await _put(app, b, content="e2", now=base, retention=timedelta(minutes=60)),
+        await _put(app, a, content="e3", now=base, retention=timedelta(minutes=90)),  # expires_at == cutoff
     ]
     alive = [
-        await _put(app, a, now=base, retention=timedelta(minutes=91)),
-        await _put(app, b, now=base, retention=timedelta(days=1)),
+        await _put(app, a, content="a1", now=base, retention=timedelta(minutes=91)),
+        await _put(app, b, content="a2", now=base, retention=timedelta(days=1)),
     ]
     deleted = await ToolResultBlobStore().delete_expired(app.db, now=cutoff, batch_size=2)  # 2 batches
     assert deleted >= len(expired)
@@ -241,21 +267,24 @@ async def test_blob_cleaner_survives_database_errors(
     cleaner = BlobCleaner(FlakyStore(), app.db, interval_seconds=0.1)
     cleaner.start()
     try:
-        for _ in range(100):
-            if not await _exists(app, expired.ref):
+        # Wait for two failed passes and one successful one (the session server's own
+        # cleaner may delete the blob first, so the blob's absence alone proves nothing).
+        for _ in range(200):
+            if cleaner.stats.failures == 2 and cleaner.stats.runs >= 1:
                 break
             await asyncio.sleep(0.05)
     finally:
         await cleaner.stop()
-    assert not await _exists(app, expired.ref)
     assert cleaner.stats.failures == 2
+    assert cleaner.stats.runs >= 1  # it kept running after the errors
+    assert not await _exists(app, expired.ref)
     assert "blob cleanup failed" in caplog.text
     assert OUTPUT not in caplog.text  # counts, never content
 
 
 async def test_deleting_a_workspace_deletes_its_blobs(app: App, tenant_factory: TenantFactory) -> None:
     doomed, kept = await tenant_factory(), await tenant_factory()
-    gone = [await _put(app, doomed), await _put(app, doomed)]
+    gone = [await _put(app, doomed), await _put(app, doomed, content="another output")]
     stays = await _put(app, kept)
     await app.admin.delete_workspace(doomed.name)
     async with app.db.admin() as conn:
@@ -266,6 +295,92 @@ async def test_deleting_a_workspace_deletes_its_blobs(app: App, tenant_factory: 
     for blob in gone:
         assert not await _exists(app, blob.ref)
     assert await _exists(app, stays.ref)
+
+
+# --------------------------------------------------------------------------- dedup
+
+
+async def test_identical_output_of_the_same_scope_is_stored_once(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    now = datetime.now(UTC)
+    first = await _put(app, ws, now=now, retention=timedelta(hours=1))
+    # The agent re-sends its uncut history a minute later, under another tool call id,
+    # with a longer retention: the same blob, its expiry extended.
+    later = now + timedelta(minutes=1)
+    again = await _put(app, ws, now=later, retention=timedelta(days=2), tool_use_id="call-2")
+    assert again.ref == first.ref
+    assert again.expires_at == (later + timedelta(days=2)).replace(microsecond=0)
+    assert (again.created_at, again.tool_use_id, again.content) == (first.created_at, "call-1", OUTPUT)
+    assert await _get(app, ws, first.ref) == again  # the extension is stored
+    # A shorter retention never shortens it.
+    third = await _put(app, ws, now=later, retention=timedelta(seconds=5))
+    assert (third.ref, third.expires_at) == (first.ref, again.expires_at)
+    assert await _count(app, ws) == 1
+    # Another content is another blob.
+    assert (await _put(app, ws, content=OUTPUT + "!")).ref != first.ref
+    assert await _count(app, ws) == 2
+
+
+async def test_dedup_is_per_scope_and_per_workspace(app: App, tenant_factory: TenantFactory) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    refs = {
+        (await _put(app, a, scope=scope)).ref
+        for scope in (
+            SCOPE,
+            Scope(user_id="u2", agent_id="a1", session_id="s1"),
+            Scope(user_id="u1", agent_id="a2", session_id="s1"),
+            Scope(user_id="u1", agent_id="a1", session_id="s2"),
+            Scope(),
+        )
+    }
+    refs.add((await _put(app, b)).ref)
+    assert len(refs) == 6
+    # Erasing one user leaves the identical output of another user readable.
+    async with app.db.tenant(a.key) as conn:
+        assert await ToolResultBlobStore().delete_by_scope(conn, a, Scope(user_id="u2")) == 1
+    assert await _count(app, a) == 4
+
+
+async def test_an_expired_blob_is_not_reused(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    now = datetime.now(UTC)
+    old = await _put(app, ws, now=now - timedelta(hours=2), retention=timedelta(hours=1))
+    new = await _put(app, ws, now=now)
+    assert new.ref != old.ref
+    assert new.expires_at == (now + timedelta(days=3)).replace(microsecond=0)
+    assert await _get(app, ws, new.ref) == new
+
+
+async def test_concurrent_identical_puts_store_one_row(app: App, tenant_factory: TenantFactory) -> None:
+    ws = await tenant_factory()
+    content = "parallel\n" * 50_000
+    blobs = await asyncio.gather(*(_put(app, ws, content=content, tool_use_id=f"call-{i}") for i in range(10)))
+    assert len({b.ref for b in blobs}) == 1
+    assert await _count(app, ws) == 1
+    assert all(b.content == content for b in blobs)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+async def test_verify_accepts_only_a_real_cut_of_this_workspace(app: App, tenant_factory: TenantFactory) -> None:
+    a, b = await tenant_factory(), await tenant_factory()
+    now = datetime.now(UTC)
+    stored = await _put(app, a, now=now, retention=timedelta(hours=1))
+    head = OUTPUT[:10]
+    assert await _verify(app, a, stored.ref, head) == stored
+    assert await _verify(app, a, stored.ref, "") == stored
+    assert await _verify(app, a, stored.ref, OUTPUT) == stored  # the whole output is a prefix too
+    # A forged ref, another spelling, garbage.
+    for ref in ("00000000-0000-0000-0000-000000000000", str(uuid.uuid4()), stored.ref.upper(), "nope"):
+        assert await _verify(app, a, ref, head) is None, ref
+    # Another workspace's ref (a sub-agent's cut output passed on).
+    assert await _verify(app, b, stored.ref, head) is None
+    # Expired.
+    assert await _verify(app, a, stored.ref, head, now=stored.expires_at) is None
+    # A head that is not the start of the blob.
+    for wrong in ("x" + head, OUTPUT[1:10], OUTPUT + "more", head.upper()):
+        assert await _verify(app, a, stored.ref, wrong) is None, wrong
 
 
 # --------------------------------------------------------------------------- transcripts
@@ -426,7 +541,7 @@ async def test_migration_0003_upgrades_a_database_holding_data(empty_database: s
             " VALUES (%s, 's', 1, 'm1', 'user', 'hello', now())",
             (key,),
         )
-    assert await apply_migrations(empty_database) == ["0003_compaction.sql"]
+    assert await apply_migrations(empty_database) == ["0003_compaction.sql", "0004_blob_digest.sql"]
     async with await psycopg.AsyncConnection.connect(empty_database) as conn:
         cur = await conn.execute(
             "SELECT w.token_encoding, t.blocks FROM workspaces w JOIN transcript_messages t ON t.workspace_key = w.key"
@@ -442,4 +557,49 @@ async def test_migration_0003_upgrades_a_database_holding_data(empty_database: s
         )
         cur = await conn.execute("SELECT relrowsecurity FROM pg_class WHERE relname = 'tool_result_blobs'")
         assert await cur.fetchall() == [(True,)]
+    assert await apply_migrations(empty_database) == []
+
+
+async def test_migration_0004_backfills_the_digest_of_existing_blobs(empty_database: str) -> None:
+    earlier = [(v, n, t) for v, n, t in _migrations() if v < 4]
+    contents = ["", "plain", OUTPUT, "é中😀\r\n" * 1000]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, name, text in earlier:
+            await conn.execute(text.encode())
+            await conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        cur = await conn.execute(
+            "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('old', 'm', 3) RETURNING key"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        key = row[0]
+        for content in contents:
+            await conn.execute(
+                "INSERT INTO tool_result_blobs (workspace_key, id, content, byte_size, line_count, expires_at)"
+                " VALUES (%s, %s, %s, 0, 0, now() + interval '1 day')",
+                (key, uuid.uuid4(), content),
+            )
+    assert await apply_migrations(empty_database) == ["0004_blob_digest.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database) as conn:
+        cur = await conn.execute("SELECT content, content_sha256 FROM tool_result_blobs")
+        rows = await cur.fetchall()
+        # Backfilled as put() computes it (Python's sha256 of the UTF-8 bytes).
+        assert sorted((c, bytes(d)) for c, d in rows) == sorted(
+            (c, hashlib.sha256(c.encode("utf-8")).digest()) for c in contents
+        )
+        cur = await conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'tool_result_blobs_digest_idx'")
+        assert [r[0] for r in await cur.fetchall()] == [
+            "CREATE INDEX tool_result_blobs_digest_idx ON public.tool_result_blobs"
+            " USING btree (workspace_key, content_sha256)"
+        ]
+        # Tenants may extend the expiry, and nothing else.
+        cur = await conn.execute(
+            "SELECT has_column_privilege('memplane_tenant', 'tool_result_blobs', 'expires_at', 'UPDATE'),"
+            " has_column_privilege('memplane_tenant', 'tool_result_blobs', 'content', 'UPDATE')"
+        )
+        assert await cur.fetchall() == [(True, False)]
     assert await apply_migrations(empty_database) == []

@@ -77,9 +77,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
         default = self._service.default_tool_limits()
         retention = default.retention_seconds
         if limits.HasField("retention"):
-            retention = limits.retention.ToTimedelta().total_seconds()
-            if retention <= 0:
-                raise InvalidArgumentError(FieldViolation(f"{field}.retention", "must be positive"))
+            retention = limits.retention.seconds + limits.retention.nanos / 1e9  # no overflow on huge values
         for name in ("recent_max_bytes", "old_max_bytes"):
             if getattr(limits, name) < 0:
                 raise InvalidArgumentError(FieldViolation(f"{field}.{name}", "must not be negative"))

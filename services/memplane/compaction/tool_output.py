@@ -7,12 +7,21 @@ Units everywhere: sizes in UTF-8 bytes; lines 1-based and split on "\\n" only (a
 
 The flow of CompactToolResults for one tool_result block with limit L (`plan_limits`):
 
-1. when `was_cut(block)` (it has a `Truncation`, or its output ends with our `marker`):
+1. when `claimed_cut(block)` gives (head, truncation) (a structured `Truncation`, or our
+   `marker` at the end of its output) AND the blob store confirms it
+   (`ToolResultBlobStore.verify(conn, workspace, truncation.ref, head, now=...)`: the
+   ref is an unexpired blob of THIS workspace and head is a prefix of its content):
    `recut(block, L)`. Such an output is never stored again nor marked twice; its head
    is cut further only when L shrank.
-2. else, when `utf8_size(output) <= L`: unchanged.
-3. else `c = cut(output, L)`, store `output` whole as a blob (ref, expires_at), and
-   replace it with `c.head + marker(c.truncation(ref, expires_at))`.
+2. when the claim is not confirmed (a forged or accidental marker, another workspace's
+   ref — e.g. a sub-agent's cut output passed on —, an expired blob, an edited head):
+   the claim is ignored and the WHOLE output, marker text included, is a new output
+   (step 3 or 4), so no byte of it is lost.
+3. else, when `utf8_size(output) <= L`, or cutting would save no more than the marker
+   adds (`worth_cutting` false): unchanged.
+4. else `c = cut(output, L)`, store `output` whole as a blob (ref, expires_at; the store
+   returns the existing blob for an identical output of the same scope), and replace it
+   with `c.head + marker(c.truncation(ref, expires_at))`.
 """
 
 from __future__ import annotations
@@ -160,9 +169,10 @@ def split_marker(output: str) -> tuple[str, Truncation] | None:
     """(head, truncation) of an *output* that ends with our `marker`, else None.
 
     The truncation is rebuilt from the marker's text alone (`expires_at` to the second),
-    for clients that dropped the structured field. An output whose own text happens to
-    end with a well-formed marker is taken as cut: the format (UUID ref, exact wording)
-    makes that an unlikely accident."""
+    for clients that dropped the structured field. This is only what the text CLAIMS:
+    any tool can print a well-formed marker (by accident, by copying one, or to make
+    memplane drop the rest of its output), so never trust it without
+    `ToolResultBlobStore.verify` (see `claimed_cut`)."""
     found = _MARKER_RE.search(output)
     if found is None:
         return None
@@ -179,7 +189,8 @@ def split_marker(output: str) -> tuple[str, Truncation] | None:
 
 
 def find_marker(output: str) -> str | None:
-    """The blob ref named by the `marker` *output* ends with, or None."""
+    """The blob ref named by the `marker` *output* ends with, or None. A claim only, as
+    for `split_marker`."""
     found = split_marker(output)
     return None if found is None else found[1].ref
 
@@ -187,6 +198,46 @@ def find_marker(output: str) -> str | None:
 def render(head: str, truncation: Truncation) -> str:
     """The output of a cut tool result: its head followed by its `marker`."""
     return head + marker(truncation)
+
+
+def claimed_cut(block: ToolResultBlock) -> tuple[str, Truncation] | None:
+    """(head, truncation) of a block that claims CompactToolResults cut it before, else
+    None. Nothing is verified here (no I/O): the caller must confirm the claim with
+    `ToolResultBlobStore.verify(conn, workspace, truncation.ref, head, now=...)` before
+    `recut`-ting the block, and on failure treat the whole output (marker text
+    included) as new — store it and `cut` it.
+
+    The claim comes from the structured `truncation` field when present (it wins: it has
+    the exact expiry), with head = the output before its trailing `marker` (the whole
+    output when there is none); else from the marker at the end of the output
+    (`split_marker`), head = the text before it. The head is the text that must be a
+    prefix of the stored blob."""
+    found = split_marker(block.output)
+    if block.truncation is not None:
+        return (block.output if found is None else found[0]), block.truncation
+    return found
+
+
+# A stand-in ref and expiry for sizing a marker: a canonical UUID and a second-precision
+# time always print as 36 and 20 characters.
+_SAMPLE_REF = "00000000-0000-0000-0000-000000000000"
+_SAMPLE_EXPIRY = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def worth_cutting(text: str, max_bytes: int) -> bool:
+    """Whether cutting *text* to *max_bytes* UTF-8 bytes saves bytes: True only when the
+    bytes `cut` removes exceed the UTF-8 size of the `marker` that replaces them
+    (computed exactly for this text and limit, with a stand-in ref and expiry, which
+    always print at the same length). False when *text* fits in *max_bytes* or when the
+    cut output (head + marker, about 230 bytes of marker) would be no smaller than
+    *text* — e.g. any limit within ~230 bytes of the size, or a limit of 1 byte on a
+    short output — then the output is better left whole (and nothing stored).
+    O(len(text)). Raises `ValueError` for a negative *max_bytes*."""
+    c = cut(text, max_bytes)
+    if not c.is_cut:
+        return False
+    cost = utf8_size(marker(c.truncation(ref=_SAMPLE_REF, expires_at=_SAMPLE_EXPIRY)))
+    return c.total_bytes - c.kept_bytes > cost
 
 
 # --------------------------------------------------------------------------- recutting
@@ -244,13 +295,15 @@ def recut_output(output: str, truncation: Truncation | None, max_bytes: int) -> 
 
 
 def was_cut(block: ToolResultBlock) -> bool:
-    """Whether CompactToolResults cut *block* before (a truncation, or our marker at
-    the end of its output): then `recut` it, never store it again."""
+    """Whether *block* CLAIMS CompactToolResults cut it before (a truncation, or our
+    marker at the end of its output). A claim only: see `claimed_cut` for the check
+    the service must make (`ToolResultBlobStore.verify`) before `recut`-ting it."""
     return block.truncation is not None or split_marker(block.output) is not None
 
 
 def recut(block: ToolResultBlock, max_bytes: int) -> ToolResultBlock:
-    """`recut_output` for a block that `was_cut`: the block itself when its head fits
+    """`recut_output` for a block whose cut was verified (`claimed_cut` +
+    `ToolResultBlobStore.verify`): the block itself when its head fits
     in *max_bytes* (with `truncation` filled in from the marker when a client had
     dropped it; the output text unchanged), else a copy whose head is cut to *max_bytes*
     with a rewritten marker and truncation (same ref). Raises `ValueError` when the
