@@ -45,4 +45,4 @@ async def test_the_readme_example_compacts_and_keeps_the_transcript(
     assert transcript.messages  # compacted turns are kept, marked
     assert all(m.compacted for m in transcript.messages)
     assert [m.message.id for m in transcript.messages][:2] == ["D1:1", "D1:2"]
-    assert f"{len(transcript.messages)} messages kept, {len(transcript.messages)} marked compacted" in out
+    assert f"{len(transcript.messages)} messages stored, {len(transcript.messages)} of them marked compacted" in out

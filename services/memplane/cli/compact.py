@@ -108,7 +108,7 @@ async def cmd_compact_locomo(ns: argparse.Namespace, settings: Settings) -> int:
     print("\n".join(lines[: ns.show_lines]) + ("\n..." if len(lines) > ns.show_lines else ""))
     marked = len([m for m in transcript if m.compacted])
     print(
-        f"\ntranscript {session_id!r}: {len(transcript)} messages kept, {marked} marked compacted; "
+        f"\ntranscript {session_id!r}: {len(transcript)} messages stored, {marked} of them marked compacted; "
         f"{len(context)} messages left in the agent's context"
     )
     return 0

@@ -479,7 +479,7 @@ class CompactMessagesRequest(_message.Message):
     """Token encoding; empty means the workspace default."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextMessage]:
-        """Messages to summarise, oldest first; 1 to `limits.max_batch_size`."""
+        """Messages to summarise, oldest first; 1 to `compaction.max_messages` (default 100,000)."""
 
     @_builtins.property
     def scope(self) -> _memory_pb2.Scope:
