@@ -166,3 +166,18 @@ _ROLES = {
     "assistant": memory_pb2.MESSAGE_ROLE_ASSISTANT,
     "tool": memory_pb2.MESSAGE_ROLE_TOOL,
 }
+
+
+async def workspace_blob_count(pg_dsn: str, workspace: str) -> int:
+    """Stored tool outputs (tool_result_blobs rows) of the workspace named *workspace*,
+    read as the database owner (no row-level security)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
+            (workspace,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])

@@ -13,7 +13,6 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
 
 from memplane.client import AsyncMemplaneClient
@@ -22,7 +21,7 @@ from memplane.v1 import compaction_pb2, memory_pb2
 from tests.fake_llm import Delay, FakeLLM, HttpError
 from tests.fix_llm import LLM_TIMEOUT_SECONDS
 from tests.fix_server import TestWorkspace, WorkspaceFactory
-from tests.support import fields, mem, text_message, tool_call, tool_output
+from tests.support import fields, mem, text_message, tool_call, tool_output, workspace_blob_count
 
 T0 = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 HEADINGS_EN = (
@@ -334,14 +333,7 @@ async def test_prepare_context_validates_everything_before_writing(workspace: Te
         await workspace.client.prepare_context(
             messages, max_input_tokens=5000, summarizer=compaction_pb2.SUMMARIZER_CHOICE_LLM
         )
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
-            (workspace.name,),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    assert row[0] == 0
+    assert await workspace_blob_count(pg_dsn, workspace.name) == 0  # the refused calls stored nothing
 
 
 async def test_write_memories_over_quota_marks_nothing_compacted(workspace_factory: WorkspaceFactory) -> None:

@@ -16,7 +16,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, NotFoundError
 from memplane.v1 import compaction_pb2
 from tests.fix_server import BLOB_CLEANUP_INTERVAL_SECONDS, TestWorkspace, WorkspaceFactory
-from tests.support import fields, text_message, tool_call, tool_output
+from tests.support import fields, text_message, tool_call, tool_output, workspace_blob_count
 
 KB = 1024
 
@@ -173,14 +173,7 @@ async def test_an_output_cut_before_is_not_cut_or_stored_twice(workspace: TestWo
     assert block.truncation.kept_bytes <= 3 * KB
     assert block.output.count("[memplane") == 1
     assert older.truncated_count == 0  # nothing new stored
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
-            (workspace.name,),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    assert row[0] == 1
+    assert await workspace_blob_count(pg_dsn, workspace.name) == 1
 
 
 async def test_read_tool_result_by_line_range(workspace: TestWorkspace) -> None:
@@ -254,17 +247,6 @@ async def test_bad_tool_result_limits_name_the_field(workspace: TestWorkspace) -
     with pytest.raises(InvalidArgumentError) as caught:
         await workspace.client.compact_tool_results([])
     assert fields(caught.value) == ["messages"]
-
-
-async def workspace_blob_count(pg_dsn: str, workspace: str) -> int:
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
-            (workspace,),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def test_a_forged_marker_is_not_trusted(workspace: TestWorkspace) -> None:
