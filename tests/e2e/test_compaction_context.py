@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import quicktok
+from google.protobuf import duration_pb2
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, MessageTooLargeError
@@ -261,3 +262,23 @@ async def test_text_that_looks_like_special_tokens_is_counted_as_text(workspace:
         previous_summary=f"- {text}",
     )
     assert result.compacted  # no summariser failure on special-token text
+
+
+async def test_a_small_compact_ratio_still_compacts_under_the_threshold(workspace: TestWorkspace) -> None:
+    messages = chat(120)
+    reply = await workspace.client.prepare_context(messages, max_input_tokens=20_000, compact_ratio=0.1)
+    threshold = reply.split.threshold_tokens
+    assert threshold == int(20_000 * 0.1 * 0.95)
+    assert reply.compaction.compacted
+    after = await workspace.client.check_context(
+        list(reply.messages), previous_summary=reply.summary, threshold_tokens=threshold
+    )
+    assert not after.needs_compaction  # the default reserve and summary budget fit the threshold
+
+
+async def test_prepare_context_names_its_own_tool_limit_fields(workspace: TestWorkspace) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.prepare_context(
+            chat(2), tool_result_limits=compaction_pb2.ToolResultLimits(retention=duration_pb2.Duration(nanos=1000))
+        )
+    assert fields(caught.value) == ["tool_result_limits.retention"]

@@ -130,11 +130,12 @@ async def test_prose_wrapped_json_is_accepted(llm: FakeLLM, llm_client: AsyncMem
         ("Hello! How can I help you today?", "section"),  # C007: no sections at all
         (json.dumps({"goal": ["only a goal"]}), "section"),
         (json.dumps({key: [] for key in GOOD}), "nothing"),  # six empty sections
+        (json.dumps({key: ["None."] for key in GOOD}), "nothing"),  # six placeholders
         (json.dumps({**GOOD, "progress": ["step " * 9000]}), "budget"),  # far over 2,000 tokens
         (HttpError(500, "upstream exploded"), "500"),
         (Delay(LLM_TIMEOUT_SECONDS + 1.5, json.dumps(GOOD)), "time"),
     ],
-    ids=["greeting", "missing-sections", "empty-sections", "over-budget", "http-500", "timeout"],
+    ids=["greeting", "missing-sections", "empty-sections", "placeholders", "over-budget", "http-500", "timeout"],
 )
 async def test_c007_a_failed_summariser_keeps_the_previous_summary_and_the_messages(
     llm: FakeLLM, llm_client: AsyncMemplaneClient, reply: object, reason: str
@@ -363,3 +364,40 @@ async def test_messages_without_ids_are_recorded_once_however_often_compacted(wo
         "In /srv/billing.",
         "Where is the config?",
     ]
+
+
+async def test_equal_words_in_different_spans_stay_two_messages(workspace: TestWorkspace) -> None:
+    scope = memory_pb2.Scope(session_id="sess-repeat")
+    ask = "Please continue with the next step now."
+    await workspace.client.compact_messages(
+        [text_message("user", ask), text_message("assistant", "Step one is finished.")], scope=scope
+    )
+    await workspace.client.compact_messages(
+        [text_message("user", ask), text_message("assistant", "Step two is finished.")], scope=scope
+    )
+    transcript = await workspace.client.get_transcript("sess-repeat")
+    assert [e.message.content[0].text.text for e in transcript.messages] == [
+        ask,
+        "Step one is finished.",
+        ask,
+        "Step two is finished.",
+    ]
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.compact_messages([text_message("user", "x", id=transcript.messages[0].message.id)])
+    assert fields(caught.value) == ["messages[0].id"]  # "~" ids are the server's
+
+
+async def test_a_retried_prepare_context_writes_its_memories_once(workspace: TestWorkspace) -> None:
+    messages = [m for _ in range(5) for m in conversation()]
+    for i, m in enumerate(messages):
+        m.id = f"r{i}"
+    scope = memory_pb2.Scope(session_id="sess-retry")
+    replies = await asyncio.gather(
+        *[
+            workspace.client.prepare_context(messages, max_input_tokens=800, scope=scope, write_memories=True)
+            for _ in range(3)
+        ]
+    )
+    again = await workspace.client.prepare_context(messages, max_input_tokens=800, scope=scope, write_memories=True)
+    ids = {m.id for r in [*replies, again] for m in r.memories}
+    assert len(ids) == 1  # one session summary, however often the call is retried

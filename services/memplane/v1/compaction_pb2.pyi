@@ -273,7 +273,9 @@ class ContextMessage(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Client id of the message, unique within the session; at most 128 bytes, not
-    starting with "#". Transcripts use it to match messages; empty gets "#<n>".
+    starting with "#" or "~" (ids the server assigns). Transcripts match messages by
+    it; an empty id is recorded under "~<hex>", derived from the compacted span and
+    the message's place in it, so a retried compaction records nothing twice.
     """
     role: _memory_pb2.MessageRole.ValueType
     """Role."""
