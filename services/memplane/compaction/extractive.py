@@ -74,7 +74,8 @@ MAX_CANDIDATES = 400
 of them); beyond it the longest are kept (MEAD's length feature: long sentences carry the
 facts). Embedding dominates the cost, so this bounds a compaction whatever the span's
 size: conv-43 of LoCoMo (1,834 sentences) took 28-38 s with every sentence embedded,
-10-16 s with 600 (bench/compaction_ratio.py)."""
+10-16 s with 600 candidates, 5.7-6 s with 400 of at most 256 characters each
+(bench/compaction_ratio.py, 2 CPUs)."""
 EMBED_CHARS = 256
 """Characters of a sentence given to the embedder (its start carries its topic); the
 whole sentence is still what the summary shows."""
