@@ -319,3 +319,20 @@ async def test_retention_out_of_range_and_unprofitable_cuts(workspace: TestWorks
     assert reply.truncated_count == 0  # the marker would be longer than what it replaces
     assert reply.removed_bytes == 0
     assert result_block(reply.messages[2]).output == "x" * 150
+
+
+async def test_a_cut_output_still_in_use_is_kept_longer(workspace: TestWorkspace, pg_dsn: str) -> None:
+    messages = [text_message("user", "q"), tool_call("c", "t"), tool_output("c", log_lines(5 * KB, seed=9))]
+    short = compaction_pb2.ToolResultLimits(recent_max_bytes=512, retention=duration_pb2.Duration(seconds=60))
+    first = await workspace.client.compact_tool_results(messages, limits=short)
+    ref = result_block(first.messages[2]).truncation.ref
+    day = compaction_pb2.ToolResultLimits(recent_max_bytes=512, retention=duration_pb2.Duration(seconds=86_400))
+    again = await workspace.client.compact_tool_results(first.messages, limits=day)
+    assert list(again.messages) == list(first.messages)  # the context text does not change
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        cur = await conn.execute(
+            "SELECT expires_at - now() > interval '23 hours' FROM tool_result_blobs WHERE id::text = %s", (ref,)
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    assert row[0] is True  # the blob now lives about a day, not a minute

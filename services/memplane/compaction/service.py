@@ -50,6 +50,8 @@ from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
 _log = logging.getLogger(__name__)
 
 NO_SCOPE = Scope()
+# A re-sent cut output pushes its blob's expiry out once this much would be gained.
+EXTEND_AFTER = timedelta(minutes=10)
 # Smallest summary budget a request may set: room for a heading and a few items.
 MIN_SUMMARY_TOKENS = 64
 # An answer over this many times the budget is refused (LLMs overshoot a little; a
@@ -422,8 +424,16 @@ class CompactionService:
                         continue
                     limit = per_message[i]
                     claim = tool_output.claimed_cut(block)
-                    if claim is not None and await self._blobs.verify(conn, workspace, claim[1].ref, claim[0], now=now):
+                    blob = None
+                    if claim is not None:
+                        blob = await self._blobs.verify(conn, workspace, claim[1].ref, claim[0], now=now)
+                    if blob is not None:
                         new_block = tool_output.recut(block, limit)
+                        if now + retention - blob.expires_at > EXTEND_AFTER:
+                            # Still in use: keep it longer. The marker's "kept until" stays
+                            # as sent (a lower bound), so the agent's context text does not
+                            # change from call to call (prompt caches keep their prefix).
+                            await self._blobs.extend(conn, workspace, blob.ref, now + retention)
                     elif tool_output.worth_cutting(block.output, limit):
                         new_block = await self._cut_and_store(
                             conn, workspace, block, limit=limit, scope=scope, retention=retention, now=now

@@ -209,6 +209,17 @@ class ToolResultBlobStore:
             return None
         return blob
 
+    async def extend(self, conn: Connection, workspace: Workspace, ref: str, expires_at: datetime) -> datetime:
+        """Keep blob *ref* at least until *expires_at* (never shortens it); return its
+        expiry. An unknown ref of this workspace is left alone and *expires_at* returned."""
+        cur = await conn.execute(
+            "UPDATE tool_result_blobs SET expires_at = greatest(expires_at, %s)"
+            " WHERE workspace_key = %s AND id = %s RETURNING expires_at",
+            (expires_at, workspace.key, ref),
+        )
+        row = await cur.fetchone()
+        return row["expires_at"] if row is not None else expires_at
+
     async def delete_by_scope(self, conn: Connection, workspace: Workspace, scope: Scope) -> int:
         """Delete the blobs whose scope matches all non-empty fields of *scope* (erasure
         of a user / agent / session); return how many. Raises `ValueError` on an empty
