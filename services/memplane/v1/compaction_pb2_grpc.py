@@ -168,7 +168,11 @@ class CompactionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetTranscript(self, request, context):
-        """A session's full transcript, oldest first, compacted messages included and marked.
+        """A session's full transcript, compacted messages included and marked, in the order
+        the messages were recorded (WriteConversation appends its messages; a compaction
+        appends the compacted messages not recorded yet). A message recorded late (e.g. an
+        older one compacted after newer ones) comes after them: order by create_time when
+        the time of speech matters.
         Errors: INVALID_ARGUMENT for an empty session_id or a bad page token;
         UNAUTHENTICATED.
         """

@@ -95,7 +95,11 @@ class CompactionServiceStub:
     Errors: as CheckContext, CompactMessages and CompactToolResults.
     """
     GetTranscript: _grpc.UnaryUnaryMultiCallable[_compaction_pb2.GetTranscriptRequest, _compaction_pb2.GetTranscriptResponse]
-    """A session's full transcript, oldest first, compacted messages included and marked.
+    """A session's full transcript, compacted messages included and marked, in the order
+    the messages were recorded (WriteConversation appends its messages; a compaction
+    appends the compacted messages not recorded yet). A message recorded late (e.g. an
+    older one compacted after newer ones) comes after them: order by create_time when
+    the time of speech matters.
     Errors: INVALID_ARGUMENT for an empty session_id or a bad page token;
     UNAUTHENTICATED.
     """
@@ -176,7 +180,11 @@ class CompactionServiceAsyncStub(CompactionServiceStub):
     Errors: as CheckContext, CompactMessages and CompactToolResults.
     """
     GetTranscript: _aio.UnaryUnaryMultiCallable[_compaction_pb2.GetTranscriptRequest, _compaction_pb2.GetTranscriptResponse]  # type: ignore[assignment]
-    """A session's full transcript, oldest first, compacted messages included and marked.
+    """A session's full transcript, compacted messages included and marked, in the order
+    the messages were recorded (WriteConversation appends its messages; a compaction
+    appends the compacted messages not recorded yet). A message recorded late (e.g. an
+    older one compacted after newer ones) comes after them: order by create_time when
+    the time of speech matters.
     Errors: INVALID_ARGUMENT for an empty session_id or a bad page token;
     UNAUTHENTICATED.
     """
@@ -290,7 +298,11 @@ class CompactionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _compaction_pb2.GetTranscriptRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_compaction_pb2.GetTranscriptResponse, _abc.Awaitable[_compaction_pb2.GetTranscriptResponse]]:
-        """A session's full transcript, oldest first, compacted messages included and marked.
+        """A session's full transcript, compacted messages included and marked, in the order
+        the messages were recorded (WriteConversation appends its messages; a compaction
+        appends the compacted messages not recorded yet). A message recorded late (e.g. an
+        older one compacted after newer ones) comes after them: order by create_time when
+        the time of speech matters.
         Errors: INVALID_ARGUMENT for an empty session_id or a bad page token;
         UNAUTHENTICATED.
         """
