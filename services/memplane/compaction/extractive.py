@@ -13,9 +13,18 @@
    candidate vectors, the centroid form of LexRank's idea that a sentence similar to
    many others is representative (Erkan & Radev, "LexRank: Graph-based Lexical
    Centrality as Salience in Text Summarization", JAIR 2004; Radev et al.'s centroid-
-   based summarisation, 2004).
+   based summarisation, 2004). Centrality alone favours generic chat lines ("Have a
+   great time and learn a lot."), so it is weighted by specificity:
+   `relevance = centrality * (1 + specificity)`, where specificity is the mean over a
+   sentence's words of their inverse document frequency among the span's own sentences,
+   `log(N / df) / log(N)` in [0, 1] (Spärck Jones, "A statistical interpretation of term
+   specificity and its application in retrieval", J. Documentation 1972), a number or a
+   capitalised word other than the first (a proper noun; "I" excepted) counting 1; each
+   ideograph is a word. On LoCoMo this raised the share of QA evidence turns that keep a
+   sentence in a 2,000-token summary from 17.9 % to 22.2 % (bench/compaction_ratio.py;
+   a lower λ and facility-location selection gained at most 0.9 points and were not kept).
 4. Select greedily by Maximal Marginal Relevance (Carbonell & Goldstein, SIGIR 1998):
-   `λ·centrality - (1-λ)·max cosine to the sentences already chosen`, λ = 0.7; a
+   `λ·relevance - (1-λ)·max cosine to the sentences already chosen`, λ = 0.7; a
    candidate within cosine 0.95 of a chosen one is a near-duplicate and never chosen.
    Sentences under 8 words (10 ideographs) come only after every longer one, MEAD's
    length cut-off (Radev, Jing, Stys & Tam, "Centroid-based summarization of
@@ -32,8 +41,10 @@ prefix for symmetric tasks such as semantic similarity (Wang et al., 2022).
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
@@ -54,7 +65,7 @@ HEADINGS: dict[Language, str] = {
 """First line of an extractive summary per language."""
 
 MMR_LAMBDA = 0.7
-"""Weight of centrality against redundancy in MMR (Carbonell & Goldstein 1998)."""
+"""Weight of relevance against redundancy in MMR (Carbonell & Goldstein 1998)."""
 NEAR_DUPLICATE_COSINE = 0.95
 """A candidate at least this close (cosine) to a chosen sentence is never chosen."""
 MIN_WORDS = 3
@@ -99,10 +110,23 @@ _NONE_ITEMS = frozenset({"(none)", "（无）", "none", "无"})  # noqa: RUF001 
 
 
 @dataclass(frozen=True)
+class ExtractiveSummary:
+    """An extractive summary with where its bullets came from."""
+
+    text: str
+    """The summary, as `ExtractiveSummarizer.summarize` returns it."""
+    sources: tuple[int, ...]
+    """Per bullet, in output order: the index in the summarised messages of the message
+    the sentence was taken from, or -1 for an item of the previous summary."""
+
+
+@dataclass(frozen=True)
 class _Candidate:
     speaker: str
     day: str
     text: str
+    source: int = -1
+    """Index of the message it came from; -1 for a previous-summary item."""
 
     def bullet(self) -> str:
         if not self.speaker:
@@ -139,20 +163,44 @@ class ExtractiveSummarizer:
         plus O(candidates * chosen * dimensions) for the selection. Raises whatever the
         embedder raises.
         """
+        result = await self.summarize_with_sources(
+            messages,
+            previous_summary=previous_summary,
+            language=language,
+            max_summary_tokens=max_summary_tokens,
+            counter=counter,
+        )
+        return result.text
+
+    async def summarize_with_sources(
+        self,
+        messages: Sequence[ContextMessage],
+        *,
+        previous_summary: str,
+        language: Language,
+        max_summary_tokens: int,
+        counter: TokenCounter,
+    ) -> ExtractiveSummary:
+        """`summarize`, with the source message of every bullet (for evaluation: which
+        turns survive compaction)."""
         started = time.perf_counter()
         heading = HEADINGS[language]
-        previous = _longest(_previous_candidates(previous_summary), MAX_CANDIDATES // 2)
-        candidates = _dedupe(previous + _longest(_message_candidates(messages), MAX_CANDIDATES - len(previous)))
+        every_previous = _previous_candidates(previous_summary)
+        every_new = _message_candidates(messages)
+        previous = _longest(every_previous, MAX_CANDIDATES // 2)
+        candidates = _dedupe(previous + _longest(every_new, MAX_CANDIDATES - len(previous)))
         if not candidates:  # only short lines ("ok", "do it"): keep them rather than nothing
-            candidates = _dedupe(_message_candidates(messages, min_words=1, min_ideographs=1))
+            every_new = _message_candidates(messages, min_words=1, min_ideographs=1)
+            candidates = _dedupe(every_new)
         if not candidates:
-            return heading
+            return ExtractiveSummary(heading, ())
         bullets = [c.bullet() for c in candidates]
         costs = np.asarray(counter.count_texts(["\n" + b for b in bullets]), dtype=np.int64)
         budget = max_summary_tokens - counter.count_text(heading)
         vectors = await self._embed([c.text[:EMBED_CHARS] for c in candidates])
         preferred = np.asarray([_long_enough(c.text, PREFERRED_WORDS, PREFERRED_IDEOGRAPHS) for c in candidates])
-        chosen = _select(vectors, costs, budget, preferred)
+        specificity = _specificity([c.text for c in candidates], [c.text for c in _dedupe(every_previous + every_new)])
+        chosen = _select(vectors, costs, budget, preferred, specificity)
         text = heading
         while chosen:  # BPE counts are not exactly additive: check the whole text
             text = _render(heading, [bullets[i] for i in sorted(chosen)])
@@ -167,7 +215,7 @@ class ExtractiveSummarizer:
             len(chosen),
             time.perf_counter() - started,
         )
-        return text
+        return ExtractiveSummary(text, tuple(candidates[i].source for i in sorted(chosen)))
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
         chunks = [texts[i : i + EMBED_CHUNK] for i in range(0, len(texts), EMBED_CHUNK)]
@@ -212,18 +260,18 @@ def _message_candidates(
     messages: Sequence[ContextMessage], *, min_words: int = MIN_WORDS, min_ideographs: int = MIN_IDEOGRAPHS
 ) -> list[_Candidate]:
     out: list[_Candidate] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         speaker = message.name or message.role.value
         day = message.created_at.astimezone(UTC).date().isoformat() if message.created_at is not None else ""
         for block in message.blocks:
             if isinstance(block, TextBlock):
                 sentences = split_sentences(block.text, min_words=min_words, min_ideographs=min_ideographs)
-                out.extend(_Candidate(speaker, day, s) for s in sentences)
+                out.extend(_Candidate(speaker, day, s, index) for s in sentences)
             elif isinstance(block, ToolResultBlock):
                 first = next((line.strip() for line in block.output.splitlines() if line.strip()), "")
                 sentence = " ".join(first.split())
                 if _long_enough(sentence, min_words, min_ideographs):
-                    out.append(_Candidate(block.name or speaker, day, _cap(sentence)))
+                    out.append(_Candidate(block.name or speaker, day, _cap(sentence), index))
     return out
 
 
@@ -257,13 +305,46 @@ def _dedupe(candidates: list[_Candidate]) -> list[_Candidate]:
     return out
 
 
-def _select(vectors: np.ndarray, costs: np.ndarray, budget: int, preferred: np.ndarray) -> list[int]:
-    """Indices chosen by MMR over centrality, in the order chosen, whose costs sum to at
-    most *budget*; *preferred* ones (a bool mask) before any other."""
+def _words(sentence: str) -> list[str]:
+    """The words of *sentence* in order, as written (case kept); each ideograph is one word."""
+    return _WORD.findall(IDEOGRAPH.sub(lambda m: f" {m.group()} ", sentence))
+
+
+def _specificity(sentences: Sequence[str], corpus: Sequence[str]) -> np.ndarray:
+    """Per sentence of *sentences*, the mean over its words of `log(N / df) / log(N)`,
+    the inverse document frequency (Spärck Jones 1972) of the (case-folded) word among
+    the N sentences of *corpus*, normalised to [0, 1]; a word starting with a digit, or
+    capitalised and not first (a proper noun; "I" excepted), counts 1. All zeros when
+    the corpus has fewer than two sentences."""
+    out = np.zeros(len(sentences), dtype=np.float32)
+    n = len(corpus)
+    if n < 2:
+        return out
+    df = Counter(w for text in corpus for w in {w.casefold() for w in _words(text)})
+    scale = math.log(n)
+    for i, text in enumerate(sentences):
+        words = _words(text)
+        scores = [
+            1.0
+            if w[0].isdigit() or (j > 0 and w[0].isupper() and w != "I")
+            else min(1.0, math.log(n / max(df[w.casefold()], 1)) / scale)
+            for j, w in enumerate(words)
+        ]
+        out[i] = sum(scores) / len(scores) if scores else 0.0
+    return out
+
+
+def _select(
+    vectors: np.ndarray, costs: np.ndarray, budget: int, preferred: np.ndarray, specificity: np.ndarray
+) -> list[int]:
+    """Indices chosen by MMR over relevance (centrality * (1 + *specificity*)), in the
+    order chosen, whose costs sum to at most *budget*; *preferred* ones (a bool mask)
+    before any other."""
     n = len(vectors)
     centroid = vectors.mean(axis=0)
     norm = float(np.linalg.norm(centroid))
-    relevance = vectors @ (centroid / norm) if norm > 0 else np.zeros(n, dtype=np.float32)
+    centrality = vectors @ (centroid / norm) if norm > 0 else np.zeros(n, dtype=np.float32)
+    relevance = centrality * (1.0 + specificity)
     redundancy = np.zeros(n, dtype=np.float32)  # max cosine to a chosen sentence
     available = costs <= budget
     chosen: list[int] = []
@@ -273,7 +354,7 @@ def _select(vectors: np.ndarray, costs: np.ndarray, budget: int, preferred: np.n
         if not available.any():
             return chosen
         score = MMR_LAMBDA * relevance - (1.0 - MMR_LAMBDA) * redundancy
-        score = np.where(preferred, score, score - 2.0)  # scores lie in [-1, 1]
+        score = np.where(preferred, score, score - 4.0)  # scores lie in [-1.7, 1.7]
         best = int(np.argmax(np.where(available, score, -np.inf)))
         chosen.append(best)
         remaining -= int(costs[best])
