@@ -1,0 +1,155 @@
+"""Session memories: a session span written as memories through the write-back path
+(ReMe's summary_memory): an EPISODIC session summary plus, with an LLM, the USER /
+PROCEDURAL / TOOL memories it extracts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from memplane.compaction.compactor import MessageCompactor
+from memplane.compaction.knobs import language_for
+from memplane.compaction.llm import ExtractedMemory, LLMSummarizer, SummarizerError
+from memplane.domain.context import ContextMessage, SummarizerChoice, SummaryMethod
+from memplane.domain.models import Memory, MemoryType, NewMemory, Principal, Provenance, Scope, Workspace
+from memplane.domain.validation import Violations, check_request_id, check_scope, check_text
+from memplane.errors import FailedPreconditionError
+from memplane.settings import LimitsSettings
+
+
+class MemoryWriter(Protocol):
+    """The write-back path (`WriteBackService.add`), injected by the composition root so
+    compaction and write-back stay independent modules."""
+
+    async def add(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> list[Memory]: ...
+
+
+@dataclass(frozen=True)
+class SessionMemories:
+    """Memories written from a session span and how they were made."""
+
+    memories: list[Memory]
+    summary_method: str
+    extraction: str
+
+
+class SessionSummarizer:
+    """Turns session spans into memories (summary and, with an LLM, extracted ones)."""
+
+    def __init__(
+        self,
+        *,
+        compactor: MessageCompactor,
+        llm: LLMSummarizer | None,
+        writer: MemoryWriter,
+        limits: LimitsSettings,
+    ) -> None:
+        self._compactor = compactor
+        self._llm = llm
+        self._writer = writer
+        self._limits = limits
+
+    async def summarize_session(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        scope: Scope,
+        messages: Sequence[ContextMessage],
+        *,
+        summary: str = "",
+        language: str = "",
+        summarizer: SummarizerChoice = SummarizerChoice.AUTO,
+        request_id: str = "",
+        clip: bool = False,
+    ) -> SessionMemories:
+        """Write a session span as memories through the write-back path: an EPISODIC
+        session summary (the given one, else the LLM's, else extractive — an LLM failure
+        falls back to extractive and says so) plus, with an LLM, the USER / PROCEDURAL /
+        TOOL memories it extracts (ReMe's summary_memory). Raises `InvalidArgumentError`
+        (scope.session_id, messages, summary, request_id) and what `WriteBackService.add`
+        raises (quota, embedding mismatch)."""
+        v = Violations()
+        check_scope(v, "scope", scope, self._limits)
+        check_request_id(v, "request_id", request_id, self._limits)
+        if not scope.session_id:
+            v.add("scope.session_id", "must not be empty")
+        if not messages and not summary.strip():
+            v.add("messages", "must hold messages when no summary is given")
+        if not clip:  # a summary the caller sent; one made here is clipped to fit instead
+            check_text(v, "summary", summary, self._limits.max_content_bytes)
+        v.raise_if_any()
+        lang = language_for(language, messages)
+        method = "given"
+        if not summary.strip():
+            outcome = await self._compactor.compact_messages(workspace, messages, language=lang, summarizer=summarizer)
+            if not outcome.compacted and outcome.failure.startswith(SummaryMethod.LLM):
+                failure = outcome.failure  # the LLM failed: an honest extract rather than nothing
+                outcome = await self._compactor.compact_messages(
+                    workspace, messages, language=lang, summarizer=SummarizerChoice.EXTRACTIVE
+                )
+                method = f"extractive ({failure})"
+            else:
+                method = str(outcome.method)
+            if not outcome.compacted:
+                raise FailedPreconditionError(f"no summary could be made: {outcome.failure}")
+            summary = outcome.summary
+        clipped = clip_utf8(summary, self._limits.max_content_bytes)
+        extracted: list[ExtractedMemory] = []
+        extraction = "none: no LLM configured"
+        if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
+            try:
+                extracted = await self._llm.extract_memories(messages, summary=summary, language=lang)
+                extraction = "llm"
+            except SummarizerError as error:
+                extraction = f"none: {error}"
+        items = [self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))]
+        items += [self._extracted_memory(scope, messages, e) for e in extracted]
+        stored = await self._writer.add(principal, workspace, items, request_id)
+        return SessionMemories(stored, method, extraction)
+
+    @staticmethod
+    def _provenance(scope: Scope, messages: Sequence[ContextMessage]) -> Provenance:
+        return Provenance(session_id=scope.session_id, message_ids=tuple(m.id for m in messages if m.id))
+
+    def _summary_memory(
+        self, scope: Scope, messages: Sequence[ContextMessage], summary: str, method: str, *, clipped: bool
+    ) -> NewMemory:
+        times = sorted(m.created_at for m in messages if m.created_at is not None)
+        span = f" from {times[0]:%Y-%m-%d %H:%M} to {times[-1]:%Y-%m-%d %H:%M} UTC" if times else ""
+        return NewMemory(
+            content=summary,
+            scope=scope,
+            type=MemoryType.EPISODIC,
+            name=f"Session {scope.session_id} summary"[: self._limits.max_name_bytes],
+            description=f"Summary of {len(messages)} messages{span}"[: self._limits.max_description_bytes],
+            metadata={
+                "kind": "session_summary",
+                "summary_method": method,
+                "message_count": len(messages),
+                "clipped": clipped,  # the summary was longer than limits.max_content_bytes
+            },
+            valid_from=times[0] if times else None,
+            provenance=self._provenance(scope, messages),
+        )
+
+    def _extracted_memory(self, scope: Scope, messages: Sequence[ContextMessage], item: ExtractedMemory) -> NewMemory:
+        return NewMemory(
+            content=item.content[: self._limits.max_content_bytes // 4],
+            scope=scope,
+            type=MemoryType(item.type),
+            name=item.name[: self._limits.max_name_bytes // 4],
+            description=item.description[: self._limits.max_description_bytes // 4],
+            metadata={"kind": "extracted", "extracted_by": "llm"},
+            provenance=self._provenance(scope, messages),
+        )
+
+
+def clip_utf8(text: str, max_bytes: int) -> str:
+    """*text* cut to at most *max_bytes* UTF-8 bytes, on a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", errors="ignore")
