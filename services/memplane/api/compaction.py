@@ -9,14 +9,12 @@ from memplane.admin.auth import Authenticator
 from memplane.api import convert
 from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
 from memplane.api.handler import Context, rpc, workspace_of
+from memplane.compaction.knobs import OFFLOAD_MESSAGES  # the same size moves counting off the loop
 from memplane.compaction.service import CompactionService, PrepareOptions
 from memplane.domain.context import CompactionOutcome, ContextMessage, SummarizerChoice, SummaryMethod, ToolResultLimits
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.settings import LimitsSettings
 from memplane.v1 import compaction_pb2, compaction_pb2_grpc
-
-# Requests with more messages than this are converted off the event loop.
-OFFLOAD_MESSAGES = 512
 
 _CHOICES = {
     compaction_pb2.SUMMARIZER_CHOICE_UNSPECIFIED: SummarizerChoice.AUTO,
