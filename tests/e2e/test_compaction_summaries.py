@@ -401,3 +401,38 @@ async def test_a_retried_prepare_context_writes_its_memories_once(workspace: Tes
     again = await workspace.client.prepare_context(messages, max_input_tokens=800, scope=scope, write_memories=True)
     ids = {m.id for r in [*replies, again] for m in r.memories}
     assert len(ids) == 1  # one session summary, however often the call is retried
+
+
+async def test_a_retry_after_a_pause_records_nothing_twice_and_keeps_outputs_whole(
+    workspace: TestWorkspace,
+) -> None:
+    """Id-less messages (OpenAI-shaped clients) with a tool output that gets cut: a retry a
+    few seconds later (the blob's expiry moved, so the marker text would differ) maps to
+    the same transcript rows and the same memories, and the transcript holds the output
+    uncut, not head + marker (it outlives the blob)."""
+    log = "".join(f"step {i}: compiled module {i} without errors\n" for i in range(6000))  # ~250 KB
+    opening = [
+        text_message("user" if i % 2 == 0 else "assistant", m.content[0].text.text)
+        for i, m in enumerate(conversation()[:6])
+    ]
+    follow_ups = [
+        text_message("user" if i % 2 == 0 else "assistant", f"Follow-up number {i} about the build output.")
+        for i in range(30)
+    ]
+    messages = [*opening, tool_call("call_b", "build"), tool_output("call_b", log), *follow_ups]
+    scope = memory_pb2.Scope(session_id="sess-pause")
+
+    async def prepare() -> compaction_pb2.PrepareContextResponse:
+        return await workspace.client.prepare_context(messages, max_input_tokens=1500, scope=scope, write_memories=True)
+
+    first = await prepare()
+    assert first.compaction.compacted
+    assert first.split.keep_from_index > 7  # the tool output was compacted
+    await asyncio.sleep(1.5)
+    second = await prepare()
+    assert list(second.compaction.transcript_message_ids) == list(first.compaction.transcript_message_ids)
+    assert [m.id for m in second.memories] == [m.id for m in first.memories]
+    transcript = await workspace.client.get_transcript("sess-pause", page_size=1000)
+    assert len(transcript.messages) == first.split.keep_from_index  # nothing recorded twice
+    stored = [e for e in transcript.messages if e.message.content[0].WhichOneof("block") == "tool_result"]
+    assert [e.message.content[0].tool_result.output for e in stored] == [log]  # uncut

@@ -60,7 +60,7 @@ async def _get(app: App, ws: Workspace, ref: str, now: datetime | None = None) -
         return await ToolResultBlobStore().get(conn, ws, ref, now=now or datetime.now(UTC))
 
 
-async def _verify(app: App, ws: Workspace, ref: str, head: str, now: datetime | None = None) -> StoredBlob | None:
+async def _verify(app: App, ws: Workspace, ref: str, head: str, now: datetime | None = None) -> datetime | None:
     async with app.db.tenant(ws.key) as conn:
         return await ToolResultBlobStore().verify(conn, ws, ref, head, now=now or datetime.now(UTC))
 
@@ -368,9 +368,9 @@ async def test_verify_accepts_only_a_real_cut_of_this_workspace(app: App, tenant
     now = datetime.now(UTC)
     stored = await _put(app, a, now=now, retention=timedelta(hours=1))
     head = OUTPUT[:10]
-    assert await _verify(app, a, stored.ref, head) == stored
-    assert await _verify(app, a, stored.ref, "") == stored
-    assert await _verify(app, a, stored.ref, OUTPUT) == stored  # the whole output is a prefix too
+    assert await _verify(app, a, stored.ref, head) == stored.expires_at
+    assert await _verify(app, a, stored.ref, "") == stored.expires_at
+    assert await _verify(app, a, stored.ref, OUTPUT) == stored.expires_at  # the whole output is a prefix too
     # A forged ref, another spelling, garbage.
     for ref in ("00000000-0000-0000-0000-000000000000", str(uuid.uuid4()), stored.ref.upper(), "nope"):
         assert await _verify(app, a, ref, head) is None, ref

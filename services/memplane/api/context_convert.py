@@ -25,10 +25,7 @@ from memplane.settings import LimitsSettings
 from memplane.v1 import compaction_pb2, memory_pb2
 
 ROLE_VALUES: dict[MessageRole, memory_pb2.MessageRole.ValueType] = {
-    MessageRole.SYSTEM: memory_pb2.MESSAGE_ROLE_SYSTEM,
-    MessageRole.USER: memory_pb2.MESSAGE_ROLE_USER,
-    MessageRole.ASSISTANT: memory_pb2.MESSAGE_ROLE_ASSISTANT,
-    MessageRole.TOOL: memory_pb2.MESSAGE_ROLE_TOOL,
+    role: memory_pb2.MessageRole.ValueType(value) for value, role in ROLES.items()
 }
 
 # "#<n>": server-numbered transcript ids; "~<hex>": content ids of id-less compacted messages.

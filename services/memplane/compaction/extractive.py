@@ -52,6 +52,7 @@ from datetime import UTC
 import numpy as np
 
 from memplane.compaction.language import IDEOGRAPH, Language, ideograph_count
+from memplane.compaction.summary import substantive
 from memplane.compaction.tokens import TokenCounter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock
 from memplane.embedding.base import Embedder, normalize
@@ -106,7 +107,6 @@ _LEADING_MARK = re.compile(r"^\s*(?:[-*+•>#]+|\d{1,3}[.)])\s+")  # list bullet
 _WORD = re.compile(r"[^\W_]+")
 _BULLET = re.compile(r"^\s*[-*+•]\s+(.*\S)\s*$")
 _TAGGED = re.compile(r"^\[(?P<speaker>[^\],]+)(?:,\s*(?P<day>\d{4}-\d{2}-\d{2}))?\]\s+(?P<text>.+)$")
-_NONE_ITEMS = frozenset({"(none)", "（无）", "none", "无"})  # noqa: RUF001 - Chinese typography
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class ExtractiveSummarizer:
         previous = _longest(every_previous, MAX_CANDIDATES // 2)
         candidates = _dedupe(previous + _longest(every_new, MAX_CANDIDATES - len(previous)))
         if not candidates:  # only short lines ("ok", "do it"): keep them rather than nothing
-            every_new = _message_candidates(messages, min_words=1, min_ideographs=1)
+            every_new = _longest(_message_candidates(messages, min_words=1, min_ideographs=1), MAX_CANDIDATES)
             candidates = _dedupe(every_new)
         if not candidates:
             return ExtractiveSummary(heading, ())
@@ -284,7 +284,7 @@ def _previous_candidates(summary: str) -> list[_Candidate]:
     if not bullets:
         return [_Candidate("", "", s) for s in split_sentences("\n".join(lines))]
     for bullet in bullets:
-        if bullet.strip().lower() in _NONE_ITEMS:
+        if not substantive(bullet):  # "(none)", "N/A", "无": placeholders of a structured summary
             continue
         tagged = _TAGGED.match(bullet)
         if tagged is not None:
@@ -368,12 +368,10 @@ def _render(heading: str, bullets: list[str]) -> str:
 
 
 def _longest(candidates: list[_Candidate], limit: int) -> list[_Candidate]:
-    """At most *limit* (>= 100) candidates: the longest by words (ideographs count as
-    words), in their original order. The floor keeps room for new messages when a long
-    previous summary took its share (the total stays <= MAX_CANDIDATES)."""
-    limit = max(limit, 100)
+    """At most *limit* candidates: the longest by words (each ideograph one word), in
+    their original order."""
     if len(candidates) <= limit:
         return candidates
-    size = [len(_WORD.findall(c.text)) + sum(1 for ch in c.text if "\u4e00" <= ch <= "\u9fff") for c in candidates]
+    size = [len(_words(c.text)) for c in candidates]
     keep = set(sorted(range(len(candidates)), key=lambda i: (-size[i], i))[:limit])
     return [c for i, c in enumerate(candidates) if i in keep]

@@ -128,16 +128,16 @@ class ToolResultOffloader:
                         continue
                     limit = per_message[i]
                     claim = tool_output.claimed_cut(block)
-                    blob = None
+                    expires = None
                     if claim is not None:
-                        blob = await self._blobs.verify(conn, workspace, claim[1].ref, claim[0], now=now)
-                    if blob is not None:
+                        expires = await self._blobs.verify(conn, workspace, claim[1].ref, claim[0], now=now)
+                    if claim is not None and expires is not None:
                         new_block = tool_output.recut(block, limit)
-                        if now + retention - blob.expires_at > EXTEND_AFTER:
+                        if now + retention - expires > EXTEND_AFTER:
                             # Still in use: keep it longer. The marker's "kept until" stays
                             # as sent (a lower bound), so the agent's context text does not
                             # change from call to call (prompt caches keep their prefix).
-                            await self._blobs.extend(conn, workspace, blob.ref, now + retention)
+                            await self._blobs.extend(conn, workspace, claim[1].ref, now + retention)
                     elif tool_output.worth_cutting(block.output, limit):
                         new_block = await self._cut_and_store(
                             conn, workspace, block, limit=limit, scope=scope, retention=retention, now=now

@@ -211,6 +211,10 @@ class CompactionService:
         language_for(o.language, ())  # validated before anything is written
         truncated = 0
         current = list(messages)
+        # Ids fixed on the messages as sent: the transcript records them uncut (nothing is
+        # destroyed when a blob expires), and a retry maps to the same rows whatever the
+        # cut outputs' markers say by then.
+        as_sent = with_content_ids(current)
         if not o.skip_tool_result_compaction:
             tools = await self.compact_tool_results(
                 workspace,
@@ -231,15 +235,16 @@ class CompactionService:
         if not (split.needs_compaction and split.keep_from > 0 and split.valid):
             return Prepared(current, o.previous_summary, split, counter.encoding, None, truncated, [])
         older, kept = current[: split.keep_from], current[split.keep_from :]
+        older_as_sent = as_sent[: split.keep_from]  # tool compaction keeps one message per message
         outcome = await self.compact_messages(
             workspace,
             older,
             previous_summary=o.previous_summary,
             language=o.language,
-            # The summary shares the window too: by default at most 10% of it and a quarter
-            # of the threshold, so summary + reserve stay under the threshold.
+            # The summary shares the window too: by default at most reserve_ratio (10%) of
+            # it and a quarter of the threshold, so summary + reserve stay under the threshold.
             max_summary_tokens=o.max_summary_tokens
-            or max(MIN_SUMMARY_TOKENS, min(s.max_summary_tokens, int(window * 0.1), threshold // 4)),
+            or max(MIN_SUMMARY_TOKENS, min(s.max_summary_tokens, int(window * s.reserve_ratio), threshold // 4)),
             summarizer=o.summarizer,
             encoding=counter.encoding,
         )  # no scope: the transcript is marked only once everything else has succeeded
@@ -249,13 +254,13 @@ class CompactionService:
         if o.write_memories:
             # A retried call (same span, same summary) replays the first one's memories.
             key = hashlib.sha256(
-                json.dumps([o.scope.session_id, [m.id for m in with_content_ids(older)], outcome.summary]).encode()
+                json.dumps([o.scope.session_id, [m.id for m in older_as_sent], outcome.summary]).encode()
             ).hexdigest()[:40]
             written = await self.summarize_session(
                 principal,
                 workspace,
                 o.scope,
-                older,
+                older_as_sent,
                 summary=outcome.summary,
                 language=outcome.language,
                 clip=True,
@@ -263,7 +268,7 @@ class CompactionService:
             )
             memories = written.memories
         if o.scope.session_id:
-            ids = await self.record_transcript(workspace, o.scope, older)
+            ids = await self.record_transcript(workspace, o.scope, older_as_sent)
             outcome = dataclasses.replace(outcome, transcript_message_ids=tuple(ids))
         return Prepared(kept, outcome.summary, split, counter.encoding, outcome, truncated, memories)
 

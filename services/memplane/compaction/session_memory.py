@@ -137,11 +137,11 @@ class SessionSummarizer:
 
     def _extracted_memory(self, scope: Scope, messages: Sequence[ContextMessage], item: ExtractedMemory) -> NewMemory:
         return NewMemory(
-            content=item.content[: self._limits.max_content_bytes // 4],
+            content=clip_utf8(item.content, self._limits.max_content_bytes),
             scope=scope,
             type=MemoryType(item.type),
-            name=item.name[: self._limits.max_name_bytes // 4],
-            description=item.description[: self._limits.max_description_bytes // 4],
+            name=clip_utf8(item.name, self._limits.max_name_bytes),
+            description=clip_utf8(item.description, self._limits.max_description_bytes),
             metadata={"kind": "extracted", "extracted_by": "llm"},
             provenance=self._provenance(scope, messages),
         )

@@ -195,19 +195,25 @@ class ToolResultBlobStore:
 
     async def verify(
         self, conn: Connection, workspace: Workspace, ref: str, head: str, *, now: datetime
-    ) -> StoredBlob | None:
-        """The blob *ref* when a tool output that claims to be cut really is one of ours:
-        *ref* names an unexpired blob of *workspace* (as `get`) and *head* — the kept
-        text before the marker (`tool_output.claimed_cut`) — is a prefix of its content.
-        Else None: the "marker" was forged or produced by the tool itself, names another
-        workspace's blob (a sub-agent's output passed on), an expired or erased one, or
-        the head is not the start of that blob. The caller then treats the whole output,
-        marker text included, as new (store and cut it), so no byte of it is lost. Loads
-        the content (up to the blob's size, typically a few MB)."""
-        blob = await self.get(conn, workspace, ref, now=now)
-        if blob is None or not blob.content.startswith(head):
+    ) -> datetime | None:
+        """The expiry of blob *ref* when a tool output that claims to be cut really is one
+        of ours: *ref* names an unexpired blob of *workspace* (as `get`) and *head* — the
+        kept text before the marker (`tool_output.claimed_cut`) — is a prefix of its
+        content. Else None: the "marker" was forged or produced by the tool itself, names
+        another workspace's blob (a sub-agent's output passed on), an expired or erased
+        one, or the head is not the start of that blob. The caller then treats the whole
+        output, marker text included, as new (store and cut it), so no byte of it is lost.
+        The prefix is compared in PostgreSQL: the content (often MBs) is not fetched."""
+        key = parse_ref(ref)
+        if key is None:
             return None
-        return blob
+        cur = await conn.execute(
+            "SELECT expires_at FROM tool_result_blobs WHERE workspace_key = %s AND id = %s AND expires_at > %s"
+            " AND left(content, %s) = %s",
+            (workspace.key, key, now, len(head), head),
+        )
+        row = await cur.fetchone()
+        return None if row is None else row["expires_at"]
 
     async def extend(self, conn: Connection, workspace: Workspace, ref: str, expires_at: datetime) -> datetime:
         """Keep blob *ref* at least until *expires_at* (never shortens it); return its
@@ -270,10 +276,11 @@ class BlobCleaner:
 
     `start()` launches an asyncio task on the running loop that calls
     `ToolResultBlobStore.delete_expired` after *first_delay_seconds* (default 1 s) and then
-    every *interval_seconds* (default 10 min), with the wall clock as `now`. It logs
-    counts, never content, and survives errors (logged; the next run retries). `await
-    stop()` cancels it and waits; both are idempotent. Expired blobs are already
-    invisible to `get`, so a late cleaner only costs disk.
+    every *interval_seconds* (the server passes `compaction.blob_cleanup_interval_seconds`,
+    default 1 h), with the wall clock as `now`. It logs counts, never content, and
+    survives errors (logged; the next run retries). `await stop()` cancels it and waits;
+    both are idempotent. Expired blobs are already invisible to `get`, so a late cleaner
+    only costs disk.
     """
 
     def __init__(
@@ -281,7 +288,7 @@ class BlobCleaner:
         store: ToolResultBlobStore,
         db: Database,
         *,
-        interval_seconds: float = 10 * 60.0,
+        interval_seconds: float = 3600.0,
         first_delay_seconds: float = 1.0,
         batch_size: int = 1000,
     ) -> None:

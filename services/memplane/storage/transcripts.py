@@ -159,11 +159,12 @@ class TranscriptStore:
         compacted dialog on disk); return their transcript ids, in order.
 
         A message whose non-empty id is already in the session's transcript (written by
-        WriteConversation, or recorded by an earlier compaction — including the "#<n>"
-        ids GetTranscript hands out) is marked compacted and left as it was. Any other
-        message is appended, marked compacted, with its blocks, content = `text()`,
-        created_at or *now*; an empty id, or an unknown "#<n>" id (it could collide with
-        a later server-numbered one), gets a fresh "#<sequence number>". An id repeated
+        WriteConversation, or recorded by an earlier compaction) is marked compacted and
+        left as it was. Any other message is appended, marked compacted, with its blocks,
+        content = `text()`, created_at or *now*. The service gives every message an id
+        before calling this (client ids never start with "#" or "~"; id-less messages get
+        content ids); defensively, an empty id or an unknown "#<n>" id (it could collide
+        with a later server-numbered one) still gets a fresh "#<sequence number>". An id repeated
         within *messages* is recorded once and returned for each occurrence. Takes the
         session's append lock first, like `append`. Raises `ValueError` for an empty
         `scope.session_id`.

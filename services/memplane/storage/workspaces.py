@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from memplane.domain.context import DEFAULT_TOKEN_ENCODING
 from memplane.domain.models import Workspace, WorkspaceUsage
 from memplane.errors import AlreadyExistsError, NotFoundError
 from memplane.storage.database import Database, fetch_one
@@ -32,7 +33,7 @@ def _workspace(row: dict[str, Any]) -> Workspace:
         embedding_dimensions=row["embedding_dimensions"],
         max_memories=row["max_memories"],
         created_at=row["created_at"],
-        token_encoding=row.get("token_encoding", "o200k_base"),
+        token_encoding=row.get("token_encoding", DEFAULT_TOKEN_ENCODING),
     )
 
 
@@ -49,7 +50,7 @@ class WorkspaceStore:
         embedding_model: str,
         embedding_dimensions: int,
         max_memories: int = 0,
-        token_encoding: str = "o200k_base",  # noqa: S107 - an encoding name, not a secret
+        token_encoding: str = DEFAULT_TOKEN_ENCODING,
     ) -> Workspace:
         """Insert the workspace and create its partitions with their own indexes:
         an HNSW index (cosine) on the embedding cast to its recorded dimension and a CHECK

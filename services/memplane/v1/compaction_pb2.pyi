@@ -327,8 +327,9 @@ class CheckContextRequest(_message.Message):
     `128,000 × 0.7 × 0.95`.
     """
     reserve_tokens: _builtins.int
-    """Tokens of recent messages to keep when compacting; 0 means ReMe's 10,000, at most
-    10% of the window the threshold implies (threshold / 0.665).
+    """Tokens of recent messages to keep when compacting, below threshold_tokens; 0 means
+    ReMe's 10,000, at most 10% of the window the threshold implies (threshold / 0.665)
+    and at most half the threshold.
     """
     encoding: _builtins.str
     """Token encoding: cl100k_base, o200k_base, o200k_harmony, llama3 or qwen3; empty
@@ -813,8 +814,9 @@ class PrepareContextRequest(_message.Message):
     max_input_tokens × compact_ratio × 0.95.
     """
     reserve_tokens: _builtins.int
-    """Tokens of recent messages to keep; 0 means ReMe's 10,000, at most 10% of
-    max_input_tokens (ReMe/CoPaw's memory_reserve_ratio).
+    """Tokens of recent messages to keep, below the threshold; 0 means ReMe's 10,000, at
+    most 10% of max_input_tokens (ReMe/CoPaw's memory_reserve_ratio) and half the
+    threshold.
     """
     skip_tool_result_compaction: _builtins.bool
     """Skip the tool-output step."""
@@ -823,8 +825,9 @@ class PrepareContextRequest(_message.Message):
     language: _builtins.str
     """"zh" or "en"; empty detects it."""
     max_summary_tokens: _builtins.int
-    """Summary budget in tokens; 0 means 2,000, at most 10% of max_input_tokens (the
-    summary is sent in the same window), at least 100.
+    """Summary budget in tokens, 0 or at least 64; 0 means 2,000, at most 10% of
+    max_input_tokens and a quarter of the threshold (the summary is sent in the same
+    window), at least 64.
     """
     summarizer: Global___SummarizerChoice.ValueType
     """Which summariser to use."""

@@ -1,3 +1,5 @@
+-- Note on 0003: tool_result_blobs.line_count counts lines split on "\n" only
+-- (memplane.domain.blobs.count_lines), not str.splitlines() as 0003's comment says.
 -- Deduplication of stored tool outputs: the SHA-256 digest of each blob's content, so that
 -- ToolResultBlobStore.put returns the existing unexpired blob of the same workspace and
 -- scope instead of storing the same multi-MB output again on every CompactToolResults
