@@ -436,3 +436,18 @@ async def test_a_retry_after_a_pause_records_nothing_twice_and_keeps_outputs_who
     assert len(transcript.messages) == first.split.keep_from_index  # nothing recorded twice
     stored = [e for e in transcript.messages if e.message.content[0].WhichOneof("block") == "tool_result"]
     assert [e.message.content[0].tool_result.output for e in stored] == [log]  # uncut
+
+
+async def test_bad_compaction_requests_name_the_field(workspace: TestWorkspace) -> None:
+    cases: list[tuple[dict[str, object], list[str]]] = [
+        ({"messages": []}, ["messages"]),
+        ({"messages": conversation(), "summarizer": 99}, ["summarizer"]),
+        ({"messages": conversation(), "language": "fr"}, ["language"]),
+        ({"messages": conversation(), "scope": memory_pb2.Scope(session_id="s" * 200)}, ["scope.session_id"]),
+        ({"messages": conversation(), "encoding": "p50k_base"}, ["encoding"]),
+    ]
+    for request, expected in cases:
+        messages = request.pop("messages")
+        with pytest.raises(InvalidArgumentError) as caught:
+            await workspace.client.compact_messages(messages, **request)  # type: ignore[arg-type]
+        assert fields(caught.value) == expected, request

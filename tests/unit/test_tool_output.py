@@ -14,7 +14,6 @@ from memplane.compaction.tool_output import (
     Cut,
     claimed_cut,
     cut,
-    find_marker,
     marker,
     plan_limits,
     read,
@@ -22,7 +21,6 @@ from memplane.compaction.tool_output import (
     recut_output,
     render,
     split_marker,
-    was_cut,
     worth_cutting,
 )
 from memplane.domain.blobs import count_lines
@@ -31,6 +29,12 @@ from memplane.domain.context_json import blocks_from_json, blocks_to_json
 from memplane.domain.models import MessageRole
 
 UNTIL = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+
+
+def marker_ref(output: str) -> str | None:
+    """The ref the marker at the end of *output* names (a claim), or None."""
+    found = split_marker(output)
+    return None if found is None else found[1].ref
 
 
 def _offset(text: str, line: int, column: int) -> int:
@@ -168,7 +172,7 @@ def test_marker_reads_well_and_round_trips() -> None:
         f" start_column=102400).]"
     )
     output = render(c.head, trunc)
-    assert find_marker(output) == ref
+    assert marker_ref(output) == ref
     assert split_marker(output) == (c.head, trunc)
 
 
@@ -181,12 +185,12 @@ def test_marker_time_is_shown_to_the_second() -> None:
 
 def test_find_marker_needs_our_marker_at_the_very_end() -> None:
     output = render("head", _truncation(cut("head and more", 4)))
-    assert find_marker(output) is not None
-    assert find_marker(output + "\n") is None
-    assert find_marker(output + " trailing") is None
-    assert find_marker("plain output") is None
-    assert find_marker(output.replace("ref=", "ref=zz")) is None
-    assert find_marker("") is None
+    assert marker_ref(output) is not None
+    assert marker_ref(output + "\n") is None
+    assert marker_ref(output + " trailing") is None
+    assert marker_ref("plain output") is None
+    assert marker_ref(output.replace("ref=", "ref=zz")) is None
+    assert marker_ref("") is None
 
 
 # --------------------------------------------------------------------------- recut
@@ -201,7 +205,7 @@ def _cut_block(text: str, limit: int) -> tuple[ToolResultBlock, Truncation]:
 def test_recut_within_the_limit_changes_nothing() -> None:
     text = "".join(f"row {i}\n" for i in range(10_000))
     block, trunc = _cut_block(text, 1000)
-    assert was_cut(block)
+    assert claimed_cut(block) is not None
     assert recut(block, 1000) is block
     assert recut(block, 5000) is block
     again = recut_output(block.output, None, 1000)  # a client that lost the structured field
@@ -258,7 +262,7 @@ def test_recut_fills_in_a_dropped_truncation_without_touching_the_text() -> None
 
 def test_recut_refuses_a_block_that_was_never_cut() -> None:
     block = ToolResultBlock("call-1", "plain", name="shell")
-    assert not was_cut(block)
+    assert not claimed_cut(block) is not None
     assert recut_output("plain", None, 3) is None
     with pytest.raises(ValueError, match="never cut"):
         recut(block, 3)

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from memplane.compaction import tool_output
 from memplane.compaction.knobs import NO_SCOPE
-from memplane.domain.context import ContextMessage, ToolResultBlock, ToolResultLimits, Truncation
+from memplane.domain.blobs import utf8_size
+from memplane.domain.context import ContextMessage, ToolResultBlock, ToolResultLimits
 from memplane.domain.models import Scope, Workspace
 from memplane.domain.validation import Violations, check_scope
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
@@ -108,13 +109,13 @@ class ToolResultOffloader:
             old_max_bytes=lim.old_max_bytes,
             keep_last_messages=lim.keep_last_messages,
         )
-        pending = {
-            (i, j)
+        sizes = {  # UTF-8 size of each output over its limit, measured once
+            (i, j): size
             for i, m in enumerate(messages)
             for j, b in enumerate(m.blocks)
-            if isinstance(b, ToolResultBlock) and len(b.output.encode("utf-8")) > per_message[i]
+            if isinstance(b, ToolResultBlock) and (size := utf8_size(b.output)) > per_message[i]
         }
-        if not pending:
+        if not sizes:
             return ToolCompaction(list(messages), 0, 0)
         now = datetime.now(UTC)
         retention = timedelta(seconds=lim.retention_seconds)
@@ -124,7 +125,7 @@ class ToolResultOffloader:
             for i, message in enumerate(messages):
                 blocks = list(message.blocks)
                 for j, block in enumerate(blocks):
-                    if (i, j) not in pending or not isinstance(block, ToolResultBlock):
+                    if (i, j) not in sizes or not isinstance(block, ToolResultBlock):
                         continue
                     limit = per_message[i]
                     claim = tool_output.claimed_cut(block)
@@ -138,14 +139,14 @@ class ToolResultOffloader:
                             # as sent (a lower bound), so the agent's context text does not
                             # change from call to call (prompt caches keep their prefix).
                             await self._blobs.extend(conn, workspace, claim[1].ref, now + retention)
-                    elif tool_output.worth_cutting(block.output, limit):
+                    elif (cut := tool_output.profitable_cut(block.output, limit)) is not None:
                         new_block = await self._cut_and_store(
-                            conn, workspace, block, limit=limit, scope=scope, retention=retention, now=now
+                            conn, workspace, block, cut, scope=scope, retention=retention, now=now
                         )
                         truncated += 1
                     else:
                         continue
-                    removed += len(block.output.encode("utf-8")) - len(new_block.output.encode("utf-8"))
+                    removed += sizes[i, j] - utf8_size(new_block.output)
                     blocks[j] = new_block
                 out.append(message.with_blocks(tuple(blocks)))
         return ToolCompaction(out, truncated, removed)
@@ -155,14 +156,13 @@ class ToolResultOffloader:
         conn: Connection,
         workspace: Workspace,
         block: ToolResultBlock,
+        cut: tool_output.Cut,
         *,
-        limit: int,
         scope: Scope,
         retention: timedelta,
         now: datetime,
     ) -> ToolResultBlock:
-        """Store *block*'s whole output, then return it cut to *limit* bytes plus the marker."""
-        cut = tool_output.cut(block.output, limit)
+        """Store *block*'s whole output, then return its *cut* head plus the marker."""
         stored = await self._blobs.put(
             conn,
             workspace,
@@ -173,20 +173,9 @@ class ToolResultOffloader:
             retention=retention,
             now=now,
         )
-        trunc = Truncation(
-            ref=stored.ref,
-            total_bytes=cut.total_bytes,
-            total_lines=cut.total_lines,
-            kept_bytes=cut.kept_bytes,
-            resume_line=cut.resume_line,
-            resume_column=cut.resume_column,
-            expires_at=stored.expires_at,
-        )
+        trunc = cut.truncation(ref=stored.ref, expires_at=stored.expires_at)
         return ToolResultBlock(
-            tool_use_id=block.tool_use_id,
-            name=block.name,
-            output=cut.head + tool_output.marker(trunc),
-            truncation=trunc,
+            tool_use_id=block.tool_use_id, name=block.name, output=tool_output.render(cut.head, trunc), truncation=trunc
         )
 
     async def read_tool_result(

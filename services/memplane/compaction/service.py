@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from memplane.compaction.compactor import MIN_SUMMARY_TOKENS, MessageCompactor
 from memplane.compaction.content_ids import with_content_ids
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.knobs import NO_SCOPE, OFFLOAD_MESSAGES, count_messages, counter_for, language_for
+from memplane.compaction.knobs import NO_SCOPE, count_messages, counter_for, language_for
 from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.offload import ToolCompaction, ToolResultOffloader, ToolResultSlice
 from memplane.compaction.session_memory import MemoryWriter, SessionMemories, SessionSummarizer
@@ -41,14 +41,7 @@ from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
 
-__all__ = [
-    "NO_SCOPE",
-    "OFFLOAD_MESSAGES",
-    "CompactionService",
-    "PrepareOptions",
-    "Prepared",
-    "count_messages",
-]
+__all__ = ["CompactionService", "PrepareOptions", "Prepared"]
 
 
 @dataclass(frozen=True)

@@ -166,12 +166,6 @@ def _pair_tool_calls(messages: Sequence[ContextMessage]) -> _Pairs:
     return pairs
 
 
-def _is_user_turn(message: ContextMessage) -> bool:
-    return message.role == MessageRole.USER and (
-        not message.blocks or any(not isinstance(b, ToolResultBlock) for b in message.blocks)
-    )
-
-
 def _boundary(
     messages: Sequence[ContextMessage],
     tokens: tuple[int, ...],
@@ -189,7 +183,7 @@ def _boundary(
         kept += tokens[keep_from]
 
     # 3. the current turn (the newest user message and everything after it)
-    anchor = next((i for i in range(n - 1, -1, -1) if _is_user_turn(messages[i])), None)
+    anchor = next((i for i in range(n - 1, -1, -1) if messages[i].opens_user_turn()), None)
     if anchor is not None and keep_from > anchor:
         turn = sum(tokens[anchor:])
         problems.append(
@@ -223,7 +217,7 @@ def _boundary(
         if (
             keep_from > 0
             and messages[keep_from].role == MessageRole.ASSISTANT
-            and _is_user_turn(messages[keep_from - 1])
+            and messages[keep_from - 1].opens_user_turn()
         ):
             problems.append(
                 f"kept the user message messages[{keep_from - 1}] with the assistant reply messages[{keep_from}]"

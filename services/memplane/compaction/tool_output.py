@@ -32,8 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from memplane.domain.blobs import count_lines, utf8_size
-from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
-from memplane.domain.models import MessageRole
+from memplane.domain.context import ContextMessage, ToolResultBlock, Truncation
 
 # Smallest `max_bytes` for `read`: the longest UTF-8 character, so that every call
 # makes progress (a reader looping on next_line / next_column always reaches the end).
@@ -188,13 +187,6 @@ def split_marker(output: str) -> tuple[str, Truncation] | None:
     return output[: found.start()], truncation
 
 
-def find_marker(output: str) -> str | None:
-    """The blob ref named by the `marker` *output* ends with, or None. A claim only, as
-    for `split_marker`."""
-    found = split_marker(output)
-    return None if found is None else found[1].ref
-
-
 def render(head: str, truncation: Truncation) -> str:
     """The output of a cut tool result: its head followed by its `marker`."""
     return head + marker(truncation)
@@ -233,11 +225,17 @@ def worth_cutting(text: str, max_bytes: int) -> bool:
     *text* — e.g. any limit within ~230 bytes of the size, or a limit of 1 byte on a
     short output — then the output is better left whole (and nothing stored).
     O(len(text)). Raises `ValueError` for a negative *max_bytes*."""
+    return profitable_cut(text, max_bytes) is not None
+
+
+def profitable_cut(text: str, max_bytes: int) -> Cut | None:
+    """`cut(text, max_bytes)` when it is `worth_cutting`, else None (the cut is made once
+    and handed to the caller, which stores the text and renders the head)."""
     c = cut(text, max_bytes)
     if not c.is_cut:
-        return False
+        return None
     cost = utf8_size(marker(c.truncation(ref=_SAMPLE_REF, expires_at=_SAMPLE_EXPIRY)))
-    return c.total_bytes - c.kept_bytes > cost
+    return c if c.total_bytes - c.kept_bytes > cost else None
 
 
 # --------------------------------------------------------------------------- recutting
@@ -292,13 +290,6 @@ def recut_output(output: str, truncation: Truncation | None, max_bytes: int) -> 
         expires_at=truncation.expires_at,
     )
     return Recut(render(again.head, new), new, changed=True)
-
-
-def was_cut(block: ToolResultBlock) -> bool:
-    """Whether *block* CLAIMS CompactToolResults cut it before (a truncation, or our
-    marker at the end of its output). A claim only: see `claimed_cut` for the check
-    the service must make (`ToolResultBlobStore.verify`) before `recut`-ting it."""
-    return block.truncation is not None or split_marker(block.output) is not None
 
 
 def recut(block: ToolResultBlock, max_bytes: int) -> ToolResultBlock:
@@ -409,12 +400,6 @@ def read(text: str, *, start_line: int, start_column: int, line_count: int, max_
 # --------------------------------------------------------------------------- planning
 
 
-def _opens_turn(message: ContextMessage) -> bool:
-    """A user message that says something (not one that only carries tool results, as
-    AgentScope's user-role tool-result messages do)."""
-    return message.role == MessageRole.USER and any(isinstance(b, TextBlock | ToolUseBlock) for b in message.blocks)
-
-
 def plan_limits(
     messages: Sequence[ContextMessage], *, recent_max_bytes: int, old_max_bytes: int, keep_last_messages: int
 ) -> list[int]:
@@ -445,11 +430,6 @@ def plan_limits(
         raise ValueError(f"old_max_bytes must be >= 1, got {old_max_bytes}")
     old_max_bytes = min(old_max_bytes, recent_max_bytes)
     count = len(messages)
-    turn_start = next((i for i in range(count - 1, -1, -1) if _opens_turn(messages[i])), 0)
+    turn_start = next((i for i in range(count - 1, -1, -1) if messages[i].opens_user_turn()), 0)
     recent_from = min(turn_start, count - max(keep_last_messages, 0))
     return [recent_max_bytes if i >= recent_from else old_max_bytes for i in range(count)]
-
-
-def tool_result_blocks(message: ContextMessage) -> list[ToolResultBlock]:
-    """The tool_result blocks of *message*, in order."""
-    return [b for b in message.blocks if isinstance(b, ToolResultBlock)]

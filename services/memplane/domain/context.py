@@ -92,9 +92,12 @@ class ContextMessage:
         """Ids of the tool calls this message makes."""
         return [b.id for b in self.blocks if isinstance(b, ToolUseBlock)]
 
-    def tool_result_ids(self) -> list[str]:
-        """Ids of the tool calls this message answers."""
-        return [b.tool_use_id for b in self.blocks if isinstance(b, ToolResultBlock)]
+    def opens_user_turn(self) -> bool:
+        """A user message that says something: not one that only carries tool results
+        (AgentScope and Anthropic-style clients put tool outputs in user messages)."""
+        return self.role == MessageRole.USER and (
+            not self.blocks or any(not isinstance(b, ToolResultBlock) for b in self.blocks)
+        )
 
     def with_blocks(self, blocks: tuple[Block, ...]) -> ContextMessage:
         """A copy with other blocks."""
