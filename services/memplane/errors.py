@@ -16,9 +16,22 @@ class FieldViolation:
 
 
 class MemplaneError(Exception):
-    """Root of every memplane error."""
+    """Root of every memplane error. Each class's `reason` (the `google.rpc.ErrorInfo`
+    reason on the wire) is registered once, so the SDK maps a reason back to its class."""
 
     reason = "INTERNAL"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _BY_REASON[cls.reason] = cls
+
+
+_BY_REASON: dict[str, type[MemplaneError]] = {}
+
+
+def lookup(reason: str) -> type[MemplaneError] | None:
+    """The error class whose `reason` is *reason* (None if no class has it)."""
+    return _BY_REASON.get(reason)
 
 
 class InvalidArgumentError(MemplaneError):
@@ -64,12 +77,14 @@ class VersionConflictError(MemplaneError):
 
 
 class QuotaExceededError(MemplaneError):
-    """A workspace quota would be exceeded."""
+    """A workspace quota would be exceeded. *quota_id* names the quota as the proto's
+    `WorkspaceQuotas` field does (e.g. ``max_memories``); *limit* is its value."""
 
     reason = "QUOTA_EXCEEDED"
 
-    def __init__(self, subject: str, description: str) -> None:
+    def __init__(self, subject: str, description: str, *, quota_id: str = "", limit: int = 0) -> None:
         self.subject, self.description = subject, description
+        self.quota_id, self.limit = quota_id, limit
         super().__init__(f"{subject}: {description}")
 
 
@@ -90,6 +105,12 @@ class EmbeddingMismatchError(FailedPreconditionError):
     """The server's embedding model or dimension differs from the workspace's."""
 
     reason = "EMBEDDING_MISMATCH"
+
+
+class KeyRevokedError(FailedPreconditionError):
+    """An API key given to CreateApiKey for import was revoked before."""
+
+    reason = "KEY_REVOKED"
 
 
 class UnauthenticatedError(MemplaneError):
@@ -114,3 +135,6 @@ class UnavailableError(MemplaneError):
     """A dependency (database, embedding endpoint) cannot be reached; retry later."""
 
     reason = "UNAVAILABLE"
+
+
+_BY_REASON[MemplaneError.reason] = MemplaneError

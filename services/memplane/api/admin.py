@@ -5,6 +5,12 @@ from __future__ import annotations
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
 from memplane.api import convert
+from memplane.api.admin_convert import (
+    api_key_to_proto,
+    quotas_from_proto,
+    retention_from_proto,
+    workspace_to_proto,
+)
 from memplane.api.handler import Context, require_admin, rpc
 from memplane.v1 import admin_pb2, admin_pb2_grpc
 
@@ -21,8 +27,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateWorkspaceRequest, context: Context
     ) -> admin_pb2.CreateWorkspaceResponse:
         await require_admin(self._auth, context)
-        workspace = await self._service.create_workspace(request.name, request.max_memories, request.token_encoding)
-        return admin_pb2.CreateWorkspaceResponse(workspace=convert.workspace_to_proto(workspace))
+        workspace = await self._service.create_workspace(
+            request.name,
+            quotas=quotas_from_proto(request.quotas),
+            retention=retention_from_proto(request.retention),
+            labels=dict(request.labels),
+            token_encoding=request.token_encoding,
+        )
+        return admin_pb2.CreateWorkspaceResponse(workspace=workspace_to_proto(workspace))
 
     @rpc
     async def GetWorkspace(
@@ -30,7 +42,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.GetWorkspaceResponse:
         await require_admin(self._auth, context)
         workspace = await self._service.get_workspace(request.name)
-        return admin_pb2.GetWorkspaceResponse(workspace=convert.workspace_to_proto(workspace))
+        return admin_pb2.GetWorkspaceResponse(workspace=workspace_to_proto(workspace))
+
+    @rpc
+    async def UpdateWorkspace(
+        self, request: admin_pb2.UpdateWorkspaceRequest, context: Context
+    ) -> admin_pb2.UpdateWorkspaceResponse:
+        await require_admin(self._auth, context)
+        given = request.workspace
+        workspace = await self._service.update_workspace(
+            given.name,
+            list(request.update_mask.paths),
+            quotas=quotas_from_proto(given.quotas),
+            retention=retention_from_proto(given.retention, "workspace.retention"),
+            labels=dict(given.labels),
+            token_encoding=given.token_encoding,
+        )
+        return admin_pb2.UpdateWorkspaceResponse(workspace=workspace_to_proto(workspace))
 
     @rpc
     async def ListWorkspaces(
@@ -39,7 +67,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         await require_admin(self._auth, context)
         found, token = await self._service.list_workspaces(request.page_size, request.page_token)
         return admin_pb2.ListWorkspacesResponse(
-            workspaces=[convert.workspace_to_proto(w) for w in found], next_page_token=token
+            workspaces=[workspace_to_proto(w) for w in found], next_page_token=token
         )
 
     @rpc
@@ -55,7 +83,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateApiKeyRequest, context: Context
     ) -> admin_pb2.CreateApiKeyResponse:
         await require_admin(self._auth, context)
-        key_id, api_key = await self._service.create_api_key(request.workspace, request.display_name)
+        key_id, api_key = await self._service.create_api_key(request.workspace, request.display_name, request.api_key)
         return admin_pb2.CreateApiKeyResponse(key_id=key_id, api_key=api_key)
 
     @rpc
@@ -65,6 +93,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         await require_admin(self._auth, context)
         revoked = await self._service.revoke_api_key(request.key_id)
         return admin_pb2.RevokeApiKeyResponse(revoke_time=convert.timestamp(revoked))
+
+    @rpc
+    async def ListApiKeys(
+        self, request: admin_pb2.ListApiKeysRequest, context: Context
+    ) -> admin_pb2.ListApiKeysResponse:
+        await require_admin(self._auth, context)
+        found, token = await self._service.list_api_keys(request.workspace, request.page_size, request.page_token)
+        return admin_pb2.ListApiKeysResponse(api_keys=[api_key_to_proto(k) for k in found], next_page_token=token)
 
     @rpc
     async def GetWorkspaceUsage(
@@ -77,4 +113,5 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             content_bytes=usage.content_bytes,
             transcript_message_count=usage.transcript_message_count,
             storage_bytes=usage.storage_bytes,
+            embedding_tokens_today=usage.embedding_tokens_today,
         )

@@ -21,10 +21,9 @@ from memplane.domain.models import (
     NewMemory,
     Provenance,
     Scope,
-    Workspace,
 )
 from memplane.errors import FieldViolation, InvalidArgumentError
-from memplane.v1 import admin_pb2, filter_pb2, memory_pb2, writeback_pb2
+from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 
 _MAX_SAFE_INT = 2**53
 
@@ -215,17 +214,6 @@ def event_to_proto(event: MemoryEvent) -> memory_pb2.MemoryEvent:
         actor=event.actor,
         request_id=event.request_id,
         create_time=timestamp(event.created_at),
-    )
-
-
-def workspace_to_proto(workspace: Workspace) -> admin_pb2.Workspace:
-    return admin_pb2.Workspace(
-        name=workspace.name,
-        embedding_model=workspace.embedding_model,
-        embedding_dimensions=workspace.embedding_dimensions,
-        max_memories=workspace.max_memories,
-        token_encoding=workspace.token_encoding,
-        create_time=timestamp(workspace.created_at),
     )
 
 

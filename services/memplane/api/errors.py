@@ -92,7 +92,12 @@ def to_status(error: errors.MemplaneError) -> status_pb2.Status:
             _pack(
                 error_details_pb2.QuotaFailure(
                     violations=[
-                        error_details_pb2.QuotaFailure.Violation(subject=error.subject, description=error.description)
+                        error_details_pb2.QuotaFailure.Violation(
+                            subject=error.subject,
+                            description=error.description,
+                            quota_id=error.quota_id,
+                            quota_value=error.limit,
+                        )
                     ]
                 )
             )

@@ -93,6 +93,7 @@ async def start_server(
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
             WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size), server
         )
+        app.retention_sweeper.start()  # expired memories are erased by the servers that write them
     if "compaction" in services:
         compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
             CompactionServicer(

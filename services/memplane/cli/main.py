@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.errors import MemplaneError
 from memplane.settings import Settings
-from memplane.v1 import filter_pb2, memory_pb2
+from memplane.v1 import admin_pb2, filter_pb2, memory_pb2
 
 _log = logging.getLogger("memplane")
 
@@ -68,7 +68,7 @@ async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
 async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
     async with admin_client(ns, settings) as client:
         if ns.action == "create":
-            ws = await client.create_workspace(ns.name, max_memories=ns.max_memories)
+            ws = await client.create_workspace(ns.name, quotas=admin_pb2.WorkspaceQuotas(max_memories=ns.max_memories))
             print(f"created workspace {ws.name} ({ws.embedding_model}, {ws.embedding_dimensions}-d)")
             key = await client.create_api_key(ws.name, "created by the CLI")
             print(f"API key (shown once): {key.api_key}")

@@ -10,7 +10,7 @@ Replies are the generated `memplane.v1` messages (documented in proto/memplane/v
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -237,12 +237,31 @@ class AsyncMemplaneClient:
 
     # -- admin --------------------------------------------------------------------
     async def create_workspace(
-        self, name: str, *, max_memories: int = 0, token_encoding: str = ""
+        self,
+        name: str,
+        *,
+        quotas: admin_pb2.WorkspaceQuotas | None = None,
+        retention: admin_pb2.RetentionPolicy | None = None,
+        labels: Mapping[str, str] | None = None,
+        token_encoding: str = "",
     ) -> admin_pb2.Workspace:
         """Create a workspace (admin key); *token_encoding* is its CompactionService default."""
         reply = await self._call(
             self.admin.CreateWorkspace,
-            admin_pb2.CreateWorkspaceRequest(name=name, max_memories=max_memories, token_encoding=token_encoding),
+            admin_pb2.CreateWorkspaceRequest(
+                name=name, quotas=quotas, retention=retention, labels=labels or {}, token_encoding=token_encoding
+            ),
+        )
+        return reply.workspace
+
+    async def update_workspace(self, workspace: admin_pb2.Workspace, fields: Iterable[str]) -> admin_pb2.Workspace:
+        """Replace *fields* ("quotas", "retention", "labels", "token_encoding",
+        "quotas.max_memories", ...) of the workspace named `workspace.name` (admin key)."""
+        reply = await self._call(
+            self.admin.UpdateWorkspace,
+            admin_pb2.UpdateWorkspaceRequest(
+                workspace=workspace, update_mask=field_mask_pb2.FieldMask(paths=list(fields))
+            ),
         )
         return reply.workspace
 
@@ -262,10 +281,24 @@ class AsyncMemplaneClient:
         reply = await self._call(self.admin.DeleteWorkspace, admin_pb2.DeleteWorkspaceRequest(name=name))
         return reply.deleted_memory_count
 
-    async def create_api_key(self, workspace: str, display_name: str = "") -> admin_pb2.CreateApiKeyResponse:
-        """A new key for a workspace; the secret is in the reply only (admin key)."""
+    async def create_api_key(
+        self, workspace: str, display_name: str = "", *, api_key: str = ""
+    ) -> admin_pb2.CreateApiKeyResponse:
+        """A new key for a workspace; the secret is in the reply only (admin key). With
+        *api_key* (see `memplane.client.generate_api_key`) that key is imported instead:
+        idempotent, so a retry after a lost reply registers nothing twice."""
         return await self._call(
-            self.admin.CreateApiKey, admin_pb2.CreateApiKeyRequest(workspace=workspace, display_name=display_name)
+            self.admin.CreateApiKey,
+            admin_pb2.CreateApiKeyRequest(workspace=workspace, display_name=display_name, api_key=api_key),
+        )
+
+    async def list_api_keys(
+        self, workspace: str, *, page_size: int = 100, page_token: str = ""
+    ) -> admin_pb2.ListApiKeysResponse:
+        """A page of a workspace's keys by key id, revoked ones included (admin key)."""
+        return await self._call(
+            self.admin.ListApiKeys,
+            admin_pb2.ListApiKeysRequest(workspace=workspace, page_size=page_size, page_token=page_token),
         )
 
     async def revoke_api_key(self, key_id: str) -> None:

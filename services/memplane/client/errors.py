@@ -20,7 +20,7 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
     message = error.details() or ""
     violations: list[errors.FieldViolation] = []
     resource = ("", "")
-    quota = ("", "")
+    quota: tuple[str, str, str, int] = ("", "", "", 0)
     reason = ""
     for detail in status.details if status is not None else []:
         if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
@@ -35,7 +35,8 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
             qf = error_details_pb2.QuotaFailure()
             detail.Unpack(qf)
             if qf.violations:
-                quota = (qf.violations[0].subject, qf.violations[0].description)
+                first = qf.violations[0]
+                quota = (first.subject, first.description, first.quota_id, first.quota_value)
         elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             ei = error_details_pb2.ErrorInfo()
             detail.Unpack(ei)
@@ -57,7 +58,7 @@ def _typed(  # noqa: PLR0911 - one return per status code
     *,
     violations: list[errors.FieldViolation],
     resource: tuple[str, str],
-    quota: tuple[str, str],
+    quota: tuple[str, str, str, int],
     reason: str,
 ) -> errors.MemplaneError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -69,13 +70,14 @@ def _typed(  # noqa: PLR0911 - one return per status code
         return _version_conflict(message)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if quota[0]:  # memplane's own quota refusals always carry a QuotaFailure
-            return errors.QuotaExceededError(*quota)
+            return errors.QuotaExceededError(quota[0], quota[1], quota_id=quota[2], limit=quota[3])
         if "larger than max" in message:  # gRPC's "Received message larger than max (n vs. m)"
             return errors.MessageTooLargeError(message)
         return errors.MemplaneError(f"{code.name}: {message}")
     if code == grpc.StatusCode.FAILED_PRECONDITION:
-        mismatch = reason == errors.EmbeddingMismatchError.reason
-        return (errors.EmbeddingMismatchError if mismatch else errors.FailedPreconditionError)(message)
+        found = errors.lookup(reason)  # the reason names the subclass (EMBEDDING_MISMATCH, KEY_REVOKED)
+        precise = found is not None and issubclass(found, errors.FailedPreconditionError)
+        return (found if found is not None and precise else errors.FailedPreconditionError)(message)
     if code in _SIMPLE:
         return _SIMPLE[code](message)
     return errors.MemplaneError(f"{code.name}: {message}")

@@ -150,6 +150,7 @@ class ExtractiveSummarizer:
         language: Language,
         max_summary_tokens: int,
         counter: TokenCounter,
+        embedder: Embedder | None = None,
     ) -> str:
         """An extractive summary of *messages* (oldest first) and of the bullet lines of
         *previous_summary*: the heading of *language* then `- [Speaker, YYYY-MM-DD]
@@ -160,7 +161,8 @@ class ExtractiveSummarizer:
         fragments are the candidates (a summary is never empty while messages have text).
 
         Cost: one embedding of every candidate sentence (the embedder's time dominates)
-        plus O(candidates * chosen * dimensions) for the selection. Raises whatever the
+        plus O(candidates * chosen * dimensions) for the selection. *embedder* replaces
+        the constructor's for this call (a workspace's metered view). Raises whatever the
         embedder raises.
         """
         result = await self.summarize_with_sources(
@@ -169,6 +171,7 @@ class ExtractiveSummarizer:
             language=language,
             max_summary_tokens=max_summary_tokens,
             counter=counter,
+            embedder=embedder,
         )
         return result.text
 
@@ -180,6 +183,7 @@ class ExtractiveSummarizer:
         language: Language,
         max_summary_tokens: int,
         counter: TokenCounter,
+        embedder: Embedder | None = None,
     ) -> ExtractiveSummary:
         """`summarize`, with the source message of every bullet (for evaluation: which
         turns survive compaction)."""
@@ -197,7 +201,7 @@ class ExtractiveSummarizer:
         bullets = [c.bullet() for c in candidates]
         costs = np.asarray(counter.count_texts(["\n" + b for b in bullets]), dtype=np.int64)
         budget = max_summary_tokens - counter.count_text(heading)
-        vectors = await self._embed([c.text[:EMBED_CHARS] for c in candidates])
+        vectors = await self._embed([c.text[:EMBED_CHARS] for c in candidates], embedder or self._embedder)
         preferred = np.asarray([_long_enough(c.text, PREFERRED_WORDS, PREFERRED_IDEOGRAPHS) for c in candidates])
         specificity = _specificity([c.text for c in candidates], [c.text for c in _dedupe(every_previous + every_new)])
         chosen = _select(vectors, costs, budget, preferred, specificity)
@@ -217,9 +221,10 @@ class ExtractiveSummarizer:
         )
         return ExtractiveSummary(text, tuple(candidates[i].source for i in sorted(chosen)))
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
+    @staticmethod
+    async def _embed(texts: list[str], embedder: Embedder) -> np.ndarray:
         chunks = [texts[i : i + EMBED_CHUNK] for i in range(0, len(texts), EMBED_CHUNK)]
-        parts = [await self._embedder.embed_queries(chunk) for chunk in chunks]
+        parts = [await embedder.embed_queries(chunk) for chunk in chunks]
         return normalize(np.concatenate(parts, axis=0))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 JsonObject = dict[str, Any]
@@ -143,6 +143,31 @@ class ConversationMessage:
 
 
 @dataclass(frozen=True)
+class Quotas:
+    """Limits of one workspace (proto `WorkspaceQuotas`); 0 means unlimited. Units: memories,
+    bytes of memory text, calls per second per server process, cl100k tokens per UTC day."""
+
+    max_memories: int = 0
+    max_bytes: int = 0
+    max_requests_per_second: int = 0
+    max_embedding_tokens_per_day: int = 0
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Lifetimes of memories written without an expiry (proto `RetentionPolicy`), in
+    seconds; 0 keeps them until deleted. A type's rule overrides the default."""
+
+    default_ttl_seconds: int = 0
+    type_ttl_seconds: dict[MemoryType, int] = field(default_factory=dict)
+
+    def expiry(self, memory_type: MemoryType, now: datetime) -> datetime | None:
+        """When a memory of *memory_type* written at *now* expires (None: never)."""
+        ttl = self.type_ttl_seconds.get(memory_type, self.default_ttl_seconds)
+        return now + timedelta(seconds=ttl) if ttl else None
+
+
+@dataclass(frozen=True)
 class Workspace:
     """A tenant. `key` is the internal partition key; `name` the public name."""
 
@@ -150,9 +175,12 @@ class Workspace:
     name: str
     embedding_model: str
     embedding_dimensions: int
-    max_memories: int
     created_at: datetime
     token_encoding: str = "o200k_base"  # noqa: S105 - an encoding name, not a secret
+    quotas: Quotas = field(default_factory=Quotas)
+    retention: Retention = field(default_factory=Retention)
+    labels: dict[str, str] = field(default_factory=dict)
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +191,7 @@ class WorkspaceUsage:
     content_bytes: int
     transcript_message_count: int
     storage_bytes: int
+    embedding_tokens_today: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,6 +202,8 @@ class ApiKeyRecord:
     workspace_name: str | None  # None: the admin key
     workspace_key: int | None
     revoked_at: datetime | None
+    display_name: str = ""
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, Workspace
 from memplane.domain.validation import Violations, check_filter, check_text, parse_memory_id
-from memplane.embedding.base import Embedder
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import NotFoundError
+from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.fusion import FusedHit, FusionMethod, SignalHit, fuse
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage.database import Database
@@ -94,13 +94,14 @@ class RetrievalService:
         self,
         db: Database,
         memories: MemoryStore,
-        embedder: Embedder,
+        meter: EmbeddingMeter,
         limits: LimitsSettings,
         settings: RetrievalSettings,
     ) -> None:
         self._db = db
         self._memories = memories
-        self._embedder = embedder
+        self._meter = meter
+        self._embedder = meter.embedder
         self._limits = limits
         self._settings = settings
 
@@ -125,7 +126,8 @@ class RetrievalService:
 
     async def search(self, workspace: Workspace, request: SearchRequest) -> SearchResult:
         """Hybrid / vector / lexical search. Raises `InvalidArgumentError` naming the
-        field, `EmbeddingMismatchError` when the embedder differs from the workspace's."""
+        field, `EmbeddingMismatchError` when the embedder differs from the workspace's,
+        `QuotaExceededError` past the workspace's daily embedding tokens."""
         started = time.perf_counter()
         self._validate_search(request)
         use_vector = request.mode in (SearchMode.HYBRID, SearchMode.VECTOR)
@@ -135,7 +137,7 @@ class RetrievalService:
         if use_vector:
             ensure_compatible(workspace, self._embedder)
             t0 = time.perf_counter()
-            vectors = await self._embedder.embed_queries(list(request.queries))
+            vectors = await self._meter.for_workspace(workspace).embed_queries(list(request.queries))
             embed_seconds = time.perf_counter() - t0
         depth = max(request.top_k * self._settings.candidate_multiplier, self._settings.min_candidates)
         now = datetime.now(UTC)

@@ -10,21 +10,16 @@ DELETE CASCADE).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
-import logging
 import re
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memplane.domain.blobs import StoredBlob, count_lines, utf8_size
 from memplane.domain.models import Scope, Workspace
 from memplane.storage.database import Connection, Database, fetch_one
-
-_log = logging.getLogger(__name__)
+from memplane.storage.sweeper import Sweeper
 
 # Retention bounds of put(), in seconds. At least 1 s: expiry times are kept to the whole
 # second (and the marker shows them so). At most 365 days: blobs are meant to live for
@@ -264,24 +259,11 @@ class ToolResultBlobStore:
                 return deleted
 
 
-@dataclass
-class _CleanerStats:
-    runs: int = 0
-    deleted: int = 0
-    failures: int = 0
-
-
-class BlobCleaner:
-    """Deletes expired tool-result blobs in the background.
-
-    `start()` launches an asyncio task on the running loop that calls
-    `ToolResultBlobStore.delete_expired` after *first_delay_seconds* (default 1 s) and then
-    every *interval_seconds* (the server passes `compaction.blob_cleanup_interval_seconds`,
-    default 1 h), with the wall clock as `now`. It logs counts, never content, and
-    survives errors (logged; the next run retries). `await stop()` cancels it and waits;
-    both are idempotent. Expired blobs are already invisible to `get`, so a late cleaner
-    only costs disk.
-    """
+class BlobCleaner(Sweeper):
+    """Deletes expired tool-result blobs in the background: `ToolResultBlobStore.delete_expired`
+    with the wall clock as `now`, every *interval_seconds* (the server passes
+    `compaction.blob_cleanup_interval_seconds`, default 1 h). Expired blobs are already
+    invisible to `get`, so a late cleaner only costs disk."""
 
     def __init__(
         self,
@@ -292,57 +274,12 @@ class BlobCleaner:
         first_delay_seconds: float = 1.0,
         batch_size: int = 1000,
     ) -> None:
-        if interval_seconds <= 0:
-            raise ValueError(f"interval_seconds must be > 0, got {interval_seconds}")
-        self._db = db
-        self._store = store
-        self._interval = interval_seconds
-        self._first_delay = max(0.0, min(first_delay_seconds, interval_seconds))
-        self._batch_size = batch_size
-        self._task: asyncio.Task[None] | None = None
-        self.stats = _CleanerStats()
+        async def sweep() -> int:
+            return await store.delete_expired(db, now=datetime.now(UTC), batch_size=batch_size)
 
-    @property
-    def running(self) -> bool:
-        """Whether the background task is alive."""
-        return self._task is not None and not self._task.done()
-
-    def start(self) -> None:
-        """Start the background task (no-op when running). Needs a running event loop."""
-        if self.running:
-            return
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="memplane-blob-cleaner")
-
-    async def stop(self) -> None:
-        """Cancel the background task and wait for it to end."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    async def run_once(self) -> int:
-        """One cleaning pass now; return the number of blobs deleted. Errors propagate."""
-        return await self._store.delete_expired(self._db, now=datetime.now(UTC), batch_size=self._batch_size)
-
-    async def _run(self) -> None:
-        await asyncio.sleep(self._first_delay)
-        while True:
-            started = asyncio.get_running_loop().time()
-            try:
-                deleted = await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # any failure: log it, keep the loop alive
-                self.stats.failures += 1
-                _log.exception("tool-result blob cleanup failed; retrying in %.1f s", self._interval)
-            else:
-                self.stats.runs += 1
-                self.stats.deleted += deleted
-                elapsed = asyncio.get_running_loop().time() - started
-                if deleted:
-                    _log.info("deleted %d expired tool-result blobs in %.3f s", deleted, elapsed)
-                else:
-                    _log.debug("no expired tool-result blobs (%.3f s)", elapsed)
-            await asyncio.sleep(self._interval)
+        super().__init__(
+            "expired tool-result blobs",
+            sweep,
+            interval_seconds=interval_seconds,
+            first_delay_seconds=first_delay_seconds,
+        )

@@ -92,9 +92,11 @@ class MemoryStore:
         now: datetime,
     ) -> list[Memory]:
         """Insert *items* with ADD events and updated stats; return the stored memories.
+        A memory without an expiry gets one from the workspace's retention policy.
 
         Raises `QuotaExceededError` (the caller's transaction then rolls back) when the
-        workspace would exceed `max_memories`.
+        workspace would exceed its `max_memories` or `max_bytes` (read in this
+        transaction, so a quota just changed by UpdateWorkspace applies at once).
         """
         memories: list[Memory] = []
         params: list[dict[str, Any]] = []
@@ -110,7 +112,7 @@ class MemoryStore:
                 metadata=new.metadata,
                 valid_from=new.valid_from or now,
                 valid_to=new.valid_to,
-                expires_at=new.expires_at,
+                expires_at=new.expires_at or workspace.retention.expiry(new.type, now),
                 provenance=new.provenance,
                 version=1,
                 created_at=now,
@@ -172,16 +174,12 @@ class MemoryStore:
             " content_bytes = s.content_bytes + d.bytes, lexical_length_sum = s.lexical_length_sum + d.len"
             " FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes,"
             "       coalesce(sum(lexical_length), 0) AS len"
-            "       FROM memories WHERE workspace_key = %s AND id = ANY(%s::uuid[])) d"
-            " WHERE s.workspace_key = %s RETURNING s.memory_count",
+            "       FROM memories WHERE workspace_key = %s AND id = ANY(%s::uuid[])) d, workspaces w"
+            " WHERE s.workspace_key = %s AND w.key = s.workspace_key"
+            " RETURNING s.memory_count, s.content_bytes, d.bytes AS added_bytes, w.max_memories, w.max_bytes",
             (workspace.key, ids, workspace.key),
         )
-        row = await fetch_one(cur)
-        if workspace.max_memories and row["memory_count"] > workspace.max_memories:
-            raise QuotaExceededError(
-                f"workspace {workspace.name}: memories",
-                f"storing {len(ids)} more would exceed the quota of {workspace.max_memories} memories",
-            )
+        _check_quotas(workspace, await fetch_one(cur), added=len(ids))
         return memories
 
     async def _record_events(
@@ -293,7 +291,8 @@ class MemoryStore:
         now: datetime,
     ) -> Memory:
         """Apply *change* to *current* if it is still at `current.version`; record an
-        UPDATE event. Raises `VersionConflictError` if another writer got there first."""
+        UPDATE event. Raises `VersionConflictError` if another writer got there first,
+        `QuotaExceededError` if a larger text would pass the workspace's `max_bytes`."""
         assignments: list[sql.Composable] = [
             sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in change.fields
         ]
@@ -326,11 +325,14 @@ class MemoryStore:
         if row is None:
             raise await self._conflict(conn, workspace, current)
         updated = memory_from_row(row)
-        await conn.execute(
-            "UPDATE workspace_stats SET content_bytes = content_bytes + %s,"
-            " lexical_length_sum = lexical_length_sum + %s WHERE workspace_key = %s",
-            (row["d_bytes"], row["d_len"], workspace.key),
+        cur = await conn.execute(
+            "UPDATE workspace_stats s SET content_bytes = s.content_bytes + %s,"
+            " lexical_length_sum = s.lexical_length_sum + %s FROM workspaces w"
+            " WHERE s.workspace_key = %s AND w.key = s.workspace_key"
+            " RETURNING s.memory_count, s.content_bytes, %s::bigint AS added_bytes, w.max_memories, w.max_bytes",
+            (row["d_bytes"], row["d_len"], workspace.key, row["d_bytes"]),
         )
+        _check_quotas(workspace, await fetch_one(cur), added=0)
         await self._record_events(
             conn,
             workspace,
@@ -637,3 +639,28 @@ def _tsquery_term(lexeme: str) -> str:
     """A lexeme quoted for tsquery input syntax (quotes doubled, backslashes escaped), so
     it is taken verbatim, never parsed as operators."""
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _check_quotas(workspace: Workspace, totals: dict[str, Any], *, added: int) -> None:
+    """Raise `QuotaExceededError` when a write of *added* memories (and `added_bytes`)
+    left the workspace over `max_memories` or `max_bytes`; *totals* is the stats row
+    after the write, with the quotas as stored now. A write that adds nothing (or frees
+    bytes) is never refused, so lowering a quota deletes nothing and blocks no erasure."""
+    subject = f"workspace:{workspace.name}"
+    limit = int(totals["max_memories"])
+    if limit and added and totals["memory_count"] > limit:
+        raise QuotaExceededError(
+            subject,
+            f"max_memories: storing {added} more would pass the quota of {limit} memories",
+            quota_id="max_memories",
+            limit=limit,
+        )
+    limit = int(totals["max_bytes"])
+    grown = int(totals["added_bytes"])
+    if limit and grown > 0 and totals["content_bytes"] > limit:
+        raise QuotaExceededError(
+            subject,
+            f"max_bytes: {grown} more bytes of memory text would pass the quota of {limit} bytes",
+            quota_id="max_bytes",
+            limit=limit,
+        )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from memplane.domain.context import DEFAULT_TOKEN_ENCODING
-from memplane.domain.models import Workspace, WorkspaceUsage
+from memplane.domain.models import MemoryType, Quotas, Retention, Workspace, WorkspaceUsage
 from memplane.errors import AlreadyExistsError, NotFoundError
 from memplane.storage.database import Database, fetch_one
 
@@ -25,16 +27,61 @@ def partition_name(table: str, workspace_key: int) -> str:
     return f"{table}_w{workspace_key}"
 
 
+# The workspaces columns UpdateWorkspace may set (Quotas fields keep their names).
+POLICY_COLUMNS = (
+    "max_memories",
+    "max_bytes",
+    "max_requests_per_second",
+    "max_embedding_tokens_per_day",
+    "default_ttl_seconds",
+    "type_ttl_seconds",
+    "labels",
+    "token_encoding",
+)
+
+
+def policy_columns(
+    *, quotas: Quotas, retention: Retention, labels: Mapping[str, str], token_encoding: str
+) -> dict[str, Any]:
+    """The POLICY_COLUMNS values of a workspace's quotas, retention, labels and encoding."""
+    return {
+        "max_memories": quotas.max_memories,
+        "max_bytes": quotas.max_bytes,
+        "max_requests_per_second": quotas.max_requests_per_second,
+        "max_embedding_tokens_per_day": quotas.max_embedding_tokens_per_day,
+        "default_ttl_seconds": retention.default_ttl_seconds,
+        "type_ttl_seconds": {t.value: ttl for t, ttl in retention.type_ttl_seconds.items()},
+        "labels": dict(labels),
+        "token_encoding": token_encoding,
+    }
+
+
 def _workspace(row: dict[str, Any]) -> Workspace:
     return Workspace(
         key=row["key"],
         name=row["name"],
         embedding_model=row["embedding_model"],
         embedding_dimensions=row["embedding_dimensions"],
-        max_memories=row["max_memories"],
         created_at=row["created_at"],
         token_encoding=row.get("token_encoding", DEFAULT_TOKEN_ENCODING),
+        quotas=Quotas(
+            max_memories=row["max_memories"],
+            max_bytes=row["max_bytes"],
+            max_requests_per_second=row["max_requests_per_second"],
+            max_embedding_tokens_per_day=row["max_embedding_tokens_per_day"],
+        ),
+        retention=Retention(
+            default_ttl_seconds=row["default_ttl_seconds"],
+            type_ttl_seconds={MemoryType(t): int(ttl) for t, ttl in row["type_ttl_seconds"].items()},
+        ),
+        labels=dict(row["labels"]),
+        updated_at=row["updated_at"],
     )
+
+
+def _bind(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values as bound parameters (JSON columns wrapped for psycopg)."""
+    return {k: Jsonb(v) if k in ("type_ttl_seconds", "labels") else v for k, v in columns.items()}
 
 
 class WorkspaceStore:
@@ -49,18 +96,22 @@ class WorkspaceStore:
         *,
         embedding_model: str,
         embedding_dimensions: int,
-        max_memories: int = 0,
-        token_encoding: str = DEFAULT_TOKEN_ENCODING,
+        policy: Mapping[str, Any],
     ) -> Workspace:
-        """Insert the workspace and create its partitions with their own indexes:
-        an HNSW index (cosine) on the embedding cast to its recorded dimension and a CHECK
-        that every stored vector has that dimension. Raises `AlreadyExistsError`."""
+        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`) and
+        create its partitions with their own indexes: an HNSW index (cosine) on the
+        embedding cast to its recorded dimension and a CHECK that every stored vector has
+        that dimension. Raises `AlreadyExistsError`."""
+        columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
+        columns.update(_bind({k: policy[k] for k in POLICY_COLUMNS}))
         async with self._db.admin() as conn:
             try:
                 cur = await conn.execute(
-                    "INSERT INTO workspaces (name, embedding_model, embedding_dimensions, max_memories,"
-                    " token_encoding) VALUES (%s, %s, %s, %s, %s) RETURNING *",
-                    (name, embedding_model, embedding_dimensions, max_memories, token_encoding),
+                    sql.SQL("INSERT INTO workspaces ({}) VALUES ({}) RETURNING *").format(
+                        sql.SQL(", ").join(map(sql.Identifier, columns)),
+                        sql.SQL(", ").join(map(sql.Placeholder, columns)),
+                    ),
+                    columns,
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise AlreadyExistsError("workspace", name) from exc
@@ -100,6 +151,29 @@ class WorkspaceStore:
         """The workspace called *name*. Raises `NotFoundError`."""
         async with self._db.admin() as conn:
             cur = await conn.execute("SELECT * FROM workspaces WHERE name = %s", (name,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", name)
+        return _workspace(row)
+
+    async def update(self, name: str, changes: Mapping[str, Any]) -> Workspace:
+        """Set the POLICY_COLUMNS in *changes* and `updated_at`; return the workspace as
+        stored. Raises `NotFoundError`, `ValueError` for another column."""
+        unknown = set(changes) - set(POLICY_COLUMNS)
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+        params = _bind(changes) | {"name": name}
+        assignments: list[sql.Composable] = [
+            sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in changes
+        ]
+        assignments.append(sql.SQL("updated_at = now()"))
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                sql.SQL("UPDATE workspaces SET {} WHERE name = %(name)s RETURNING *").format(
+                    sql.SQL(", ").join(assignments)
+                ),
+                params,
+            )
             row = await cur.fetchone()
         if row is None:
             raise NotFoundError("workspace", name)
@@ -151,7 +225,9 @@ class WorkspaceStore:
                 " (SELECT count(*) FROM transcript_messages t WHERE t.workspace_key = s.workspace_key)"
                 "   AS transcript_message_count,"
                 " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
-                "   WHERE c.relname = ANY(%s)) AS storage_bytes"
+                "   WHERE c.relname = ANY(%s)) AS storage_bytes,"
+                " (SELECT coalesce(sum(u.tokens), 0) FROM embedding_usage u WHERE u.workspace_key = s.workspace_key"
+                "   AND u.day = (now() AT TIME ZONE 'UTC')::date) AS embedding_tokens_today"
                 " FROM workspace_stats s WHERE s.workspace_key = %s",
                 ([partition_name(t, workspace.key) for t in PARTITIONED_TABLES], workspace.key),
             )
@@ -161,4 +237,5 @@ class WorkspaceStore:
             content_bytes=int(row["content_bytes"]),
             transcript_message_count=int(row["transcript_message_count"]),
             storage_bytes=int(row["storage_bytes"]),
+            embedding_tokens_today=int(row["embedding_tokens_today"]),
         )

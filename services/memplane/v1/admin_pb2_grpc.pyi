@@ -42,6 +42,12 @@ class AdminServiceStub:
     """
     GetWorkspace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceRequest, _admin_pb2.GetWorkspaceResponse]
     """One workspace. Errors: NOT_FOUND (ResourceInfo)."""
+    UpdateWorkspace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateWorkspaceRequest, _admin_pb2.UpdateWorkspaceResponse]
+    """Change a workspace's quotas, retention, labels or default token encoding (AIP-134):
+    the fields named in update_mask are replaced by the request's values. A lowered quota
+    refuses later writes and deletes nothing already stored.
+    Errors: INVALID_ARGUMENT (bad value or mask path, named); NOT_FOUND.
+    """
     ListWorkspaces: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListWorkspacesRequest, _admin_pb2.ListWorkspacesResponse]
     """All workspaces, by name. Errors: INVALID_ARGUMENT for a bad page token."""
     DeleteWorkspace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteWorkspaceRequest, _admin_pb2.DeleteWorkspaceResponse]
@@ -53,8 +59,13 @@ class AdminServiceStub:
     Errors: NOT_FOUND (workspace).
     """
     RevokeApiKey: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokeApiKeyRequest, _admin_pb2.RevokeApiKeyResponse]
-    """Revoke an API key; later calls with it are UNAUTHENTICATED.
-    Errors: NOT_FOUND.
+    """Revoke an API key; later calls with it are UNAUTHENTICATED. Revoking a revoked key
+    succeeds and keeps the first revoke time.
+    Errors: NOT_FOUND; FAILED_PRECONDITION for the admin key.
+    """
+    ListApiKeys: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListApiKeysRequest, _admin_pb2.ListApiKeysResponse]
+    """The API keys of a workspace (revoked ones included), by key id; never their secrets.
+    Errors: NOT_FOUND (workspace); INVALID_ARGUMENT for a bad page token.
     """
     GetWorkspaceUsage: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceUsageRequest, _admin_pb2.GetWorkspaceUsageResponse]
     """Usage of a workspace. Errors: NOT_FOUND."""
@@ -73,6 +84,12 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     GetWorkspace: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceRequest, _admin_pb2.GetWorkspaceResponse]  # type: ignore[assignment]
     """One workspace. Errors: NOT_FOUND (ResourceInfo)."""
+    UpdateWorkspace: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateWorkspaceRequest, _admin_pb2.UpdateWorkspaceResponse]  # type: ignore[assignment]
+    """Change a workspace's quotas, retention, labels or default token encoding (AIP-134):
+    the fields named in update_mask are replaced by the request's values. A lowered quota
+    refuses later writes and deletes nothing already stored.
+    Errors: INVALID_ARGUMENT (bad value or mask path, named); NOT_FOUND.
+    """
     ListWorkspaces: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListWorkspacesRequest, _admin_pb2.ListWorkspacesResponse]  # type: ignore[assignment]
     """All workspaces, by name. Errors: INVALID_ARGUMENT for a bad page token."""
     DeleteWorkspace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteWorkspaceRequest, _admin_pb2.DeleteWorkspaceResponse]  # type: ignore[assignment]
@@ -84,8 +101,13 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors: NOT_FOUND (workspace).
     """
     RevokeApiKey: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokeApiKeyRequest, _admin_pb2.RevokeApiKeyResponse]  # type: ignore[assignment]
-    """Revoke an API key; later calls with it are UNAUTHENTICATED.
-    Errors: NOT_FOUND.
+    """Revoke an API key; later calls with it are UNAUTHENTICATED. Revoking a revoked key
+    succeeds and keeps the first revoke time.
+    Errors: NOT_FOUND; FAILED_PRECONDITION for the admin key.
+    """
+    ListApiKeys: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListApiKeysRequest, _admin_pb2.ListApiKeysResponse]  # type: ignore[assignment]
+    """The API keys of a workspace (revoked ones included), by key id; never their secrets.
+    Errors: NOT_FOUND (workspace); INVALID_ARGUMENT for a bad page token.
     """
     GetWorkspaceUsage: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceUsageRequest, _admin_pb2.GetWorkspaceUsageResponse]  # type: ignore[assignment]
     """Usage of a workspace. Errors: NOT_FOUND."""
@@ -113,6 +135,18 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.GetWorkspaceResponse, _abc.Awaitable[_admin_pb2.GetWorkspaceResponse]]:
         """One workspace. Errors: NOT_FOUND (ResourceInfo)."""
+
+    @_abc_1.abstractmethod
+    def UpdateWorkspace(
+        self,
+        request: _admin_pb2.UpdateWorkspaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UpdateWorkspaceResponse, _abc.Awaitable[_admin_pb2.UpdateWorkspaceResponse]]:
+        """Change a workspace's quotas, retention, labels or default token encoding (AIP-134):
+        the fields named in update_mask are replaced by the request's values. A lowered quota
+        refuses later writes and deletes nothing already stored.
+        Errors: INVALID_ARGUMENT (bad value or mask path, named); NOT_FOUND.
+        """
 
     @_abc_1.abstractmethod
     def ListWorkspaces(
@@ -148,8 +182,19 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.RevokeApiKeyRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.RevokeApiKeyResponse, _abc.Awaitable[_admin_pb2.RevokeApiKeyResponse]]:
-        """Revoke an API key; later calls with it are UNAUTHENTICATED.
-        Errors: NOT_FOUND.
+        """Revoke an API key; later calls with it are UNAUTHENTICATED. Revoking a revoked key
+        succeeds and keeps the first revoke time.
+        Errors: NOT_FOUND; FAILED_PRECONDITION for the admin key.
+        """
+
+    @_abc_1.abstractmethod
+    def ListApiKeys(
+        self,
+        request: _admin_pb2.ListApiKeysRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListApiKeysResponse, _abc.Awaitable[_admin_pb2.ListApiKeysResponse]]:
+        """The API keys of a workspace (revoked ones included), by key id; never their secrets.
+        Errors: NOT_FOUND (workspace); INVALID_ARGUMENT for a bad page token.
         """
 
     @_abc_1.abstractmethod

@@ -197,7 +197,10 @@ class MemoryFilter(_message.Message):
     include_superseded: _builtins.bool
     """Include memories whose validity has ended (superseded facts). Default: hidden."""
     include_expired: _builtins.bool
-    """Include memories past their expire_time. Default: hidden."""
+    """Include memories past their expire_time that are not erased yet (the retention
+    sweep erases them one hour after they expire: MEMPLANE_RETENTION__GRACE_SECONDS).
+    Default: hidden.
+    """
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_memory_pb2.MemoryType.ValueType]:
         """Only memories of these types; empty means all types."""

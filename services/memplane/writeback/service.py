@@ -41,9 +41,9 @@ from memplane.domain.validation import (
     check_time,
     parse_memory_id,
 )
-from memplane.embedding.base import Embedder
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
+from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
@@ -116,7 +116,7 @@ class WriteBackService:
         transcripts: TranscriptStore,
         blobs: ToolResultBlobStore,
         idempotency: IdempotencyStore,
-        embedder: Embedder,
+        meter: EmbeddingMeter,
         limits: LimitsSettings,
     ) -> None:
         self._db = db
@@ -124,12 +124,14 @@ class WriteBackService:
         self._memories = memories
         self._transcripts = transcripts
         self._idempotency = idempotency
-        self._embedder = embedder
+        self._meter = meter
+        self._embedder = meter.embedder
         self._limits = limits
 
-    async def _prepare(self, items: Sequence[NewMemory]) -> list[PreparedMemory]:
+    async def _prepare(self, workspace: Workspace, items: Sequence[NewMemory]) -> list[PreparedMemory]:
         todo = [i for i, m in enumerate(items) if m.embedding is None]
-        vectors = await self._embedder.embed_documents([items[i].index_text() for i in todo]) if todo else None
+        embedder = self._meter.for_workspace(workspace)
+        vectors = await embedder.embed_documents([items[i].index_text() for i in todo]) if todo else None
         by_index = dict(zip(todo, vectors, strict=True)) if vectors is not None else {}
         return [
             PreparedMemory(
@@ -205,7 +207,7 @@ class WriteBackService:
         replayed = await self._replay(workspace, request)
         if replayed is not None:
             return replayed[1]
-        prepared = await self._prepare(items)
+        prepared = await self._prepare(workspace, items)
         now = datetime.now(UTC)
 
         async def work(conn: Connection) -> dict[str, Any]:
@@ -278,7 +280,7 @@ class WriteBackService:
         replayed = await self._replay(workspace, request)
         if replayed is not None:
             return ConversationResult(replayed[1], int(replayed[0]["count"]), "episodic")
-        prepared = await self._prepare(items)
+        prepared = await self._prepare(workspace, items)
 
         async def work(conn: Connection) -> dict[str, Any]:
             given = [m.id for m in messages if m.id]
@@ -374,7 +376,7 @@ class WriteBackService:
             embedding = lexical = None
             if _TEXT_FIELDS.intersection(mask):
                 text = index_text(merged.name, merged.description, merged.content)
-                embedding = (await self._embedder.embed_documents([text]))[0]
+                embedding = (await self._meter.for_workspace(workspace).embed_documents([text]))[0]
                 lexical = segment(text)
                 fields["content_bytes"] = len(text.encode())
             change = Change(fields=fields, embedding=embedding, lexical_text=lexical)

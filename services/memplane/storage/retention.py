@@ -1,0 +1,56 @@
+"""The retention sweep: erase memories past their `expires_at`, in every workspace.
+
+Reads already hide expired memories (`compile_filter`; `include_expired` shows them);
+the sweep reclaims their rows and their text once `retention.grace_seconds` have passed. An expired memory is erased as `DeleteMemoriesByScope` erases: the row
+goes, the before/after of its past events are redacted, and one content-free DELETE
+event (actor "retention") records the decision; the workspace's stats follow in the same
+statement.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from memplane.storage.database import Database
+
+RETENTION_ACTOR = "retention"
+
+# One statement per batch: all data-modifying CTEs see one snapshot and commit together.
+_SWEEP = """
+WITH doomed AS (
+    SELECT workspace_key, id FROM memories
+    WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
+    LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
+d AS (
+    DELETE FROM memories m USING doomed x WHERE m.workspace_key = x.workspace_key AND m.id = x.id
+    RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length),
+stats AS (
+    UPDATE workspace_stats s SET memory_count = s.memory_count - g.n, content_bytes = s.content_bytes - g.bytes,
+        lexical_length_sum = s.lexical_length_sum - g.len
+    FROM (SELECT workspace_key, count(*) AS n, sum(content_bytes) AS bytes, sum(lexical_length) AS len
+          FROM d GROUP BY workspace_key) g
+    WHERE s.workspace_key = g.workspace_key),
+redacted AS (
+    UPDATE memory_events e SET before = NULL, after = NULL
+    FROM d WHERE e.workspace_key = d.workspace_key AND e.memory_id = d.id)
+INSERT INTO memory_events (workspace_key, memory_id, kind, actor, scope_user_id, scope_agent_id,
+    scope_session_id, created_at)
+SELECT workspace_key, id, 'DELETE', %(actor)s, user_id, agent_id, session_id, %(now)s FROM d
+"""
+
+
+async def delete_expired_memories(db: Database, *, now: datetime, batch_size: int = 500) -> int:
+    """Erase every memory with `expires_at <= now`, *batch_size* per admin transaction
+    (short locks, bounded WAL per commit); return how many. Rows locked by a concurrent
+    sweep (another replica) or writer are skipped, not waited for. Raises `ValueError`
+    for a batch size < 1; database errors propagate."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    deleted = 0
+    while True:
+        async with db.admin() as conn:
+            cur = await conn.execute(_SWEEP, {"now": now, "batch": batch_size, "actor": RETENTION_ACTOR})
+            count = cur.rowcount
+        deleted += count
+        if count < batch_size:
+            return deleted
