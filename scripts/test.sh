@@ -9,11 +9,12 @@ bash scripts/setup.sh
 # One command per line: under `set -e` a failure inside an `a && b` list would not stop the script.
 echo "== ruff"
 ruff check .
-ruff format --check services tests bench scripts
+ruff format --check services operator tests bench scripts
 echo "== mypy";          mypy
 echo "== import-linter"; lint-imports
 echo "== buf lint";      buf lint
 echo "== generated code up to date"; python scripts/gen_proto.py --check
+echo "== generated manifests up to date"; python scripts/gen_manifests.py --check
 # kube-apiserver, etcd, kubectl, kube-controller-manager and helm, built from the Go module
 # proxy (~12 min cold on 2 cores, cached under ~/.cache/k8s-testenv; instant once built).
 echo "== k8s toolchain"

@@ -10,6 +10,7 @@ Replies are the generated `memplane.v1` messages (documented in proto/memplane/v
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -53,6 +54,17 @@ class AsyncMemplaneClient:
         self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
         self.compaction = compaction_pb2_grpc.CompactionServiceStub(self._channel)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, timeout: float = 60.0) -> AsyncMemplaneClient:
+        """A client from MEMPLANE_TARGET and MEMPLANE_API_KEY (the keys of the Secret the
+        operator writes for a MemoryWorkspace; mount it with `envFrom`). *environ*
+        defaults to `os.environ`. Raises `KeyError` naming a missing variable."""
+        env = os.environ if environ is None else environ
+        missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
+        if missing:
+            raise KeyError(f"set {' and '.join(missing)} (mount the MemoryWorkspace's Secret with envFrom)")
+        return cls(env["MEMPLANE_TARGET"], env["MEMPLANE_API_KEY"], timeout=timeout)
 
     async def __aenter__(self) -> AsyncMemplaneClient:
         return self

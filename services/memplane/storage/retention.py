@@ -1,10 +1,10 @@
 """The retention sweep: erase memories past their `expires_at`, in every workspace.
 
 Reads already hide expired memories (`compile_filter`; `include_expired` shows them);
-the sweep reclaims their rows and their text once `retention.grace_seconds` have passed. An expired memory is erased as `DeleteMemoriesByScope` erases: the row
-goes, the before/after of its past events are redacted, and one content-free DELETE
-event (actor "retention") records the decision; the workspace's stats follow in the same
-statement.
+the sweep reclaims their rows and their text once `retention.grace_seconds` have passed.
+An expired memory is erased as `DeleteMemoriesByScope` erases: the row goes, the
+before/after of its past events are redacted, and one content-free DELETE event (actor
+"retention") records the decision; the workspace's stats follow in the same statement.
 """
 
 from __future__ import annotations

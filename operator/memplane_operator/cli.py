@@ -1,0 +1,49 @@
+"""`memplane-operator`: run the operator (kopf) with settings from the environment.
+
+    MEMPLANE_OPERATOR_ADMIN_TARGET=memplane-admin:50051 \\
+    MEMPLANE_OPERATOR_ADMIN_KEY_FILE=/var/run/secrets/memplane/admin-key memplane-operator
+
+Kubernetes credentials: the in-cluster ServiceAccount, else $KUBECONFIG. Peering is off
+(`standalone`): run one replica (the chart's Deployment uses strategy Recreate).
+Liveness: GET http://<health_host>:<health_port>/healthz.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import kopf
+
+from memplane_operator.handlers import register
+from memplane_operator.settings import OperatorSettings
+
+
+def main() -> int:
+    """Entry point of the `memplane-operator` command; returns the exit status."""
+    try:
+        settings = OperatorSettings()
+        settings.read_admin_key()
+    except (ValueError, OSError) as error:
+        print(f"memplane-operator: {error}", file=sys.stderr)
+        return 2
+    kopf.configure(log_format=kopf.LogFormat.JSON if settings.log_json else kopf.LogFormat.FULL)
+    logging.getLogger().setLevel(settings.log_level)
+    registry = kopf.OperatorRegistry()
+    register(registry, settings)
+    liveness = f"http://{settings.health_host}:{settings.health_port}/healthz" if settings.health_port else None
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=liveness,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Status conditions of a MemoryWorkspace, kept as Kubernetes API conventions say:
+metav1.Condition fields, `lastTransitionTime` changed only when the status changes, each
+condition stamped with the generation it was computed for, and `Ready` derived from the
+parts — True only when every part is True for the current generation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+READY = "Ready"
+DATABASE_READY = "DatabaseReady"
+CREDENTIALS_READY = "CredentialsReady"
+SANDBOX_READY = "SandboxReady"
+QUOTA_EXCEEDED = "QuotaExceeded"
+CONFLICT = "Conflict"
+PARTS = (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Conditions:
+    """The conditions list of one object at one generation, edited in place and written
+    back whole (`as_list`): a merge patch replaces a list, never merges it."""
+
+    def __init__(self, existing: Iterable[Mapping[str, Any]], generation: int) -> None:
+        self._by_type: dict[str, dict[str, Any]] = {c["type"]: copy.deepcopy(dict(c)) for c in existing}
+        self.generation = generation
+
+    def get(self, kind: str) -> dict[str, Any] | None:
+        """The condition of *kind*, if set."""
+        return self._by_type.get(kind)
+
+    def is_true(self, kind: str, *, current: bool = False) -> bool:
+        """Whether *kind* is True (and, with *current*, computed for this generation)."""
+        c = self._by_type.get(kind)
+        if c is None or c["status"] != "True":
+            return False
+        return not current or c.get("observedGeneration") == self.generation
+
+    def set(self, kind: str, status: bool | None, reason: str, message: str = "") -> None:
+        """Set *kind* to True / False / Unknown (None); keep lastTransitionTime unless the
+        status changes. Ready is recomputed after each part."""
+        value = "Unknown" if status is None else str(bool(status))
+        old = self._by_type.get(kind)
+        changed = old is None or old["status"] != value
+        self._by_type[kind] = {
+            "type": kind,
+            "status": value,
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": _now() if changed or old is None else old["lastTransitionTime"],
+            "observedGeneration": self.generation,
+        }
+        if kind != READY:
+            self._derive_ready()
+
+    def _derive_ready(self) -> None:
+        if self.is_true(CONFLICT):
+            conflict = self._by_type[CONFLICT]
+            self.set(READY, False, CONFLICT, conflict["message"])
+            return
+        waiting = [p for p in PARTS if not self.is_true(p, current=True)]
+        if not waiting:
+            self.set(READY, True, "Provisioned", "the workspace, its credentials and its sandbox are ready")
+            return
+        first = self._by_type.get(waiting[0])
+        reason = first["reason"] if first is not None and first["status"] == "False" else "Reconciling"
+        self.set(READY, False, reason, "waiting for " + ", ".join(waiting))
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """Conditions in a stable order: Ready, the parts, then the rest."""
+        order = {kind: i for i, kind in enumerate((READY, *PARTS, QUOTA_EXCEEDED, CONFLICT))}
+        return sorted(self._by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
+
+    def phase(self, *, suspended: bool = False) -> str:
+        """A one-word summary for `kubectl get` (the conditions carry the detail)."""
+        if suspended:
+            return "Suspended"
+        if self.is_true(CONFLICT):
+            return "Conflict"
+        if self.is_true(READY):
+            return "Ready"
+        if any(self._by_type.get(p, {}).get("reason") in FAILED_REASONS for p in PARTS):
+            return "Failed"
+        return "Provisioning" if self._by_type else "Pending"
+
+
+# Reasons after which only a change (to the spec, a SandboxClass or the services) helps.
+FAILED_REASONS = frozenset(
+    {"EmbeddingMismatch", "SecretOwnedElsewhere", "SandboxClassNotFound", "NamespaceNotAllowed", "Unsupported"}
+)

@@ -1,0 +1,85 @@
+"""What every reconcile step works with: the object, its parsed spec, its conditions and
+status being written, and the clients (AdminService, Kubernetes) shared by the process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from memplane.client import AsyncMemplaneClient
+from memplane_operator.conditions import Conditions
+from memplane_operator.kube import Kube
+from memplane_operator.model import WorkspaceSpec
+from memplane_operator.settings import OperatorSettings
+
+FINALIZER = "memplane.io/workspace-protection"
+ROTATE_ANNOTATION = "memplane.io/rotate"  # set to any new value to rotate the API key
+OWNER_LABELS = ("memplane.io/namespace", "memplane.io/name", "memplane.io/uid")
+
+
+@dataclass
+class Runtime:
+    """Process-wide state, made at startup (kopf's memo): clients, settings and one lock per
+    MemoryWorkspace, so a timer never reconciles an object while a change handler does."""
+
+    settings: OperatorSettings
+    admin: AsyncMemplaneClient
+    kube: Kube
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        """The lock of the object with *uid*."""
+        return self.locks.setdefault(uid, asyncio.Lock())
+
+
+class StepBlocked(Exception):  # noqa: N818 - a control-flow signal, not an error of the operator
+    """A step found a state only a person can fix (recorded in a condition); later steps
+    must not run until then. Not retried by kopf: the resync timer looks again."""
+
+
+@dataclass
+class Ctx:
+    """One reconcile of one MemoryWorkspace."""
+
+    runtime: Runtime
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    annotations: Mapping[str, str]
+    spec: WorkspaceSpec
+    conditions: Conditions
+    logger: logging.Logger | logging.LoggerAdapter[Any]
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def owner_labels(self) -> dict[str, str]:
+        """Labels the operator puts on the memplane workspace it provisions for this object."""
+        return dict(zip(OWNER_LABELS, (self.namespace, self.name, self.uid), strict=True))
+
+    @property
+    def key_display_name(self) -> str:
+        """Display name of the API keys made for this object (ListApiKeys finds them by it)."""
+        return f"memplane-operator {self.namespace}/{self.name}"
+
+    def owner_reference(self) -> dict[str, Any]:
+        """An ownerReference to this MemoryWorkspace (its Secret is garbage-collected with it)."""
+        return {
+            "apiVersion": "memplane.io/v1alpha1",
+            "kind": "MemoryWorkspace",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def status_patch(self) -> dict[str, Any]:
+        """Everything to write into .status: the fields steps set, the conditions, the phase."""
+        return {
+            **self.status,
+            "conditions": self.conditions.as_list(),
+            "phase": self.conditions.phase(suspended=self.spec.suspend),
+        }

@@ -1,0 +1,193 @@
+"""kopf handlers of MemoryWorkspace and SandboxClass, registered by `register()`.
+
+- create / update / resume: the reconcile, as kopf sub-handlers run one per cycle in this
+  order — workspace -> credentials -> policy (quotas, retention) -> sandbox -> status.
+  kopf records each finished step in the object's annotations (memplane.io/...), so an
+  operator killed mid-reconcile resumes at the step it was in, and every step is itself
+  idempotent (it looks before it acts) for the step that was cut short.
+- a timer every `resync_seconds`: the same steps in one pass, repairing drift (a deleted
+  Secret, quotas changed behind the operator's back), reporting usage and revoking
+  rotated keys after their grace period.
+- delete (finalizer memplane.io/workspace-protection): reclaimPolicy, idempotent, "already
+  gone" is success; nothing is done to a workspace this object does not own.
+- indexes: every MemoryWorkspace's tenantId (duplicates across namespaces are Conflict) and
+  every SandboxClass (read without API calls).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import kopf
+import kr8s
+
+from memplane.client import AsyncMemplaneClient
+from memplane.errors import UnavailableError
+from memplane_operator import credentials, sandbox, steps, workspace
+from memplane_operator.conditions import READY
+from memplane_operator.context import FINALIZER, Runtime, StepBlocked
+from memplane_operator.crds import GROUP, VERSION
+from memplane_operator.kube import Kube
+from memplane_operator.settings import OperatorSettings
+
+WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
+CLASSES = (GROUP, VERSION, "sandboxclasses")
+KOPF_PREFIX = "memplane.io"  # kopf's progress and last-handled annotations live under our domain
+
+
+def _runtime(memo: Any) -> Runtime:
+    runtime: Runtime = memo.runtime
+    return runtime
+
+
+def _configure(settings: kopf.OperatorSettings) -> None:
+    """Production kopf settings: our own finalizer and annotation keys, events for warnings
+    and errors only, watch and request timeouts."""
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "memplane-operator"
+    settings.watching.server_timeout = 270  # re-list before the API server's own 5-minute watch timeout
+    settings.watching.client_timeout = 300
+    settings.networking.request_timeout = 30
+
+
+def tenants(**kwargs: Any) -> dict[str, Any]:
+    """Index: tenantId -> (namespace, name, uid, creationTimestamp) of each MemoryWorkspace."""
+    meta = kwargs["meta"]
+    claim = (kwargs["namespace"], kwargs["name"], kwargs["uid"], str(meta.get("creationTimestamp", "")))
+    return {str(kwargs["spec"].get("tenantId", "")): claim}
+
+
+def sandbox_classes(**kwargs: Any) -> dict[str, Any]:
+    """Index: name -> (spec, annotations) of each SandboxClass."""
+    return {kwargs["name"]: (dict(kwargs["spec"]), dict(kwargs["meta"].get("annotations") or {}))}
+
+
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kubernetes credentials: the in-cluster ServiceAccount, else $KUBECONFIG (kopf's own
+    readers; kr8s finds the same ones on its side)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+async def cleanup(**kwargs: Any) -> None:
+    """Close the AdminService channel at exit."""
+    memo = kwargs["memo"]
+    if hasattr(memo, "runtime"):
+        await _runtime(memo).admin.close()
+
+
+async def probe_admin(**kwargs: Any) -> str:
+    """Liveness probe detail: where the AdminService is."""
+    return _runtime(kwargs["memo"]).settings.admin_target
+
+
+async def reconcile(**kwargs: Any) -> None:
+    """create / update / resume: check the tenantId claim, then the steps as kopf
+    sub-handlers, one per cycle, each recorded when done."""
+    patch: kopf.Patch = kwargs["patch"]
+    runtime = _runtime(kwargs["memo"])
+    ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
+    try:
+        if ctx.spec.suspend:
+            ctx.conditions.set(READY, False, "Suspended", "spec.suspend is true: changes are not applied")
+            return
+        async with runtime.lock(ctx.uid):
+            try:
+                workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
+            except StepBlocked:
+                return  # Conflict recorded; the resync looks again
+            classes = kwargs["sandbox_classes"]
+            fns = {name: functools.partial(steps.run_step, ctx, name, classes) for name in steps.STEPS}
+            # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
+            await kopf.execute(fns=_kopf_fns(fns), lifecycle=kopf.lifecycles.one_by_one)  # type: ignore[arg-type]
+    finally:
+        patch.status.update(ctx.status_patch())
+
+
+async def resync(**kwargs: Any) -> None:
+    """Timer: every step in one pass (drift repaired, usage reported), then the revocation
+    of a rotated key whose grace period is over."""
+    patch: kopf.Patch = kwargs["patch"]
+    logger = kwargs["logger"]
+    runtime = _runtime(kwargs["memo"])
+    ctx = steps.context(runtime, kwargs["body"], logger)
+    if ctx.spec.suspend or kwargs["body"]["metadata"].get("deletionTimestamp"):
+        return
+    async with runtime.lock(ctx.uid):
+        try:
+            workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
+            for name in steps.STEPS:
+                await steps.run_step(ctx, name, kwargs["sandbox_classes"])
+            await credentials.revoke_expired_previous_key(ctx)
+        except kopf.TemporaryError as error:
+            logger.debug("resync stopped: %s", error)
+        except StepBlocked:
+            pass
+        finally:
+            patch.status.update(ctx.status_patch())
+
+
+async def delete(**kwargs: Any) -> None:
+    """Finalizer: honour reclaimPolicy for a workspace this object owns; revoke its keys,
+    delete its Secret (and, with Delete, its sandbox claim). Idempotent."""
+    logger = kwargs["logger"]
+    runtime = _runtime(kwargs["memo"])
+    ctx = steps.context(runtime, kwargs["body"], logger)
+    try:
+        async with runtime.lock(ctx.uid):
+            owned = await workspace.owned_workspace(ctx) is not None
+            outcome = await workspace.reclaim_workspace(ctx)
+            revoked = await credentials.release_credentials(ctx) if owned else 0
+            claim = await sandbox.release_sandbox(ctx) if owned else False
+    except UnavailableError as error:  # the finalizer stays until the services answer
+        raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
+    logger.info(
+        "released (%s): %s; %d key(s) revoked; sandbox claim deleted: %s",
+        ctx.spec.reclaim_policy,
+        outcome,
+        revoked,
+        claim,
+    )
+    runtime.locks.pop(ctx.uid, None)
+
+
+def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Register every handler on *registry*; *settings* give the resync interval and, at
+    startup, the AdminService client."""
+
+    async def startup(**kwargs: Any) -> None:
+        _configure(kwargs["settings"])
+        admin = AsyncMemplaneClient(
+            settings.admin_target, settings.read_admin_key(), timeout=settings.rpc_timeout_seconds
+        )
+        kwargs["memo"].runtime = Runtime(settings=settings, admin=admin, kube=Kube(await kr8s.asyncio.api()))
+        kwargs["logger"].info("memplane operator: AdminService at %s", settings.admin_target)
+
+    kopf.on.startup(id="startup", registry=registry)(startup)
+    kopf.on.login(id="login", registry=registry)(login)
+    kopf.on.cleanup(id="cleanup", registry=registry)(cleanup)
+    kopf.on.probe(id="admin", registry=registry)(probe_admin)
+    kopf.index(*WORKSPACES, id="tenants", registry=registry)(tenants)
+    kopf.index(*CLASSES, id="sandbox_classes", registry=registry)(sandbox_classes)
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*WORKSPACES, id="reconcile", registry=registry)(reconcile)
+    interval = settings.resync_seconds
+    kopf.timer(*WORKSPACES, id="resync", interval=interval, initial_delay=interval, registry=registry)(resync)
+    kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
+
+
+def _kopf_fns(fns: Mapping[str, Callable[[], Awaitable[None]]]) -> dict[str, Callable[..., Awaitable[None]]]:
+    """kopf calls sub-handlers with its keyword arguments; ours take none."""
+
+    def adapt(fn: Callable[[], Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        async def handler(**_: Any) -> None:
+            await fn()
+
+        return handler
+
+    return {name: adapt(fn) for name, fn in fns.items()}

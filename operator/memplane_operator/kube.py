@@ -1,0 +1,81 @@
+"""The Kubernetes calls the operator makes beside kopf's own watching and patching: read,
+create, patch and delete the Secrets, PersistentVolumeClaims and Namespaces it manages,
+through kr8s. Only direct calls by name (a GET, never kr8s' polling `get`), so a missing
+object is answered at once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kr8s
+from kr8s.asyncio.objects import APIObject, Namespace, PersistentVolumeClaim, Secret
+
+__all__ = ["Kube", "KubeConflictError", "Namespace", "PersistentVolumeClaim", "Secret"]
+
+Body = dict[str, Any]
+
+
+class KubeConflictError(Exception):
+    """409 from the API server: the object exists already, or changed since it was read
+    (a resourceVersion precondition failed)."""
+
+
+def _status(error: kr8s.ServerError) -> int:
+    return error.response.status_code if error.response is not None else 0
+
+
+class Kube:
+    """Calls through one kr8s API client (kubeconfig or in-cluster ServiceAccount)."""
+
+    def __init__(self, api: kr8s.asyncio.Api) -> None:
+        self._api = api
+
+    def _object(self, kind: type[APIObject], name: str, namespace: str | None) -> APIObject:
+        metadata: Body = {"name": name}
+        if namespace is not None:
+            metadata["namespace"] = namespace
+        return kind({"metadata": metadata}, api=self._api)
+
+    async def read(self, kind: type[APIObject], name: str, namespace: str | None = None) -> Body | None:
+        """The object as stored, or None when there is none."""
+        obj = self._object(kind, name, namespace)
+        try:
+            await obj.refresh()
+        except kr8s.NotFoundError:
+            return None
+        raw: Body = json.loads(json.dumps(obj.raw))  # a plain dict, detached from kr8s' Box
+        return raw
+
+    async def create(self, kind: type[APIObject], body: Body) -> Body:
+        """Create *body*; return it as stored. Raises `KubeConflictError` if it exists."""
+        obj = kind(body, api=self._api)
+        try:
+            await obj.create()
+        except kr8s.ServerError as error:
+            if _status(error) == 409:
+                raise KubeConflictError(str(error)) from error
+            raise
+        raw: Body = json.loads(json.dumps(obj.raw))
+        return raw
+
+    async def patch(self, kind: type[APIObject], name: str, namespace: str | None, patch: Body) -> Body:
+        """JSON merge patch; a `metadata.resourceVersion` in *patch* makes it conditional.
+        Raises `KubeConflictError` (changed since read), `kr8s.NotFoundError` (gone)."""
+        obj = self._object(kind, name, namespace)
+        try:
+            await obj.patch(patch)
+        except kr8s.ServerError as error:
+            if _status(error) == 409:
+                raise KubeConflictError(str(error)) from error
+            raise
+        raw: Body = json.loads(json.dumps(obj.raw))
+        return raw
+
+    async def delete(self, kind: type[APIObject], name: str, namespace: str | None = None) -> bool:
+        """Delete; False if it was already gone."""
+        try:
+            await self._object(kind, name, namespace).delete()
+        except kr8s.NotFoundError:
+            return False
+        return True

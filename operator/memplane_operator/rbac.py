@@ -1,0 +1,44 @@
+"""The RBAC the operator needs, as one source (written to operator/config/rbac/ by
+scripts/gen_manifests.py; the chart reuses it). Nothing more: no Pod, Deployment or
+cluster-wide Secret listing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memplane_operator.crds import GROUP
+
+OPERATOR_NAME = "memplane-operator"
+
+
+def rules() -> list[dict[str, Any]]:
+    """PolicyRules of the operator's ClusterRole."""
+    return [
+        # Its own resources: watched by kopf, patched for finalizers, annotations and status.
+        {"apiGroups": [GROUP], "resources": ["memoryworkspaces"], "verbs": ["get", "list", "watch", "patch", "update"]},
+        {"apiGroups": [GROUP], "resources": ["memoryworkspaces/status"], "verbs": ["get", "patch", "update"]},
+        {"apiGroups": [GROUP], "resources": ["sandboxclasses"], "verbs": ["get", "list", "watch"]},
+        # The credentials Secret and the sandbox volume of each workspace, by name only.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create", "patch", "delete"]},
+        # SandboxClass.spec.allowedNamespaces selects namespaces by label.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        # kopf posts Kubernetes events about handlers (warnings and errors by default).
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # kopf notices CRDs installed or removed while it runs (read-only).
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch"],
+        },
+    ]
+
+
+def cluster_role() -> dict[str, Any]:
+    """The operator's ClusterRole (bind it to its ServiceAccount with a ClusterRoleBinding)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": OPERATOR_NAME, "labels": {"app.kubernetes.io/part-of": "memplane"}},
+        "rules": rules(),
+    }

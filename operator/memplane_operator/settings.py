@@ -1,0 +1,67 @@
+"""The operator's configuration: environment variables with prefix ``MEMPLANE_OPERATOR_``
+(pydantic-settings), read once by the entry point; every field states its unit and default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """Where the services are, with which key, and how often to re-check every workspace."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMPLANE_OPERATOR_", extra="ignore")
+
+    admin_target: str = Field(
+        default="127.0.0.1:50051", description="host:port of the AdminService (the operator's only way in)."
+    )
+    admin_key: SecretStr | None = Field(
+        default=None, description="The services' admin key (MEMPLANE_AUTH__ADMIN_KEY of the services)."
+    )
+    admin_key_file: Path | None = Field(
+        default=None,
+        description="A file holding the admin key (a mounted Secret); read at start, never written. "
+        "One of admin_key and admin_key_file is required.",
+    )
+    service_target: str = Field(
+        default="",
+        description="The address agent pods reach the services at, written to each credentials Secret as "
+        "MEMPLANE_TARGET (e.g. memplane.memplane.svc:50051). Empty: admin_target.",
+    )
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces to serve (JSON list); empty serves the whole cluster."
+    )
+    resync_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds between checks of every workspace: drift repaired (a deleted Secret, changed "
+        "quotas), usage reported, rotated keys revoked after their grace period.",
+    )
+    rpc_timeout_seconds: float = Field(default=15.0, gt=0, description="Deadline of one AdminService call.")
+    health_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint (/healthz).")  # noqa: S104
+    health_port: int = Field(default=8080, ge=0, le=65535, description="Port of the liveness endpoint; 0 disables it.")
+    log_json: bool = Field(default=False, description="Log one JSON object per line (for clusters).")
+    log_level: str = Field(default="INFO", description="stdlib logging level.")
+
+    @model_validator(mode="after")
+    def _one_key(self) -> OperatorSettings:
+        if (self.admin_key is None) == (self.admin_key_file is None):
+            raise ValueError("set exactly one of MEMPLANE_OPERATOR_ADMIN_KEY and MEMPLANE_OPERATOR_ADMIN_KEY_FILE")
+        return self
+
+    def read_admin_key(self) -> str:
+        """The admin key, from the setting or the file (surrounding whitespace dropped).
+        Raises `OSError` if the file cannot be read, `ValueError` if it is empty."""
+        if self.admin_key is not None:
+            return self.admin_key.get_secret_value()
+        key = self.admin_key_file.read_text().strip() if self.admin_key_file is not None else ""
+        if not key:
+            raise ValueError(f"{self.admin_key_file} is empty")
+        return key
+
+    @property
+    def agent_target(self) -> str:
+        """MEMPLANE_TARGET of the credentials Secrets."""
+        return self.service_target or self.admin_target

@@ -1,0 +1,104 @@
+"""The reconcile steps of a MemoryWorkspace, in order, and how their failures read to kopf.
+
+workspace -> credentials -> policy (quotas, retention) -> sandbox -> status. Each step looks
+before it acts, so running it again after it completed changes nothing; a step that needs
+the workspace checks that it exists and belongs to this object first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import kopf
+
+from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError, UnavailableError
+from memplane_operator import credentials, sandbox, workspace
+from memplane_operator.conditions import CONFLICT, DATABASE_READY, READY, Conditions
+from memplane_operator.context import Ctx, Runtime, StepBlocked
+from memplane_operator.kube import KubeConflictError
+from memplane_operator.model import WorkspaceSpec
+
+STEPS = ("workspace", "credentials", "policy", "sandbox", "status")
+
+Step = Callable[[Ctx, Mapping[str, Any]], Awaitable[None]]
+
+
+async def _workspace_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
+    await workspace.ensure_workspace(ctx)
+
+
+async def _require_owned(ctx: Ctx) -> None:
+    if ctx.conditions.is_true(CONFLICT) or await workspace.owned_workspace(ctx) is None:
+        raise StepBlocked("the workspace is not provisioned for this MemoryWorkspace")
+
+
+async def _credentials_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
+    await _require_owned(ctx)
+    await credentials.ensure_credentials(ctx)
+
+
+async def _policy_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
+    await _require_owned(ctx)
+    await workspace.ensure_policy(ctx)
+
+
+async def _sandbox_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
+    if ctx.conditions.is_true(CONFLICT):
+        raise StepBlocked("conflict")
+    await sandbox.ensure_sandbox(ctx, classes)
+
+
+async def _status_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
+    await _require_owned(ctx)
+    await workspace.report_usage(ctx)
+    if ctx.conditions.is_true(READY):
+        ctx.status["observedGeneration"] = ctx.generation
+
+
+STEP_FUNCTIONS: dict[str, Step] = {
+    "workspace": _workspace_step,
+    "credentials": _credentials_step,
+    "policy": _policy_step,
+    "sandbox": _sandbox_step,
+    "status": _status_step,
+}
+
+
+def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
+    meta = body["metadata"]
+    return Ctx(
+        runtime=runtime,
+        name=meta["name"],
+        namespace=meta["namespace"],
+        uid=meta["uid"],
+        generation=int(meta.get("generation", 0)),
+        annotations=dict(meta.get("annotations") or {}),
+        spec=WorkspaceSpec.parse(meta["name"], body["spec"]),
+        conditions=Conditions((body.get("status") or {}).get("conditions") or [], int(meta.get("generation", 0))),
+        logger=logger,
+    )
+
+
+async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:
+    """One step, its failures turned into conditions and kopf's retry language: a state
+    only a person can fix waits for the next resync; an unreachable service or a conflict
+    on a Secret is retried soon."""
+    retry = ctx.runtime.settings.resync_seconds
+    try:
+        await STEP_FUNCTIONS[name](ctx, classes)
+    except StepBlocked as blocked:
+        raise kopf.TemporaryError(f"{name}: {blocked}", delay=retry) from blocked
+    except (UnauthenticatedError, PermissionDeniedError) as error:
+        ctx.conditions.set(
+            DATABASE_READY, False, "AdminKeyRejected", f"the AdminService refused the admin key: {error}"
+        )
+        raise kopf.TemporaryError(f"{name}: admin key rejected", delay=retry) from error
+    except UnavailableError as error:
+        ctx.conditions.set(DATABASE_READY, False, "ServiceUnavailable", f"AdminService unreachable: {error}")
+        raise kopf.TemporaryError(f"{name}: AdminService unavailable", delay=5) from error
+    except KubeConflictError as error:
+        raise kopf.TemporaryError(f"{name}: changed concurrently; retrying", delay=1) from error
+    except MemplaneError as error:
+        ctx.conditions.set(DATABASE_READY, False, "ServiceError", f"{type(error).__name__}: {error}")
+        raise kopf.TemporaryError(f"{name}: {error}", delay=retry) from error

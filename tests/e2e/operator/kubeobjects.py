@@ -1,0 +1,94 @@
+"""Small helpers of the operator tests: manifests, apply / get / wait through kubectl, and
+waiting on a condition that kubectl cannot wait for (bounded; it polls the thing itself)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from tests.fix_kube import KubeCluster
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "operator" / "examples"
+T = TypeVar("T")
+
+
+def example(name: str) -> dict[str, Any]:
+    """A manifest of operator/examples/ (the README's samples)."""
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return loaded
+
+
+def random_tenant() -> str:
+    return f"tn-{secrets.token_hex(5)}"
+
+
+def workspace(namespace: str, name: str, tenant: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A MemoryWorkspace manifest (reclaimPolicy Delete unless given, so tests leave no data)."""
+    return {
+        "apiVersion": "memplane.io/v1alpha1",
+        "kind": "MemoryWorkspace",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"tenantId": tenant or random_tenant(), "reclaimPolicy": "Delete", **spec},
+    }
+
+
+async def apply(kube: KubeCluster, *objects: dict[str, Any]) -> None:
+    """`kubectl apply` the objects (server-side validation: a bad one raises KubeCommandError)."""
+    for obj in objects:
+        await kube.akubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+async def get(kube: KubeCluster, kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    """The object as JSON."""
+    args = ["get", kind, name, "-o", "json"] + (["-n", namespace] if namespace else [])
+    found: dict[str, Any] = json.loads((await kube.akubectl(*args)).stdout)
+    return found
+
+
+async def wait_for(kube: KubeCluster, what: str, target: str, namespace: str, seconds: int = 90) -> None:
+    """`kubectl wait --for=<what> <target>`: a condition ("condition=Ready"), a JSONPath
+    ("jsonpath={.status.phase}=Conflict"), "create" or "delete"."""
+    await kube.akubectl("wait", f"--for={what}", target, "-n", namespace, f"--timeout={seconds}s", timeout=seconds + 30)
+
+
+async def wait_ready(kube: KubeCluster, namespace: str, name: str, seconds: int = 90) -> dict[str, Any]:
+    """Wait for Ready=True; return the object."""
+    await wait_for(kube, "condition=Ready", f"memoryworkspace/{name}", namespace, seconds)
+    return await get(kube, "memoryworkspace", name, namespace)
+
+
+async def secret_env(kube: KubeCluster, namespace: str, name: str) -> dict[str, str]:
+    """The data of a Secret, decoded (what `envFrom` puts in a pod's environment)."""
+    secret = await get(kube, "secret", name, namespace)
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The status condition *kind* of an object (KeyError if absent)."""
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == kind:
+            return dict(c)
+    raise KeyError(kind)
+
+
+async def eventually(check: Callable[[], Awaitable[T | None]], seconds: float = 60.0, what: str = "") -> T:
+    """Call *check* until it returns something other than None (returned), for at most
+    *seconds*. For states no watch reports (a key revoked in memplane); the pause between
+    tries only spaces them out."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = await check()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not reached within {seconds} s: {what}")
+        await asyncio.sleep(0.2)

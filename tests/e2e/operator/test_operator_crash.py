@@ -1,0 +1,156 @@
+"""The operator as a real process (`python -m memplane_operator`), killed with SIGKILL in
+the middle of a reconcile — after the services did the work of an AdminService call but
+before the operator heard the reply (a gRPC proxy holds it) — and started again: the
+reconcile finishes, resuming at the step it was in, with one workspace and one key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memplane.client import AsyncMemplaneClient
+from tests.e2e.operator.conftest import RESYNC_SECONDS, Services, free_port
+from tests.e2e.operator.kubeobjects import apply, eventually, get, secret_env, wait_ready, workspace
+from tests.fix_grpc_proxy import GrpcProxy
+from tests.fix_kube import KubeCluster
+
+ADMIN = "/memplane.v1.AdminService/"
+
+
+class OperatorProcess:
+    """`python -m memplane_operator` for one namespace, started and killed on demand."""
+
+    def __init__(self, *, target: str, admin_key: str, namespace: str, kubeconfig: Path, log: Path) -> None:
+        self.health_port = free_port()
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "MEMPLANE_OPERATOR_ADMIN_TARGET": target,
+            "MEMPLANE_OPERATOR_ADMIN_KEY": admin_key,
+            "MEMPLANE_OPERATOR_NAMESPACES": json.dumps([namespace]),
+            "MEMPLANE_OPERATOR_RESYNC_SECONDS": str(RESYNC_SECONDS),
+            "MEMPLANE_OPERATOR_HEALTH_HOST": "127.0.0.1",
+            "MEMPLANE_OPERATOR_HEALTH_PORT": str(self.health_port),
+        }
+        self.log = log
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memplane_operator", env=self.env, stdout=out, stderr=out
+            )
+
+    async def kill(self) -> None:
+        """SIGKILL: no cleanup, no finished patch, no goodbye."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        assert await self.process.wait() == -signal.SIGKILL
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+    def healthz(self) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as reply:
+            return int(reply.status)
+
+
+@pytest.fixture
+async def crash_namespace(kube: KubeCluster) -> AsyncIterator[str]:
+    """A namespace the session's in-process operator does not serve (not t-*)."""
+    name = f"crash-{secrets.token_hex(5)}"
+    await kube.akubectl("create", "namespace", name)
+    yield name
+    await kube.akubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+async def proxy(services: Services) -> AsyncIterator[tuple[GrpcProxy, str]]:
+    """A gRPC proxy in front of the services: (proxy, its target)."""
+    proxy = GrpcProxy(services.target)
+    port = await proxy.start()
+    yield proxy, f"127.0.0.1:{port}"
+    await proxy.stop()
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    ("method", "done_before"),
+    [
+        ("CreateWorkspace", []),  # the workspace exists; the operator never heard
+        ("CreateApiKey", ["workspace"]),  # the key is in the Secret and registered
+        ("GetWorkspaceUsage", ["workspace", "credentials", "policy", "sandbox"]),  # the last step
+    ],
+)
+async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(  # noqa: PLR0917 - fixtures
+    method: str,
+    done_before: list[str],
+    kube: KubeCluster,
+    crash_namespace: str,
+    proxy: tuple[GrpcProxy, str],
+    admin_key: str,
+    operator_kubeconfig: Path,
+    services_admin: AsyncMemplaneClient,
+    tmp_path: Path,
+) -> None:
+    grpc_proxy, target = proxy
+    held = grpc_proxy.hold(ADMIN + method)
+    operator = OperatorProcess(
+        target=target,
+        admin_key=admin_key,
+        namespace=crash_namespace,
+        kubeconfig=operator_kubeconfig,
+        log=tmp_path / "op.log",
+    )
+    manifest = workspace(crash_namespace, "crash", quotas={"maxMemories": 10})
+    tenant = manifest["spec"]["tenantId"]
+    await operator.start()
+    try:
+        assert await eventually(lambda: _live(operator.healthz), seconds=60, what="/healthz answers") == 200
+        await apply(kube, manifest)
+        await asyncio.wait_for(held.reached.wait(), timeout=60)  # the services answered; the operator waits
+        mid = await get(kube, "memoryworkspace", "crash", crash_namespace)
+        await operator.kill()
+        held.release()
+        progress = _annotations(mid)
+        for step in done_before:  # kopf recorded the finished steps before the kill
+            assert any(k.startswith("memplane.io/reconcile") and step in k for k in progress), progress
+        assert "observedGeneration" not in mid.get("status", {})  # the reconcile was cut short
+        creates_before = grpc_proxy.calls[ADMIN + "CreateWorkspace"]
+        await operator.start()
+        ready = await wait_ready(kube, crash_namespace, "crash")
+    finally:
+        await operator.stop()
+    if method != "CreateWorkspace":  # resumed, not repeated: no second creation attempt
+        assert grpc_proxy.calls[ADMIN + "CreateWorkspace"] == creates_before == 1
+    found = await services_admin.get_workspace(tenant)
+    assert dict(found.labels)["memplane.io/uid"] == ready["metadata"]["uid"]
+    keys = (await services_admin.list_api_keys(tenant)).api_keys
+    env = await secret_env(kube, crash_namespace, "crash-memplane")
+    assert [k.key_id for k in keys] == [ready["status"]["keyId"]]  # one key, the Secret's, none orphaned
+    assert env["MEMPLANE_API_KEY"].split("_")[1] == ready["status"]["keyId"]
+    async with AsyncMemplaneClient.from_env(env) as agent:
+        assert (await agent.list_memories()).total_size == 0
+    await services_admin.delete_workspace(tenant)
+
+
+async def _live(probe: Callable[[], int]) -> int | None:
+    try:
+        return await asyncio.to_thread(probe)
+    except OSError:
+        return None
