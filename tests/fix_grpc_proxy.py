@@ -49,14 +49,14 @@ class GrpcProxy:
         held = self._holds[method] = Hold(method)
         return held
 
-    async def start(self) -> int:
-        """Start listening; return the port."""
+    async def start(self, port: int = 0) -> int:
+        """Start listening on *port* (0: a free one); return the port."""
         self._channel = grpc.aio.insecure_channel(self._upstream)
         self._server = grpc.aio.server()
         self._server.add_generic_rpc_handlers([_Forward(self)])
-        port = self._server.add_insecure_port("127.0.0.1:0")
+        bound = self._server.add_insecure_port(f"127.0.0.1:{port}")
         await self._server.start()
-        return port
+        return bound
 
     async def stop(self) -> None:
         """Release every hold, stop, close the upstream channel."""

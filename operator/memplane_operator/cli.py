@@ -20,6 +20,14 @@ from memplane_operator.handlers import register
 from memplane_operator.settings import OperatorSettings
 
 
+class _QuietResync(logging.Filter):
+    """Drop kopf's INFO line for every successful resync (one per workspace per interval);
+    failures and everything the steps log still pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.getMessage() == "Timer 'resync' succeeded.")
+
+
 def main() -> int:
     """Entry point of the `memplane-operator` command; returns the exit status."""
     try:
@@ -30,6 +38,8 @@ def main() -> int:
         return 2
     kopf.configure(log_format=kopf.LogFormat.JSON if settings.log_json else kopf.LogFormat.FULL)
     logging.getLogger().setLevel(settings.log_level)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # kr8s' client logs every request at INFO
+    logging.getLogger("kopf.objects").addFilter(_QuietResync())
     registry = kopf.OperatorRegistry()
     register(registry, settings)
     liveness = f"http://{settings.health_host}:{settings.health_port}/healthz" if settings.health_port else None

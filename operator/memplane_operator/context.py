@@ -53,7 +53,8 @@ class Ctx:
     spec: WorkspaceSpec
     conditions: Conditions
     logger: logging.Logger | logging.LoggerAdapter[Any]
-    status: dict[str, Any] = field(default_factory=dict)
+    observed: Mapping[str, Any] = field(default_factory=dict)  # .status as read
+    status: dict[str, Any] = field(default_factory=dict)  # .status fields to write
 
     @property
     def owner_labels(self) -> dict[str, str]:

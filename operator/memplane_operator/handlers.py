@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -104,7 +104,7 @@ async def reconcile(**kwargs: Any) -> None:
             classes = kwargs["sandbox_classes"]
             fns = {name: functools.partial(steps.run_step, ctx, name, classes) for name in steps.STEPS}
             # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
-            await kopf.execute(fns=_kopf_fns(fns), lifecycle=kopf.lifecycles.one_by_one)  # type: ignore[arg-type]
+            await kopf.execute(fns=_kopf_fns(fns), lifecycle=_in_order)  # type: ignore[arg-type]
     finally:
         patch.status.update(ctx.status_patch())
 
@@ -179,6 +179,19 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     interval = settings.resync_seconds
     kopf.timer(*WORKSPACES, id="resync", interval=interval, initial_delay=interval, registry=registry)(resync)
     kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
+
+
+def _in_order(handlers: Sequence[Any], *, state: Mapping[str, Any], **_: Any) -> list[Any]:
+    """The kopf lifecycle of the steps: the first unfinished step, in STEPS order, and only
+    when it is due — a step waiting for its retry holds the later ones back (kopf's own
+    lifecycles run the next awakened handler instead, which would reach the credentials
+    step while the workspace step is still failing)."""
+    for step in steps.STEPS:
+        recorded = [key for key in state if key.endswith(f"/{step}")]
+        if recorded and state[recorded[0]].finished:
+            continue
+        return [h for h in handlers if h.id.endswith(f"/{step}")][:1]  # [] while it sleeps
+    return []
 
 
 def _kopf_fns(fns: Mapping[str, Callable[[], Awaitable[None]]]) -> dict[str, Callable[..., Awaitable[None]]]:

@@ -77,6 +77,7 @@ def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
         spec=WorkspaceSpec.parse(meta["name"], body["spec"]),
         conditions=Conditions((body.get("status") or {}).get("conditions") or [], int(meta.get("generation", 0))),
         logger=logger,
+        observed=dict(body.get("status") or {}),
     )
 
 

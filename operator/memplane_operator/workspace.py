@@ -131,6 +131,21 @@ async def ensure_policy(ctx: Ctx) -> None:
     )
 
 
+# Unchanged usage keeps its measuredTime this long, so a resync of an idle workspace writes
+# nothing (an identical status patch is a no-op for the API server: no new resourceVersion).
+USAGE_REFRESH_SECONDS = 300
+
+
+def _measured_time(previous: Mapping[str, Any], figures: Mapping[str, int]) -> str:
+    now = datetime.now(UTC)
+    stamp = previous.get("measuredTime")
+    if stamp and all(previous.get(k) == v for k, v in figures.items()):
+        seen = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        if (now - seen).total_seconds() < USAGE_REFRESH_SECONDS:
+            return str(stamp)
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _over(used: int, limit: int) -> bool:
     return bool(limit) and used >= limit
 
@@ -139,13 +154,13 @@ async def report_usage(ctx: Ctx) -> None:
     """status.usage from GetWorkspaceUsage, and QuotaExceeded when a count or size quota is reached."""
     usage = await ctx.runtime.admin.get_workspace_usage(ctx.spec.tenant_id)
     quotas = ctx.spec.quotas
-    ctx.status["usage"] = {
+    figures = {
         "memories": usage.memory_count,
         "bytes": usage.content_bytes,
         "storageBytes": usage.storage_bytes,
         "embeddingTokensToday": usage.embedding_tokens_today,
-        "measuredTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+    ctx.status["usage"] = {**figures, "measuredTime": _measured_time(ctx.observed.get("usage") or {}, figures)}
     reached: list[str] = []
     if _over(usage.memory_count, quotas.max_memories):
         reached.append(f"maxMemories ({usage.memory_count} of {quotas.max_memories})")

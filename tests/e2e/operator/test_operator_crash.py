@@ -20,7 +20,16 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from tests.e2e.operator.conftest import RESYNC_SECONDS, Services, free_port
-from tests.e2e.operator.kubeobjects import apply, eventually, get, secret_env, wait_ready, workspace
+from tests.e2e.operator.kubeobjects import (
+    apply,
+    condition,
+    eventually,
+    get,
+    secret_env,
+    wait_for,
+    wait_ready,
+    workspace,
+)
 from tests.fix_grpc_proxy import GrpcProxy
 from tests.fix_kube import KubeCluster
 
@@ -97,7 +106,7 @@ def _annotations(obj: dict[str, Any]) -> dict[str, str]:
         ("GetWorkspaceUsage", ["workspace", "credentials", "policy", "sandbox"]),  # the last step
     ],
 )
-async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(  # noqa: PLR0917 - fixtures
+async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
     method: str,
     done_before: list[str],
     kube: KubeCluster,
@@ -154,3 +163,45 @@ async def _live(probe: Callable[[], int]) -> int | None:
         return await asyncio.to_thread(probe)
     except OSError:
         return None
+
+
+async def test_unreachable_services_are_reported_then_recovered_from(
+    kube: KubeCluster,
+    crash_namespace: str,
+    services: Services,
+    admin_key: str,
+    operator_kubeconfig: Path,
+    services_admin: AsyncMemplaneClient,
+    tmp_path: Path,
+) -> None:
+    port = free_port()  # nothing listens here yet
+    log = tmp_path / "op.log"
+    operator = OperatorProcess(
+        target=f"127.0.0.1:{port}",
+        admin_key=admin_key,
+        namespace=crash_namespace,
+        kubeconfig=operator_kubeconfig,
+        log=log,
+    )
+    manifest = workspace(crash_namespace, "late")
+    await operator.start()
+    proxy = GrpcProxy(services.target)
+    try:
+        await apply(kube, manifest)
+        await wait_for(
+            kube,
+            "jsonpath={.status.conditions[?(@.type=='DatabaseReady')].reason}=ServiceUnavailable",
+            "memoryworkspace/late",
+            crash_namespace,
+        )
+        down = await get(kube, "memoryworkspace", "late", crash_namespace)
+        assert condition(down, "Ready")["status"] == "False"
+        assert down["status"]["phase"] == "Provisioning"
+        await proxy.start(port)  # the services come back
+        await wait_ready(kube, crash_namespace, "late", seconds=120)
+    finally:
+        await operator.stop()
+        await proxy.stop()
+    # While the workspace step failed, no later step ran ahead of it.
+    assert "reconcile/credentials' failed" not in log.read_text()
+    await services_admin.delete_workspace(manifest["spec"]["tenantId"])
