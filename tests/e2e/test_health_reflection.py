@@ -44,3 +44,23 @@ async def test_reflection_lists_the_services_and_serves_their_descriptors(server
     retrieval = next(f for f in files if f.name == "memplane/v1/retrieval.proto")
     methods = {m.name for s in retrieval.service for m in s.method}
     assert {"SearchMemories", "GetMemory", "ListMemories"} <= methods
+
+
+async def test_the_health_command_exits_zero_only_when_serving(server: str) -> None:
+    import asyncio
+    import sys
+
+    async def health(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memplane", "health", "--target", server, *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode()
+
+    assert await health() == (0, "server: SERVING\n")
+    assert await health("--service", "memplane.v1.RetrievalService") == (0, "memplane.v1.RetrievalService: SERVING\n")
+    code, out = await health("--service", "memplane.v1.NoSuchService")
+    assert code == 1
+    assert "NotFoundError" in out

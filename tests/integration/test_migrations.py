@@ -6,13 +6,18 @@ import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
+from pydantic import SecretStr
 
-from memplane.storage.migrate import _migrations, apply_migrations
+from memplane.app import build_app
+from memplane.errors import FailedPreconditionError
+from memplane.settings import AuthSettings, DatabaseSettings, Settings
+from memplane.storage.migrate import _migrations, apply_migrations, pending_migrations
 
 
 @pytest.fixture
@@ -59,3 +64,24 @@ async def test_rerunning_on_the_session_database_is_a_no_op(pg_dsn: str) -> None
         row = await cur.fetchone()
         assert row is not None
         assert row[0] == row[1] == len(_migrations())
+
+
+async def test_a_server_that_does_not_migrate_refuses_a_database_lacking_migrations(
+    empty_database: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database=DatabaseSettings(dsn=empty_database, migrate_on_start=False),
+        auth=AuthSettings(admin_key=SecretStr(f"mp_mig_{secrets.token_hex(16)}"), bootstrap_default_workspace=False),
+    )
+    expected = [name for _, name, _ in _migrations()]
+    assert await pending_migrations(empty_database) == expected
+    with pytest.raises(FailedPreconditionError, match="memplane migrate") as caught:
+        await build_app(settings)
+    assert expected[-1] in str(caught.value)
+    await apply_migrations(empty_database)
+    assert await pending_migrations(empty_database) == []
+    app = await build_app(settings)  # migrated by the Job: it starts
+    await app.close()
+    # A configured admin key and no default workspace: nothing written to disk.
+    assert not (tmp_path / "data").exists()

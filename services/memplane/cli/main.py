@@ -124,6 +124,15 @@ async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_health(ns: argparse.Namespace, settings: Settings) -> int:
+    """grpc.health.v1 Check of the server (or one service); exit 0 only when SERVING.
+    The chart's `helm test` Pod runs it."""
+    async with workspace_client(ns, settings) as client:
+        status = await client.check_health(ns.service)
+    print(f"{ns.service or 'server'}: {status}")
+    return 0 if status == "SERVING" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from memplane.cli import compact, locomo
 
@@ -136,8 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port (default 50051; 0 picks a free one)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("migrate", help="apply database migrations (serve also does)")
+    p = sub.add_parser("migrate", help="apply database migrations (serve also does, unless told not to)")
     p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("health", help="check the server's grpc.health.v1 status (exit 0 when SERVING)")
+    p.add_argument("--service", default="", help="a service's full name, e.g. memplane.v1.RetrievalService")
+    add_connection_flags(p)
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("workspace", help="create, delete or list workspaces (admin key)")
     wsub = p.add_subparsers(dest="action", required=True)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import field_mask_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memplane.client.errors import from_rpc_error
 from memplane.v1 import (
@@ -246,6 +247,15 @@ class AsyncMemplaneClient:
         """Turn a session span into memories (summary, language, summarizer, request_id)."""
         request = compaction_pb2.SummarizeSessionRequest(scope=scope, messages=messages, **fields)
         return await self._call(self.compaction.SummarizeSession, request)
+
+    # -- health -------------------------------------------------------------------
+    async def check_health(self, service: str = "") -> str:
+        """grpc.health.v1 status of *service* ("" = the server; or e.g.
+        "memplane.v1.RetrievalService"): "SERVING", "NOT_SERVING", ... Raises
+        `NotFoundError` for a service the server does not serve, `UnavailableError`."""
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        reply = await self._call(stub.Check, health_pb2.HealthCheckRequest(service=service))
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     # -- admin --------------------------------------------------------------------
     async def create_workspace(

@@ -56,3 +56,16 @@ async def apply_migrations(dsn: str) -> list[str]:
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_ID,))
     return applied
+
+
+async def pending_migrations(dsn: str) -> list[str]:
+    """Names of the migrations the database at *dsn* has not applied yet (all of them for
+    an empty database). Raises `psycopg.Error` if it cannot be read."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        row = await cur.fetchone()
+        done: set[int] = set()
+        if row is not None and row[0]:
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {r[0] for r in await cur.fetchall()}
+    return [name for version, name, _ in _migrations() if version not in done]
