@@ -314,7 +314,12 @@ def _crd(
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "memplane"}},
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "memplane"},
+            # Helm keeps CRDs on uninstall (deleting one deletes every object of its kind).
+            "annotations": {"helm.sh/resource-policy": "keep"},
+        },
         "spec": {
             "group": GROUP,
             "names": {

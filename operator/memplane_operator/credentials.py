@@ -7,7 +7,8 @@ nobody holds, nor a second key. Rotation (annotation memplane.io/rotate set to a
 writes the new key and, in the same atomic update, the previous key id and when to revoke
 it; the resync revokes it after the grace period.
 
-Data keys (for `envFrom`): MEMPLANE_TARGET, MEMPLANE_API_KEY, MEMPLANE_WORKSPACE.
+Data keys (for `envFrom`): MEMPLANE_TARGET, MEMPLANE_API_KEY, MEMPLANE_WORKSPACE, and
+MEMPLANE_<SERVICE>_TARGET per service when the operator is given service_targets.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ _TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 @dataclass(frozen=True)
 class Stored:
-    """What a credentials Secret holds."""
+    """What a credentials Secret holds (data decoded)."""
 
     secret: Body
-    api_key: str
-    target: str
-    workspace: str
+    data: dict[str, str]
+
+    @property
+    def api_key(self) -> str:
+        return self.data.get(API_KEY, "")
 
     @property
     def annotations(self) -> dict[str, str]:
@@ -52,15 +55,13 @@ class Stored:
 
 
 def _decode(secret: Body) -> Stored:
-    data = secret.get("data") or {}
-
-    def text(key: str) -> str:
+    def text(value: str) -> str:
         try:
-            return base64.b64decode(data.get(key, "")).decode()
+            return base64.b64decode(value).decode()
         except (ValueError, UnicodeDecodeError):
             return ""
 
-    return Stored(secret=secret, api_key=text(API_KEY), target=text(TARGET), workspace=text(WORKSPACE))
+    return Stored(secret=secret, data={k: text(v) for k, v in (secret.get("data") or {}).items()})
 
 
 def _owned_by(secret: Body, uid: str) -> bool:
@@ -73,7 +74,10 @@ def _key_id(api_key: str) -> str:
 
 
 def _data(ctx: Ctx, api_key: str) -> dict[str, str]:
-    return {TARGET: ctx.runtime.settings.agent_target, API_KEY: api_key, WORKSPACE: ctx.spec.tenant_id}
+    settings = ctx.runtime.settings
+    data = {TARGET: settings.agent_target, API_KEY: api_key, WORKSPACE: ctx.spec.tenant_id}
+    data.update({f"MEMPLANE_{name.upper()}_TARGET": address for name, address in settings.service_targets.items()})
+    return data
 
 
 async def _write_new_key(ctx: Ctx, stored: Stored | None, *, rotate: bool) -> str:
@@ -154,8 +158,9 @@ async def ensure_credentials(ctx: Ctx) -> None:
         api_key = await _write_new_key(ctx, stored, rotate=True)
     else:
         api_key = stored.api_key
-        if (stored.target, stored.workspace) != (ctx.runtime.settings.agent_target, ctx.spec.tenant_id):
-            patch = {"metadata": {"resourceVersion": stored.resource_version}, "stringData": _data(ctx, api_key)}
+        desired = _data(ctx, api_key)
+        if any(stored.data.get(k) != v for k, v in desired.items()):  # keys others added are left alone
+            patch = {"metadata": {"resourceVersion": stored.resource_version}, "stringData": desired}
             await kube.patch(Secret, ctx.spec.secret_name, ctx.namespace, patch)
     if not await _import(ctx, api_key):
         current = await kube.read(Secret, ctx.spec.secret_name, ctx.namespace)

@@ -11,20 +11,27 @@ from memplane_operator.crds import GROUP
 OPERATOR_NAME = "memplane-operator"
 
 
-def rules() -> list[dict[str, Any]]:
-    """PolicyRules of the operator's ClusterRole."""
+def namespaced_rules() -> list[dict[str, Any]]:
+    """Rules on objects inside the namespaces the operator serves (a Role per namespace in
+    the chart's namespaced mode, part of the ClusterRole otherwise)."""
     return [
         # Its own resources: watched by kopf, patched for finalizers, annotations and status.
         {"apiGroups": [GROUP], "resources": ["memoryworkspaces"], "verbs": ["get", "list", "watch", "patch", "update"]},
         {"apiGroups": [GROUP], "resources": ["memoryworkspaces/status"], "verbs": ["get", "patch", "update"]},
-        {"apiGroups": [GROUP], "resources": ["sandboxclasses"], "verbs": ["get", "list", "watch"]},
         # The credentials Secret and the sandbox volume of each workspace, by name only.
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create", "patch", "delete"]},
-        # SandboxClass.spec.allowedNamespaces selects namespaces by label.
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         # kopf posts Kubernetes events about handlers (warnings and errors by default).
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+
+
+def cluster_rules() -> list[dict[str, Any]]:
+    """Rules on cluster-scoped objects (always a ClusterRole)."""
+    return [
+        {"apiGroups": [GROUP], "resources": ["sandboxclasses"], "verbs": ["get", "list", "watch"]},
+        # SandboxClass.spec.allowedNamespaces selects namespaces by label.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         # kopf notices CRDs installed or removed while it runs (read-only).
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -32,6 +39,11 @@ def rules() -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch"],
         },
     ]
+
+
+def rules() -> list[dict[str, Any]]:
+    """PolicyRules of the operator's ClusterRole when it serves the whole cluster."""
+    return [*namespaced_rules(), *cluster_rules()]
 
 
 def cluster_role() -> dict[str, Any]:

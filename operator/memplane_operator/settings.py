@@ -30,6 +30,12 @@ class OperatorSettings(BaseSettings):
         description="The address agent pods reach the services at, written to each credentials Secret as "
         "MEMPLANE_TARGET (e.g. memplane.memplane.svc:50051). Empty: admin_target.",
     )
+    service_targets: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per-service addresses written to each Secret as MEMPLANE_<SERVICE>_TARGET (JSON object with "
+        "keys retrieval, writeback, compaction), for a cluster that runs each service behind its own Service; "
+        "AsyncMemplaneClient.from_env() reads them.",
+    )
     namespaces: list[str] = Field(
         default_factory=list, description="Namespaces to serve (JSON list); empty serves the whole cluster."
     )
@@ -49,6 +55,9 @@ class OperatorSettings(BaseSettings):
     def _one_key(self) -> OperatorSettings:
         if (self.admin_key is None) == (self.admin_key_file is None):
             raise ValueError("set exactly one of MEMPLANE_OPERATOR_ADMIN_KEY and MEMPLANE_OPERATOR_ADMIN_KEY_FILE")
+        unknown = set(self.service_targets) - {"retrieval", "writeback", "compaction"}
+        if unknown:
+            raise ValueError(f"MEMPLANE_OPERATOR_SERVICE_TARGETS: unknown services {sorted(unknown)}")
         return self
 
     def read_admin_key(self) -> str:

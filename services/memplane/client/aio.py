@@ -38,34 +38,60 @@ T = TypeVar("T")
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
-class AsyncMemplaneClient:
-    """Async client of every memplane service on one channel.
+SERVICE_NAMES = ("retrieval", "writeback", "compaction", "admin")
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-    *target* is "host:port"; *api_key* a workspace key (memories) or the admin key
-    (AdminService); *timeout* the per-call deadline in seconds.
+
+class AsyncMemplaneClient:
+    """Async client of every memplane service.
+
+    *target* is "host:port" of a server with every service; *targets* sends some
+    services elsewhere (keys retrieval, writeback, compaction, admin: a cluster runs each
+    as its own Deployment and Service), one channel per distinct address. *api_key* is a
+    workspace key (memories) or the admin key (AdminService); *timeout* the per-call
+    deadline in seconds. Raises `ValueError` for an unknown service in *targets*.
     """
 
-    def __init__(self, target: str = DEFAULT_TARGET, api_key: str = "", *, timeout: float = 60.0) -> None:
-        self._channel = grpc.aio.insecure_channel(
-            target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
-        )
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        api_key: str = "",
+        *,
+        timeout: float = 60.0,
+        targets: Mapping[str, str] | None = None,
+    ) -> None:
+        unknown = set(targets or {}) - set(SERVICE_NAMES)
+        if unknown:
+            raise ValueError(f"unknown services in targets: {sorted(unknown)}; choose from {SERVICE_NAMES}")
+        addresses = {name: (targets or {}).get(name) or target for name in SERVICE_NAMES}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        for address in [target, *addresses.values()]:
+            if address not in self._channels:
+                self._channels[address] = grpc.aio.insecure_channel(
+                    address, options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
+                )
+        self._channel = self._channels[target]
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
-        self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channel)
-        self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self._channel)
-        self.compaction = compaction_pb2_grpc.CompactionServiceStub(self._channel)
+        self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channels[addresses["retrieval"]])
+        self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channels[addresses["writeback"]])
+        self.compaction = compaction_pb2_grpc.CompactionServiceStub(self._channels[addresses["compaction"]])
+        self.admin = admin_pb2_grpc.AdminServiceStub(self._channels[addresses["admin"]])
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *, timeout: float = 60.0) -> AsyncMemplaneClient:
-        """A client from MEMPLANE_TARGET and MEMPLANE_API_KEY (the keys of the Secret the
+        """A client from MEMPLANE_TARGET and MEMPLANE_API_KEY, and MEMPLANE_RETRIEVAL_TARGET /
+        _WRITEBACK_TARGET / _COMPACTION_TARGET when set (the keys of the Secret the
         operator writes for a MemoryWorkspace; mount it with `envFrom`). *environ*
         defaults to `os.environ`. Raises `KeyError` naming a missing variable."""
         env = os.environ if environ is None else environ
         missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
         if missing:
             raise KeyError(f"set {' and '.join(missing)} (mount the MemoryWorkspace's Secret with envFrom)")
-        return cls(env["MEMPLANE_TARGET"], env["MEMPLANE_API_KEY"], timeout=timeout)
+        targets = {
+            n: env[f"MEMPLANE_{n.upper()}_TARGET"] for n in SERVICE_NAMES if env.get(f"MEMPLANE_{n.upper()}_TARGET")
+        }
+        return cls(env["MEMPLANE_TARGET"], env["MEMPLANE_API_KEY"], timeout=timeout, targets=targets)
 
     async def __aenter__(self) -> AsyncMemplaneClient:
         return self
@@ -76,8 +102,9 @@ class AsyncMemplaneClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close(None)
+        """Close the channels."""
+        for channel in self._channels.values():
+            await channel.close(None)
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -16,15 +16,24 @@ class MemplaneClient:
     """Same methods as `AsyncMemplaneClient`, blocking. Use as a context manager or call
     `close()`."""
 
-    def __init__(self, target: str = DEFAULT_TARGET, api_key: str = "", *, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        api_key: str = "",
+        *,
+        timeout: float = 60.0,
+        targets: Mapping[str, str] | None = None,
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="memplane-client", daemon=True)
         self._thread.start()
-        self._client: AsyncMemplaneClient = self._run(self._make(target, api_key, timeout))
+        self._client: AsyncMemplaneClient = self._run(self._make(target, api_key, timeout, targets))
 
     @staticmethod
-    async def _make(target: str, api_key: str, call_timeout: float) -> AsyncMemplaneClient:
-        return AsyncMemplaneClient(target, api_key, timeout=call_timeout)
+    async def _make(
+        target: str, api_key: str, call_timeout: float, targets: Mapping[str, str] | None
+    ) -> AsyncMemplaneClient:
+        return AsyncMemplaneClient(target, api_key, timeout=call_timeout, targets=targets)
 
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
