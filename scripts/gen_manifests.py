@@ -12,12 +12,15 @@ chart's copies: charts/memplane/templates/crds/*.yaml (the same bytes inside
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memplane.settings import Settings
 from memplane_operator.crds import all_crds
 from memplane_operator.rbac import cluster_role, cluster_rules, namespaced_rules
 
@@ -112,6 +115,58 @@ subjects:
     )
 
 
+# Settings the chart sets itself (from its own values or Secrets): not in `config`.
+CHART_MANAGED = {
+    ("data_dir",),
+    ("database", "dsn"),
+    ("database", "migrate_on_start"),
+    ("auth", "admin_key"),
+    ("auth", "bootstrap_default_workspace"),
+    ("grpc", "host"),
+    ("grpc", "port"),
+    ("embedding", "api_key"),
+    ("llm", "api_key"),
+}
+_KEPT = ("type", "anyOf", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "default", "items")
+
+
+def _settings_schema(node: dict[str, Any], defs: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """JSON schema of one Settings model (a group), $refs inlined, chart-managed fields out."""
+    properties: dict[str, Any] = {}
+    for name, field in node.get("properties", {}).items():
+        here = (*path, name)
+        if here in CHART_MANAGED:
+            continue
+        ref = field.get("$ref")
+        if ref is not None:
+            properties[name] = _settings_schema(defs[ref.rsplit("/", 1)[1]], defs, here)
+            continue
+        leaf = {k: copy.deepcopy(v) for k, v in field.items() if k in _KEPT}
+        leaf["description"] = field.get("description", "")
+        properties[name] = leaf
+    return {
+        "type": "object",
+        "description": node.get("description", "").strip(),
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def values_schema() -> str:
+    """charts/memplane/values.schema.json: the committed file with `config` regenerated
+    from memplane.settings.Settings (every field but those the chart sets itself)."""
+    path = ROOT / "charts/memplane/values.schema.json"
+    schema = json.loads(path.read_text())
+    raw = Settings.model_json_schema()
+    config = _settings_schema(raw, raw.get("$defs", {}), ())
+    config["description"] = (
+        "Settings of the services (memplane/settings.py) as MEMPLANE_<GROUP>__<FIELD> variables; "
+        "GENERATED from Settings by scripts/gen_manifests.py."
+    )
+    schema["properties"]["config"] = config
+    return json.dumps(schema, indent=2) + "\n"
+
+
 def manifests() -> dict[Path, str]:
     """Repository path -> file content."""
     out: dict[Path, str] = {}
@@ -122,6 +177,7 @@ def manifests() -> dict[Path, str]:
         out[CHART / "crds" / name] = header + "\n" + CHART_CRD_OPEN + body + CHART_CRD_CLOSE
     out[ROOT / "operator/config/rbac/clusterrole.yaml"] = render(cluster_role(), "rbac.py")
     out[CHART / "operator" / "rbac.yaml"] = chart_rbac()
+    out[ROOT / "charts/memplane/values.schema.json"] = values_schema()
     return out
 
 

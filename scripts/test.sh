@@ -20,4 +20,12 @@ echo "== generated manifests up to date"; python scripts/gen_manifests.py --chec
 echo "== k8s toolchain"
 MEMPLANE_K8S_BIN=$(bash scripts/k8s-testenv/build-toolchain.sh | tail -n 1)
 export MEMPLANE_K8S_BIN
+# The container image (Podman, a debootstrap base; layers cached: ~30 s after the first build).
+echo "== container image"
+export MEMPLANE_IMAGE=localhost/memplane:test
+mkdir -p build
+if ! IMAGE=$MEMPLANE_IMAGE bash scripts/image/build.sh > build/image.log 2>&1; then
+  tail -n 40 build/image.log; echo "image build failed (whole log: build/image.log)"; exit 1
+fi
+tail -n 1 build/image.log
 echo "== pytest";        python -m pytest -q "$@"

@@ -273,8 +273,11 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 _TOOLCHAIN = pytest.StashKey[Path | KubeToolchainError]()
 
 
+KUBE_FIXTURES = frozenset({"kube", "fresh_kube"})
+
+
 def _uses_kube(item: pytest.Item) -> bool:
-    return "kube" in getattr(item, "fixturenames", ())
+    return bool(KUBE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -311,16 +314,9 @@ def _read_env(path: Path) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-@pytest.fixture(scope="session")
-def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    """The session's control plane (see the module docstring), up in ~4-6 s once the binaries exist.
-
-    Fails (never skips) if the binaries cannot be found or built, or if kube-up.sh does not report the
-    apiserver ready and the controller-manager acting within 120 s; the message quotes the scripts' output
-    and the logs. Stopped by kube-down.sh at the end of the session; a watchdog stops it too if this
-    process dies without tearing down.
-    """
-    found = request.config.stash.get(_TOOLCHAIN, None)
+def resolved_bin_dir(config: pytest.Config) -> Path:
+    """The toolchain resolved after collection (or now); `pytest.fail` if it cannot be had."""
+    found = config.stash.get(_TOOLCHAIN, None)
     if found is None:  # requested dynamically (getfixturevalue): resolve now
         try:
             found = kube_bin_dir()
@@ -328,8 +324,14 @@ def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             found = e
     if isinstance(found, KubeToolchainError):
         pytest.fail(f"Kubernetes toolchain unavailable: {found}", pytrace=False)
-    bin_dir = found
-    run_dir = tmp_path_factory.mktemp("kube")
+    return found
+
+
+@contextlib.contextmanager
+def control_plane(bin_dir: Path, run_dir: Path) -> Iterator[KubeCluster]:
+    """Start etcd, kube-apiserver and kube-controller-manager (kube-up.sh) in *run_dir*;
+    stop them (kube-down.sh) on exit. Fails the test (never skips) if they do not come up
+    within KUBE_UP_TIMEOUT_SECONDS; the message quotes the scripts' output and the logs."""
     started = time.monotonic()
     up = subprocess.run(  # noqa: S603 (our own script)
         [str(SCRIPTS_DIR / "kube-up.sh"), str(bin_dir), str(run_dir)],
@@ -370,6 +372,27 @@ def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             pytest.fail(f"kube-down.sh exited with {down.returncode}:\n{down.stderr}", pytrace=False)
         if down.stderr:  # a process needed SIGKILL: worth seeing, not worth failing a test over
             warnings.warn(f"kube-down.sh: {down.stderr.strip()}", stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """The session's control plane (see the module docstring), up in ~4-6 s once the binaries exist.
+
+    Fails (never skips) if the binaries cannot be found or built, or if kube-up.sh does not report the
+    apiserver ready and the controller-manager acting within 120 s; the message quotes the scripts' output
+    and the logs. Stopped by kube-down.sh at the end of the session; a watchdog stops it too if this
+    process dies without tearing down.
+    """
+    with control_plane(resolved_bin_dir(request.config), tmp_path_factory.mktemp("kube")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def fresh_kube(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A control plane of the test module's own (~4 s to start), for tests that must own the
+    whole cluster (a `helm install` of cluster-scoped objects such as CRDs)."""
+    with control_plane(resolved_bin_dir(request.config), tmp_path_factory.mktemp("fresh-kube")) as cluster:
+        yield cluster
 
 
 def random_namespace_name() -> str:

@@ -36,7 +36,8 @@ def main() -> int:
     except (ValueError, OSError) as error:
         print(f"memplane-operator: {error}", file=sys.stderr)
         return 2
-    kopf.configure(log_format=kopf.LogFormat.JSON if settings.log_json else kopf.LogFormat.FULL)
+    # log_prefix: every line of an object's handlers names it ([namespace/name]).
+    kopf.configure(log_format=kopf.LogFormat.JSON if settings.log_json else kopf.LogFormat.FULL, log_prefix=True)
     logging.getLogger().setLevel(settings.log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # kr8s' client logs every request at INFO
     logging.getLogger("kopf.objects").addFilter(_QuietResync())

@@ -68,17 +68,21 @@ class Conditions:
         if not waiting:
             self.set(READY, True, "Provisioned", "the workspace, its credentials and its sandbox are ready")
             return
-        first = self._by_type.get(waiting[0])
-        reason = first["reason"] if first is not None and first["status"] == "False" else "Reconciling"
-        self.set(READY, False, reason, "waiting for " + ", ".join(waiting))
+        failing = [self._by_type[p] for p in waiting if self._by_type.get(p, {}).get("status") == "False"]
+        if failing:  # the first part that failed says why
+            self.set(READY, False, failing[0]["reason"], f"{failing[0]['type']}: {failing[0]['message']}")
+            return
+        self.set(READY, False, "Reconciling", "waiting for " + ", ".join(waiting))
 
     def as_list(self) -> list[dict[str, Any]]:
         """Conditions in a stable order: Ready, the parts, then the rest."""
         order = {kind: i for i, kind in enumerate((READY, *PARTS, QUOTA_EXCEEDED, CONFLICT))}
         return sorted(self._by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
-    def phase(self, *, suspended: bool = False) -> str:
+    def phase(self, *, suspended: bool = False, deleting: bool = False) -> str:
         """A one-word summary for `kubectl get` (the conditions carry the detail)."""
+        if deleting:
+            return "Deleting"
         if suspended:
             return "Suspended"
         if self.is_true(CONFLICT):
@@ -92,5 +96,13 @@ class Conditions:
 
 # Reasons after which only a change (to the spec, a SandboxClass or the services) helps.
 FAILED_REASONS = frozenset(
-    {"EmbeddingMismatch", "SecretOwnedElsewhere", "SandboxClassNotFound", "NamespaceNotAllowed", "Unsupported"}
+    {
+        "EmbeddingMismatch",
+        "SecretOwnedElsewhere",
+        "SandboxClassNotFound",
+        "NamespaceNotAllowed",
+        "Unsupported",
+        "InvalidSpec",
+        "RejectedByServices",
+    }
 )

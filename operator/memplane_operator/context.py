@@ -55,6 +55,8 @@ class Ctx:
     logger: logging.Logger | logging.LoggerAdapter[Any]
     observed: Mapping[str, Any] = field(default_factory=dict)  # .status as read
     status: dict[str, Any] = field(default_factory=dict)  # .status fields to write
+    retry_after: float | None = None  # seconds until a failed step should run again
+    deleting: bool = False
 
     @property
     def owner_labels(self) -> dict[str, str]:
@@ -82,5 +84,5 @@ class Ctx:
         return {
             **self.status,
             "conditions": self.conditions.as_list(),
-            "phase": self.conditions.phase(suspended=self.spec.suspend),
+            "phase": self.conditions.phase(suspended=self.spec.suspend, deleting=self.deleting),
         }

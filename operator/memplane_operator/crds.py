@@ -46,7 +46,9 @@ def _object(description: str, properties: dict[str, Schema], **extra: Any) -> Sc
 
 
 def _duration(description: str, **extra: Any) -> Schema:
-    return _string(description + ' Whole d, h, m, s units: "90d", "1h30m".', pattern=DURATION_PATTERN, **extra)
+    return _string(
+        description + ' Whole d, h, m, s units: "90d", "1h30m".', pattern=DURATION_PATTERN, maxLength=32, **extra
+    )
 
 
 def _quantity(description: str) -> Schema:
@@ -58,6 +60,7 @@ def _quantity(description: str) -> Schema:
         "anyOf": [{"type": "integer"}, {"type": "string"}],
         "minimum": 0,
         "pattern": QUANTITY_PATTERN,
+        "maxLength": 32,
     }
 
 

@@ -118,9 +118,43 @@ async def _write_new_key(ctx: Ctx, stored: Stored | None, *, rotate: bool) -> st
     return api_key
 
 
-async def _revoke(ctx: Ctx, key_id: str) -> None:
-    with contextlib.suppress(NotFoundError):  # gone with its workspace, or never imported
+async def _own_keys(ctx: Ctx) -> dict[str, bool]:
+    """The keys made for this object (by display name) in its workspace: key id -> whether
+    still valid. Empty when the workspace is gone."""
+    keys: dict[str, bool] = {}
+    token = ""
+    with contextlib.suppress(NotFoundError):
+        while True:
+            page = await ctx.runtime.admin.list_api_keys(ctx.spec.tenant_id, page_size=1000, page_token=token)
+            for key in page.api_keys:
+                if key.display_name == ctx.key_display_name:
+                    keys[key.key_id] = not key.HasField("revoke_time")
+            token = page.next_page_token
+            if not token:
+                break
+    return keys
+
+
+async def _revoke(ctx: Ctx, key_id: str) -> bool:
+    """Revoke *key_id* only if it is one of this object's own valid keys: key ids are not
+    secret, and an id written into the Secret's annotations by whoever can edit it must not
+    revoke another tenant's key. Returns whether it was revoked."""
+    if not (await _own_keys(ctx)).get(key_id, False):
+        ctx.logger.warning("key %s is not a valid key of this MemoryWorkspace; not revoked", key_id)
+        return False
+    with contextlib.suppress(NotFoundError):  # revoked meanwhile
         await ctx.runtime.admin.revoke_api_key(key_id)
+    return True
+
+
+async def _revoke_stale(ctx: Ctx, keep: set[str]) -> None:
+    """Revoke this object's valid keys other than *keep* (a key replaced because its Secret
+    was deleted or damaged, or moved with spec.credentials.secretName)."""
+    for key_id, valid in (await _own_keys(ctx)).items():
+        if valid and key_id not in keep:
+            with contextlib.suppress(NotFoundError):
+                await ctx.runtime.admin.revoke_api_key(key_id)
+            ctx.logger.info("revoked API key %s, replaced by %s", key_id, ", ".join(sorted(keep)))
 
 
 async def _import(ctx: Ctx, api_key: str) -> bool:
@@ -167,6 +201,10 @@ async def ensure_credentials(ctx: Ctx) -> None:
         api_key = await _write_new_key(ctx, _decode(current) if current is not None else None, rotate=False)
         if not await _import(ctx, api_key):
             raise KubeConflictError("a freshly generated key was refused; retrying")
+    current = await kube.read(Secret, ctx.spec.secret_name, ctx.namespace)
+    previous = _decode(current).annotations.get(PREVIOUS_KEY_ANNOTATION, "") if current is not None else ""
+    await _revoke_stale(ctx, {_key_id(api_key), previous} - {""})
+    await _forget_old_secret(ctx)
     ctx.status.update(secretName=ctx.spec.secret_name, keyId=_key_id(api_key))
     ctx.conditions.set(
         CREDENTIALS_READY,
@@ -174,6 +212,18 @@ async def ensure_credentials(ctx: Ctx) -> None:
         "KeyActive",
         f"API key {_key_id(api_key)} in Secret {ctx.spec.secret_name} (MEMPLANE_TARGET, MEMPLANE_API_KEY)",
     )
+
+
+async def _forget_old_secret(ctx: Ctx) -> None:
+    """After spec.credentials.secretName changed: delete the Secret of the old name (if it
+    is this object's own; its key was just revoked as stale)."""
+    old = str(ctx.observed.get("secretName") or "")
+    if not old or old == ctx.spec.secret_name:
+        return
+    secret = await ctx.runtime.kube.read(Secret, old, ctx.namespace)
+    if secret is not None and _owned_by(secret, ctx.uid):
+        await ctx.runtime.kube.delete(Secret, old, ctx.namespace)
+        ctx.logger.info("deleted the previous credentials Secret %s", old)
 
 
 async def revoke_expired_previous_key(ctx: Ctx) -> None:
@@ -201,21 +251,17 @@ async def revoke_expired_previous_key(ctx: Ctx) -> None:
 
 async def release_credentials(ctx: Ctx) -> int:
     """At deletion: revoke every key made for this object (found by display name, so an
-    orphan of any past failure goes too) and delete the Secret. Returns keys revoked.
-    Tolerates a workspace or Secret already gone."""
+    orphan of any past failure goes too) and delete its Secret (the current and, after a
+    rename, the previous one). Returns keys revoked. Tolerates a workspace or Secret
+    already gone."""
     revoked = 0
-    token = ""
-    with contextlib.suppress(NotFoundError):
-        while True:
-            page = await ctx.runtime.admin.list_api_keys(ctx.spec.tenant_id, page_size=1000, page_token=token)
-            for key in page.api_keys:
-                if key.display_name == ctx.key_display_name and not key.HasField("revoke_time"):
-                    await _revoke(ctx, key.key_id)
-                    revoked += 1
-            token = page.next_page_token
-            if not token:
-                break
-    secret = await ctx.runtime.kube.read(Secret, ctx.spec.secret_name, ctx.namespace)
-    if secret is not None and _owned_by(secret, ctx.uid):
-        await ctx.runtime.kube.delete(Secret, ctx.spec.secret_name, ctx.namespace)
+    for key_id, valid in (await _own_keys(ctx)).items():
+        if valid:
+            with contextlib.suppress(NotFoundError):
+                await ctx.runtime.admin.revoke_api_key(key_id)
+            revoked += 1
+    for name in {ctx.spec.secret_name, str(ctx.observed.get("secretName") or "")} - {""}:
+        secret = await ctx.runtime.kube.read(Secret, name, ctx.namespace)
+        if secret is not None and _owned_by(secret, ctx.uid):
+            await ctx.runtime.kube.delete(Secret, name, ctx.namespace)
     return revoked

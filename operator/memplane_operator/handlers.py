@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -28,14 +30,16 @@ from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
 from memplane_operator import credentials, sandbox, steps, workspace
 from memplane_operator.conditions import READY
-from memplane_operator.context import FINALIZER, Runtime, StepBlocked
+from memplane_operator.context import FINALIZER, Ctx, Runtime, StepBlocked
 from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
 from memplane_operator.settings import OperatorSettings
 
 WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
 CLASSES = (GROUP, VERSION, "sandboxclasses")
-KOPF_PREFIX = "memplane.io"  # kopf's progress and last-handled annotations live under our domain
+# kopf's progress and last-handled annotations. Not "memplane.io": kopf leaves the annotations
+# under its own prefix out of the diff it reacts to, and memplane.io/rotate must be seen.
+KOPF_PREFIX = "kopf.memplane.io"
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -49,7 +53,8 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
-    settings.posting.level = logging.WARNING
+    settings.posting.level = logging.WARNING  # warnings and errors of an object become its Events
+    settings.posting.loggers = True
     settings.posting.reporting_component = "memplane-operator"
     settings.watching.server_timeout = 270  # re-list before the API server's own 5-minute watch timeout
     settings.watching.client_timeout = 300
@@ -87,8 +92,9 @@ async def probe_admin(**kwargs: Any) -> str:
 
 
 async def reconcile(**kwargs: Any) -> None:
-    """create / update / resume: check the tenantId claim, then the steps as kopf
-    sub-handlers, one per cycle, each recorded when done."""
+    """create / update / resume: check the spec and the tenantId claim, then the steps as
+    kopf sub-handlers, one per cycle, each recorded when done. A failing step is retried
+    after its own delay, and no later step runs before it."""
     patch: kopf.Patch = kwargs["patch"]
     runtime = _runtime(kwargs["memo"])
     ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
@@ -96,17 +102,33 @@ async def reconcile(**kwargs: Any) -> None:
         if ctx.spec.suspend:
             ctx.conditions.set(READY, False, "Suspended", "spec.suspend is true: changes are not applied")
             return
+        if kwargs.get("reason") == "resume" and _settled(ctx):
+            return  # reconciled for this generation before the restart: the resync checks drift
         async with runtime.lock(ctx.uid):
             try:
+                steps.check_spec(ctx)
                 workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
             except StepBlocked:
-                return  # Conflict recorded; the resync looks again
+                return  # recorded in the conditions; an edit (update) or the resync looks again
             classes = kwargs["sandbox_classes"]
             fns = {name: functools.partial(steps.run_step, ctx, name, classes) for name in steps.STEPS}
-            # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
-            await kopf.execute(fns=_kopf_fns(fns), lifecycle=_in_order)  # type: ignore[arg-type]
+            order = InOrder()
+            try:
+                # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
+                await kopf.execute(fns=_kopf_fns(fns), lifecycle=order)  # type: ignore[arg-type]
+            except kopf.TemporaryError as pending:
+                delay = ctx.retry_after if ctx.retry_after is not None else order.sleeping_seconds
+                if delay is None:
+                    raise  # the next step is due now
+                raise kopf.TemporaryError(f"a step waits {delay:.0f} s for its retry", delay=delay) from pending
     finally:
         patch.status.update(ctx.status_patch())
+
+
+def _settled(ctx: Ctx) -> bool:
+    return bool(
+        ctx.conditions.is_true(READY, current=True) and ctx.observed.get("observedGeneration") == ctx.generation
+    )
 
 
 async def resync(**kwargs: Any) -> None:
@@ -120,6 +142,7 @@ async def resync(**kwargs: Any) -> None:
         return
     async with runtime.lock(ctx.uid):
         try:
+            steps.check_spec(ctx)
             workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
             for name in steps.STEPS:
                 await steps.run_step(ctx, name, kwargs["sandbox_classes"])
@@ -134,17 +157,22 @@ async def resync(**kwargs: Any) -> None:
 
 async def delete(**kwargs: Any) -> None:
     """Finalizer: honour reclaimPolicy for a workspace this object owns; revoke its keys,
-    delete its Secret (and, with Delete, its sandbox claim). Idempotent."""
+    delete its Secret and (with Delete) its sandbox claim — those two are the object's own,
+    so they go even when the workspace is already gone. Idempotent; while the services are
+    unreachable the finalizer stays and the phase reads Deleting."""
     logger = kwargs["logger"]
+    patch: kopf.Patch = kwargs["patch"]
     runtime = _runtime(kwargs["memo"])
     ctx = steps.context(runtime, kwargs["body"], logger)
+    ctx.deleting = True
     try:
         async with runtime.lock(ctx.uid):
-            owned = await workspace.owned_workspace(ctx) is not None
             outcome = await workspace.reclaim_workspace(ctx)
-            revoked = await credentials.release_credentials(ctx) if owned else 0
-            claim = await sandbox.release_sandbox(ctx) if owned else False
+            revoked = await credentials.release_credentials(ctx)
+            claim = await sandbox.release_sandbox(ctx)
     except UnavailableError as error:  # the finalizer stays until the services answer
+        ctx.conditions.set(READY, False, "Deleting", f"waiting for the AdminService to release the workspace: {error}")
+        patch.status.update(ctx.status_patch())
         raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
     logger.info(
         "released (%s): %s; %d key(s) revoked; sandbox claim deleted: %s",
@@ -181,17 +209,28 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
 
 
-def _in_order(handlers: Sequence[Any], *, state: Mapping[str, Any], **_: Any) -> list[Any]:
+class InOrder:
     """The kopf lifecycle of the steps: the first unfinished step, in STEPS order, and only
     when it is due — a step waiting for its retry holds the later ones back (kopf's own
     lifecycles run the next awakened handler instead, which would reach the credentials
-    step while the workspace step is still failing)."""
-    for step in steps.STEPS:
-        recorded = [key for key in state if key.endswith(f"/{step}")]
-        if recorded and state[recorded[0]].finished:
-            continue
-        return [h for h in handlers if h.id.endswith(f"/{step}")][:1]  # [] while it sleeps
-    return []
+    step while the workspace step is still failing). `sleeping_seconds` is how long the
+    held-back step still waits (None when one ran)."""
+
+    def __init__(self) -> None:
+        self.sleeping_seconds: float | None = None
+
+    def __call__(self, handlers: Sequence[Any], *, state: Mapping[str, Any], **_: Any) -> list[Any]:
+        for step in steps.STEPS:
+            recorded = [key for key in state if key.endswith(f"/{step}")]
+            if recorded and state[recorded[0]].finished:
+                continue
+            due = [h for h in handlers if h.id.endswith(f"/{step}")][:1]
+            if not due and recorded and state[recorded[0]].delayed is not None:
+                held = state[recorded[0]]
+                now = held.basetime + timedelta(seconds=asyncio.get_running_loop().time())
+                self.sleeping_seconds = max(0.0, (held.delayed - now).total_seconds())
+            return due
+        return []
 
 
 def _kopf_fns(fns: Mapping[str, Callable[[], Awaitable[None]]]) -> dict[str, Callable[..., Awaitable[None]]]:

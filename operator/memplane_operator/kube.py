@@ -5,7 +5,9 @@ object is answered at once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import kr8s
@@ -21,8 +23,20 @@ class KubeConflictError(Exception):
     (a resourceVersion precondition failed)."""
 
 
-def _status(error: kr8s.ServerError) -> int:
-    return error.response.status_code if error.response is not None else 0
+@contextlib.contextmanager
+def _conflicts() -> Iterator[None]:
+    """409 from the API server as `KubeConflictError`."""
+    try:
+        yield
+    except kr8s.ServerError as error:
+        if error.response is not None and error.response.status_code == 409:
+            raise KubeConflictError(str(error)) from error
+        raise
+
+
+def _plain(obj: APIObject) -> Body:
+    raw: Body = json.loads(json.dumps(obj.raw))  # a plain dict, detached from kr8s' Box
+    return raw
 
 
 class Kube:
@@ -44,33 +58,22 @@ class Kube:
             await obj.refresh()
         except kr8s.NotFoundError:
             return None
-        raw: Body = json.loads(json.dumps(obj.raw))  # a plain dict, detached from kr8s' Box
-        return raw
+        return _plain(obj)
 
     async def create(self, kind: type[APIObject], body: Body) -> Body:
         """Create *body*; return it as stored. Raises `KubeConflictError` if it exists."""
         obj = kind(body, api=self._api)
-        try:
+        with _conflicts():
             await obj.create()
-        except kr8s.ServerError as error:
-            if _status(error) == 409:
-                raise KubeConflictError(str(error)) from error
-            raise
-        raw: Body = json.loads(json.dumps(obj.raw))
-        return raw
+        return _plain(obj)
 
     async def patch(self, kind: type[APIObject], name: str, namespace: str | None, patch: Body) -> Body:
         """JSON merge patch; a `metadata.resourceVersion` in *patch* makes it conditional.
         Raises `KubeConflictError` (changed since read), `kr8s.NotFoundError` (gone)."""
         obj = self._object(kind, name, namespace)
-        try:
+        with _conflicts():
             await obj.patch(patch)
-        except kr8s.ServerError as error:
-            if _status(error) == 409:
-                raise KubeConflictError(str(error)) from error
-            raise
-        raw: Body = json.loads(json.dumps(obj.raw))
-        return raw
+        return _plain(obj)
 
     async def delete(self, kind: type[APIObject], name: str, namespace: str | None = None) -> bool:
         """Delete; False if it was already gone."""

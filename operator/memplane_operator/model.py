@@ -13,6 +13,9 @@ from memplane.v1 import admin_pb2, memory_pb2
 DEFAULT_SECRET_SUFFIX = "-memplane"  # noqa: S105 - a name suffix, not a secret
 DEFAULT_GRACE_SECONDS = 3600  # spec.credentials.rotation.gracePeriod default "1h"
 DEFAULT_STORAGE_SIZE = "1Gi"
+MAX_INT64 = 2**63 - 1
+MAX_TTL_SECONDS = 100 * 365 * 86400  # the services' bound (memplane.admin.policy.MAX_TTL_SECONDS)
+MAX_GRACE_SECONDS = 365 * 86400
 
 _DURATION_PART = re.compile(r"([0-9]+)(d|h|m|s)")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -87,7 +90,10 @@ class EmbeddingSpec:
 
 @dataclass(frozen=True)
 class WorkspaceSpec:
-    """A MemoryWorkspace's spec, parsed (the API server validated it against the CRD)."""
+    """A MemoryWorkspace's spec, parsed. The API server checked it against the CRD; what the
+    schema cannot bound (a quantity past int64, a 100-year TTL) is listed in `problems`
+    (field and reason) instead of raised, so that a bad spec still gets a status and can be
+    deleted. The identity fields (tenant, Secret, reclaim policy) always parse."""
 
     tenant_id: str
     secret_name: str
@@ -99,48 +105,89 @@ class WorkspaceSpec:
     quotas: admin_pb2.WorkspaceQuotas
     retention: admin_pb2.RetentionPolicy
     embedding: EmbeddingSpec = field(default_factory=EmbeddingSpec)
+    problems: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, name: str, spec: Mapping[str, Any]) -> WorkspaceSpec:
-        """The spec of the MemoryWorkspace *name*. Raises `ValueError` for a value the
-        schema let through but that does not parse (defence in depth)."""
+        """The spec of the MemoryWorkspace *name*."""
+        problems: list[str] = []
         quotas = spec.get("quotas") or {}
         credentials = spec.get("credentials") or {}
         sandbox = spec.get("sandbox") or {}
         embedding = spec.get("embedding") or {}
-        grace = (credentials.get("rotation") or {}).get("gracePeriod")
+        grace_text = (credentials.get("rotation") or {}).get("gracePeriod")
+        grace = _bounded(
+            problems, "spec.credentials.rotation.gracePeriod", grace_text, parse_duration, low=0, high=MAX_GRACE_SECONDS
+        )
         return cls(
             tenant_id=str(spec["tenantId"]),
             secret_name=credentials.get("secretName") or f"{name}{DEFAULT_SECRET_SUFFIX}",
-            grace_seconds=parse_duration(grace) if grace else DEFAULT_GRACE_SECONDS,
+            grace_seconds=DEFAULT_GRACE_SECONDS if grace_text is None or grace is None else grace,
             reclaim_policy=spec.get("reclaimPolicy") or "Retain",
             suspend=bool(spec.get("suspend", False)),
             sandbox_class=sandbox.get("sandboxClassName") or "",
             storage_size=str(sandbox.get("storageSize") or DEFAULT_STORAGE_SIZE),
             quotas=admin_pb2.WorkspaceQuotas(
                 max_memories=int(quotas.get("maxMemories", 0)),
-                max_bytes=parse_quantity(quotas.get("maxBytes", 0)),
+                max_bytes=_bounded(
+                    problems, "spec.quotas.maxBytes", quotas.get("maxBytes"), parse_quantity, low=0, high=MAX_INT64
+                )
+                or 0,
                 max_requests_per_second=int(quotas.get("maxRequestsPerSecond", 0)),
                 max_embedding_tokens_per_day=int(quotas.get("maxEmbeddingTokensPerDay", 0)),
             ),
-            retention=_retention(spec.get("retention") or {}),
+            retention=_retention(problems, spec.get("retention") or {}),
             embedding=EmbeddingSpec(
                 provider=embedding.get("provider", ""),
                 model=embedding.get("model", ""),
                 dimensions=int(embedding.get("dimensions", 0)),
             ),
+            problems=tuple(problems),
         )
 
 
-def _retention(retention: Mapping[str, Any]) -> admin_pb2.RetentionPolicy:
-    """spec.retention as the AdminService's RetentionPolicy (rules in memory-type order,
-    as the services return them, so a comparison finds no false drift)."""
+def _bounded(
+    problems: list[str], field: str, value: Any, parse: Any, *, low: int, high: int, unit: str = ""
+) -> int | None:
+    """*value* parsed and within [low, high]; None (and a problem naming *field*) otherwise;
+    None without a problem when *value* is None (unset)."""
+    if value is None:
+        return None
+    try:
+        parsed = int(parse(value))
+    except (ValueError, OverflowError) as error:
+        problems.append(f"{field}: {error}")
+        return None
+    if not low <= parsed <= high:
+        problems.append(f"{field}: {value} is out of range ({low} to {high}{unit})")
+        return None
+    return parsed
+
+
+def _retention(problems: list[str], retention: Mapping[str, Any]) -> admin_pb2.RetentionPolicy:
+    """spec.retention as the AdminService's RetentionPolicy: rules in memory-type order and
+    a zero default left unset, as the services return them, so a comparison finds no
+    false drift. "0s" as the default TTL means "keep until deleted"; a rule needs >= 1s."""
     out = admin_pb2.RetentionPolicy()
-    if retention.get("defaultTTL"):
-        out.default_ttl.seconds = parse_duration(retention["defaultTTL"])
-    rules = {r["type"]: parse_duration(r["ttl"]) for r in retention.get("rules") or []}
+    default = _bounded(
+        problems,
+        "spec.retention.defaultTTL",
+        retention.get("defaultTTL"),
+        parse_duration,
+        low=0,
+        high=MAX_TTL_SECONDS,
+        unit=" s",
+    )
+    if default:
+        out.default_ttl.seconds = default
+    rules: dict[str, int] = {}
+    for rule in retention.get("rules") or []:
+        field_name = f"spec.retention.rules[type={rule['type']}].ttl"
+        ttl = _bounded(problems, field_name, rule["ttl"], parse_duration, low=1, high=MAX_TTL_SECONDS, unit=" s")
+        if ttl is not None:
+            rules[rule["type"]] = ttl
     for name, value in MEMORY_TYPES.items():
         if name in rules:
-            rule = out.rules.add(type=value)
-            rule.ttl.seconds = rules[name]
+            added = out.rules.add(type=value)
+            added.ttl.seconds = rules[name]
     return out

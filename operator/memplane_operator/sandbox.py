@@ -169,8 +169,14 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
 
 
 async def release_sandbox(ctx: Ctx) -> bool:
-    """At deletion: with reclaimPolicy Delete, delete the local sandbox's claim (absent is
-    fine); with Retain keep it. Returns whether a claim was deleted."""
+    """At deletion: with reclaimPolicy Delete, delete the local sandbox's claim if it is the
+    one the operator made for this workspace (its labels say so; absent is fine), whether or
+    not the workspace still exists; with Retain keep it. Returns whether one was deleted."""
     if ctx.spec.reclaim_policy != "Delete":
+        return False
+    claim = await ctx.runtime.kube.read(PersistentVolumeClaim, claim_name(ctx), ctx.namespace)
+    labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
+    ours = labels.get("app.kubernetes.io/managed-by") == "memplane-operator"
+    if claim is None or not ours or labels.get("memplane.io/workspace") != ctx.spec.tenant_id:
         return False
     return await ctx.runtime.kube.delete(PersistentVolumeClaim, claim_name(ctx), ctx.namespace)

@@ -12,7 +12,13 @@ from typing import Any
 
 import kopf
 
-from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError, UnavailableError
+from memplane.errors import (
+    InvalidArgumentError,
+    MemplaneError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from memplane_operator import credentials, sandbox, workspace
 from memplane_operator.conditions import CONFLICT, DATABASE_READY, READY, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
@@ -89,17 +95,38 @@ async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:
     try:
         await STEP_FUNCTIONS[name](ctx, classes)
     except StepBlocked as blocked:
-        raise kopf.TemporaryError(f"{name}: {blocked}", delay=retry) from blocked
+        raise _retry(ctx, f"{name}: {blocked}", retry) from blocked
     except (UnauthenticatedError, PermissionDeniedError) as error:
         ctx.conditions.set(
             DATABASE_READY, False, "AdminKeyRejected", f"the AdminService refused the admin key: {error}"
         )
-        raise kopf.TemporaryError(f"{name}: admin key rejected", delay=retry) from error
+        raise _retry(ctx, f"{name}: admin key rejected", retry) from error
     except UnavailableError as error:
         ctx.conditions.set(DATABASE_READY, False, "ServiceUnavailable", f"AdminService unreachable: {error}")
-        raise kopf.TemporaryError(f"{name}: AdminService unavailable", delay=5) from error
+        raise _retry(ctx, f"{name}: AdminService unavailable", min(retry, UNAVAILABLE_RETRY_SECONDS)) from error
     except KubeConflictError as error:
-        raise kopf.TemporaryError(f"{name}: changed concurrently; retrying", delay=1) from error
+        raise _retry(ctx, f"{name}: changed concurrently; retrying", 1.0) from error
+    except InvalidArgumentError as error:  # the services refuse the spec: only an edit helps
+        ctx.conditions.set(DATABASE_READY, False, "RejectedByServices", f"the services refuse the spec: {error}")
+        raise _retry(ctx, f"{name}: {error}", retry) from error
     except MemplaneError as error:
         ctx.conditions.set(DATABASE_READY, False, "ServiceError", f"{type(error).__name__}: {error}")
-        raise kopf.TemporaryError(f"{name}: {error}", delay=retry) from error
+        raise _retry(ctx, f"{name}: {error}", retry) from error
+
+
+UNAVAILABLE_RETRY_SECONDS = 5.0
+
+
+def _retry(ctx: Ctx, message: str, delay: float) -> kopf.TemporaryError:
+    """kopf's retry of a failed step after *delay* seconds (recorded for the parent handler,
+    which waits that long before the next step cycle)."""
+    ctx.retry_after = delay if ctx.retry_after is None else min(ctx.retry_after, delay)
+    return kopf.TemporaryError(message, delay=delay)
+
+
+def check_spec(ctx: Ctx) -> None:
+    """Raise `StepBlocked` (DatabaseReady=False, reason InvalidSpec) for a spec with values
+    the schema let through but nothing can apply (see `WorkspaceSpec.problems`)."""
+    if ctx.spec.problems:
+        ctx.conditions.set(DATABASE_READY, False, "InvalidSpec", "; ".join(ctx.spec.problems))
+        raise StepBlocked("invalid spec")

@@ -103,6 +103,10 @@ async def ensure_workspace(ctx: Ctx) -> admin_pb2.Workspace:
         ctx.conditions.set(DATABASE_READY, False, "EmbeddingMismatch", f"spec.embedding declares {mismatch}")
         raise StepBlocked(mismatch)
     ctx.status["workspace"] = tenant
+    if not ctx.conditions.is_true(DATABASE_READY, current=True):
+        ctx.conditions.set(
+            DATABASE_READY, True, "Provisioned", f"workspace {tenant!r}; quotas and retention not applied yet"
+        )
     return workspace
 
 

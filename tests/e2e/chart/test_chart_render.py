@@ -1,0 +1,285 @@
+"""The chart as helm renders it, and as the API server judges each rendering: lint, a matrix
+of values, restricted security defaults, probes and ports, the schema (every value covered,
+a bad value named by its JSON path), CRDs and RBAC identical to the operator's source."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from memplane.settings import Settings
+from memplane_operator.rbac import cluster_rules, namespaced_rules
+from tests.e2e.chart.helmtools import CHART, REPO, by_kind, named, pod_specs, render, set_flags
+from tests.fix_kube import KubeCluster, KubeCommandError
+
+BASE = {"database.dsnSecret.name": "memplane-db"}
+MATRIX: dict[str, dict[str, str]] = {
+    "defaults": BASE,
+    "bundled-postgresql": {"postgresql.enabled": "true"},
+    "hpa": {
+        **BASE,
+        **{f"services.{c}.autoscaling.enabled": "true" for c in ("retrieval", "writeback", "compaction")},
+    },
+    "no-networkpolicy": {**BASE, "networkPolicy.enabled": "false"},
+    "namespaced-rbac": {**BASE, "rbac.namespaced": "true", "operator.namespaces": '["team-a","team-b"]'},
+    "metrics": {**BASE, "metrics.enabled": "true"},
+    "no-operator-no-crds": {**BASE, "operator.enabled": "false", "crds.create": "false"},
+}
+NAMESPACES = ("memplane", "team-a", "team-b")
+
+
+@pytest.fixture(scope="module")
+def cluster(kube: KubeCluster) -> KubeCluster:
+    """The session's API server with the namespaces the renderings live in."""
+    for name in NAMESPACES:
+        kube.kubectl("create", "namespace", name, check=False)
+    return kube
+
+
+@pytest.mark.parametrize("case", list(MATRIX))
+def test_every_rendering_lints_and_the_api_server_accepts_every_object(cluster: KubeCluster, case: str) -> None:
+    values = MATRIX[case]
+    cluster.helm("lint", "--strict", str(CHART), *set_flags(values))
+    docs = render(cluster, values)
+    for doc in docs:  # where `helm install -n memplane` would put them
+        if doc["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"):
+            doc["metadata"].setdefault("namespace", "memplane")
+    text = "\n---\n".join(json.dumps(d) for d in docs)
+    # A real server-side validation (helm's --dry-run=server does not validate bodies).
+    cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
+    for doc in docs:
+        if doc["kind"] == "CustomResourceDefinition":
+            continue  # the operator's own files byte for byte (labelled part-of: memplane only)
+        labels = doc["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/name") == "memplane", doc["metadata"]["name"]
+        assert labels.get("app.kubernetes.io/instance") == "mp"
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm"
+
+
+def test_pods_run_restricted(cluster: KubeCluster) -> None:
+    docs = render(cluster, MATRIX["bundled-postgresql"])
+    specs = pod_specs(docs)
+    assert {name for name, _ in specs} >= {"mp-memplane-retrieval", "mp-memplane-operator", "mp-memplane-migrate-1"}
+    for name, spec in specs:
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+        assert spec.get("automountServiceAccountToken") is False or name == "mp-memplane-operator", name
+
+
+def test_services_probes_and_ports(cluster: KubeCluster) -> None:
+    docs = render(cluster, BASE)
+    for component, grpc_name in (
+        ("retrieval", "memplane.v1.RetrievalService"),
+        ("writeback", "memplane.v1.WriteBackService"),
+        ("compaction", "memplane.v1.CompactionService"),
+        ("admin", "memplane.v1.AdminService"),
+    ):
+        deployment = named(docs, "Deployment", f"mp-memplane-{component}")
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"][:3] == ["serve", "--services", component]
+        assert container["readinessProbe"]["grpc"] == {"port": 50051, "service": grpc_name}
+        assert container["livenessProbe"]["grpc"] == {"port": 50051}
+        env = {e["name"]: e for e in container["env"]}
+        assert env["MEMPLANE_DATABASE__DSN"]["valueFrom"]["secretKeyRef"] == {"name": "memplane-db", "key": "dsn"}
+        assert env["MEMPLANE_DATABASE__MIGRATE_ON_START"]["value"] == "false"
+        service = named(docs, "Service", f"mp-memplane-{component}")
+        assert service["spec"]["ports"][0] == {
+            "name": "grpc",
+            "port": 50051,
+            "targetPort": "grpc",
+            "protocol": "TCP",
+            "appProtocol": "grpc",
+        }
+    operator = named(docs, "Deployment", "mp-memplane-operator")
+    assert operator["spec"]["replicas"] == 1
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    [container] = operator["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MEMPLANE_OPERATOR_ADMIN_TARGET"] == "mp-memplane-admin.memplane.svc:50051"
+    assert (
+        json.loads(env["MEMPLANE_OPERATOR_SERVICE_TARGETS"])["writeback"] == "mp-memplane-writeback.memplane.svc:50051"
+    )
+    # PDBs only where they protect something (2 replicas), never on a single replica.
+    assert sorted(p["metadata"]["name"] for p in by_kind(docs, "PodDisruptionBudget")) == [
+        "mp-memplane-retrieval",
+        "mp-memplane-writeback",
+    ]
+    assert by_kind(docs, "HorizontalPodAutoscaler") == []
+    [job] = by_kind(docs, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+def test_matrix_switches(cluster: KubeCluster) -> None:
+    bundled = render(cluster, MATRIX["bundled-postgresql"])
+    [job] = by_kind(bundled, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"  # the database comes first
+    assert named(bundled, "StatefulSet", "mp-memplane-postgresql")
+    hpa = render(cluster, MATRIX["hpa"])
+    assert len(by_kind(hpa, "HorizontalPodAutoscaler")) == 3
+    assert "replicas" not in named(hpa, "Deployment", "mp-memplane-retrieval")["spec"]
+    assert by_kind(render(cluster, MATRIX["no-networkpolicy"]), "NetworkPolicy") == []
+    namespaced = render(cluster, MATRIX["namespaced-rbac"])
+    roles = by_kind(namespaced, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert roles[0]["rules"] == namespaced_rules()
+    assert named(namespaced, "ClusterRole", "mp-memplane-operator")["rules"] == cluster_rules()
+    without = render(cluster, MATRIX["no-operator-no-crds"])
+    assert not {"CustomResourceDefinition", "ClusterRole"} & {d["kind"] for d in without}
+    metrics = render(cluster, {**MATRIX["metrics"], "metrics.serviceMonitor.enabled": "true"})
+    [monitor] = by_kind(metrics, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert by_kind(render(cluster, MATRIX["metrics"]), "ServiceMonitor") == []  # off by default
+
+
+def test_crds_and_rbac_are_the_operators_own(cluster: KubeCluster) -> None:
+    for path in sorted((REPO / "operator/config/crd").glob("*.yaml")):
+        chart_copy = (CHART / "templates/crds" / path.name).read_text().splitlines(keepends=True)
+        source = path.read_text().splitlines(keepends=True)
+        assert chart_copy[0] == source[0]  # the generated-file header
+        assert chart_copy[1] == "{{- if .Values.crds.create }}\n"
+        assert chart_copy[-1] == "{{- end }}\n"
+        assert chart_copy[2:-1] == source[1:], path.name  # byte for byte
+    docs = render(cluster, BASE)
+    for crd in by_kind(docs, "CustomResourceDefinition"):
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    role = yaml.safe_load((REPO / "operator/config/rbac/clusterrole.yaml").read_text())
+    assert named(docs, "ClusterRole", "mp-memplane-operator")["rules"] == role["rules"]
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    if isinstance(value, dict) and value:
+        for key, child in value.items():
+            yield from _leaves(child, (*path, key))
+    else:
+        yield path
+
+
+def _schema_at(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    node = schema
+    for part in path:
+        if "$ref" in node:
+            node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+        props = node.get("properties")
+        if props is None:
+            return node  # a free-form object (resources, nodeSelector, ...)
+        if part not in props:
+            return None
+        node = props[part]
+    return node
+
+
+def test_the_schema_covers_every_value_and_every_value_has_a_default() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [".".join(p) for p in _leaves(values) if _schema_at(schema, p) is None]
+    assert missing == [], "values without a schema"
+    for key, node in schema["properties"].items():
+        if key != "config":
+            assert key in values, f"{key} is in the schema but not in values.yaml"
+        assert node.get("description") or "$ref" in node, key
+    for key in schema["properties"]["services"]["properties"]:
+        assert key in values["services"], key
+
+
+def test_the_config_schema_is_settings_minus_what_the_chart_sets() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    managed = {"data_dir", "database.dsn", "database.migrate_on_start", "auth.admin_key"}
+    managed |= {"auth.bootstrap_default_workspace", "grpc.host", "grpc.port", "embedding.api_key", "llm.api_key"}
+    expected: set[str] = set()
+    for name, field in Settings.model_fields.items():
+        group = field.annotation
+        if isinstance(group, type) and hasattr(group, "model_fields"):
+            expected |= {f"{name}.{sub}" for sub in group.model_fields}
+        else:
+            expected.add(name)
+    found = {
+        f"{group}.{sub}" if "properties" in node else group
+        for group, node in schema["properties"].items()
+        for sub in (node.get("properties") or {None: None})
+    }
+    assert found == expected - managed
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"services.retrieval.replicas": "0"}, "at '/services/retrieval/replicas': minimum: got 0, want 1"),
+        ({"config.retrieval.fusion": "best"}, "at '/config/retrieval/fusion': value must be one of 'rrf', 'weighted'"),
+        ({"config.grpc.port": "1"}, "at '/config/grpc': additional properties 'port' not allowed"),
+        ({"image.pullPolicy": "Sometimes"}, "at '/image/pullPolicy'"),
+        ({"typo": "1"}, "additional properties 'typo' not allowed"),
+        ({"postgresql.storage.size": "lots"}, "at '/postgresql/storage/size'"),
+        ({"operator.namespaces": '["Bad_NS"]'}, "at '/operator/namespaces/0'"),
+        ({"services.writeback.pdb.minAvailable": '"half"'}, "at '/services/writeback/pdb/minAvailable'"),
+    ],
+)
+def test_a_bad_value_names_its_json_path(cluster: KubeCluster, values: dict[str, str], message: str) -> None:
+    with pytest.raises(KubeCommandError) as caught:
+        render(cluster, {**BASE, **values})
+    assert message in caught.value.stderr
+
+
+def test_a_missing_database_is_explained(cluster: KubeCluster) -> None:
+    with pytest.raises(KubeCommandError) as caught:
+        render(cluster, {})
+    assert "database.dsnSecret.name is required" in caught.value.stderr
+
+
+def test_config_becomes_environment_variables(cluster: KubeCluster) -> None:
+    docs = render(
+        cluster,
+        {
+            **BASE,
+            "config.retrieval.fusion": "rrf",
+            "config.limits.max_top_k": "1000000",
+            "config.compaction.compact_ratio": "0.5",
+        },
+    )
+    data = named(docs, "ConfigMap", "mp-memplane-config")["data"]
+    assert data["MEMPLANE_RETRIEVAL__FUSION"] == "rrf"
+    assert data["MEMPLANE_LIMITS__MAX_TOP_K"] == "1000000"  # not 1e+06
+    assert data["MEMPLANE_COMPACTION__COMPACT_RATIO"] == "0.5"
+    assert data["MEMPLANE_LOG_JSON"] == "true"
+    for name, value in data.items():  # each one a real setting
+        group, _, field = name.removeprefix("MEMPLANE_").lower().partition("__")
+        assert Settings.model_validate({group: {field: value}} if field else {group: value})
+
+
+def test_notes_print_a_workspace_the_api_server_accepts(cluster: KubeCluster, memplane_crds: KubeCluster) -> None:
+    # crds.create=false: even a dry run refuses CRDs that exist on the cluster unowned by the release
+    flags = set_flags({**BASE, "crds.create": "false"})
+    done = cluster.helm("install", "mp", str(CHART), "--namespace", "memplane", "--dry-run=client", *flags)
+    notes = done.stdout.split("NOTES:", 1)[1]
+    manifest = re.search(r"^apiVersion: memplane.io/v1alpha1\n(?:.+\n)+?(?=\n)", notes, re.MULTILINE)
+    assert manifest is not None, notes
+    workspace = yaml.safe_load(manifest.group(0))
+    assert workspace["kind"] == "MemoryWorkspace"
+    cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(workspace))
+    assert "secretRef:\n              name: support-bot-memplane" in notes
+    assert "kubectl label namespace team-a memplane.io/client=true" in notes
+
+
+def test_the_helm_test_pod_checks_every_service(cluster: KubeCluster) -> None:
+    docs = render(cluster, BASE)
+    pod = named(docs, "Pod", "mp-memplane-test-health")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    checks = {c["name"]: c["args"] for c in pod["spec"]["containers"]}
+    assert checks["retrieval"] == [
+        "health",
+        "--target",
+        "mp-memplane-retrieval.memplane.svc:50051",
+        "--service",
+        "memplane.v1.RetrievalService",
+    ]
+    assert sorted(checks) == ["admin", "compaction", "retrieval", "writeback"]
