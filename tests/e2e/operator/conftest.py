@@ -9,7 +9,9 @@ its own operator process uses other names, so two operators never share an objec
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -56,6 +58,24 @@ def operator_kubeconfig(memplane_crds: KubeCluster, tmp_path_factory: pytest.Tem
     return kube.kubeconfig_for_token(token.stdout.strip(), tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
+def _canary(kube: KubeCluster) -> None:
+    """Apply a MemoryWorkspace in a fresh t-* namespace and wait for Ready (fails the
+    session's operator tests, with the operator's output, if it never serves)."""
+    namespace = f"t-canary-{secrets.token_hex(4)}"
+    kube.kubectl("create", "namespace", namespace)
+    manifest = {
+        "apiVersion": "memplane.io/v1alpha1",
+        "kind": "MemoryWorkspace",
+        "metadata": {"name": "canary", "namespace": namespace},
+        "spec": {"tenantId": f"tn-canary-{secrets.token_hex(4)}", "reclaimPolicy": "Delete"},
+    }
+    kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    kube.kubectl(
+        "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=120s", timeout=150
+    )
+    kube.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
 def operator_settings(services: Services, admin_key: str, **overrides: object) -> OperatorSettings:
     """Settings of a test operator: the services process, a 1 s resync, no liveness port."""
     values: dict[str, object] = {
@@ -69,15 +89,19 @@ def operator_settings(services: Services, admin_key: str, **overrides: object) -
 
 
 @pytest.fixture(scope="session")
-def operator(services: Services, admin_key: str, operator_kubeconfig: Path) -> Iterator[KopfRunner]:
+def operator(
+    services: Services, admin_key: str, operator_kubeconfig: Path, memplane_crds: KubeCluster
+) -> Iterator[KopfRunner]:
     """The operator in-process (KopfRunner, its own thread and loop) for namespaces t-*,
-    as the ServiceAccount; its exit is checked at the end of the session."""
+    as the ServiceAccount; yielded once it has taken a canary MemoryWorkspace to Ready
+    (kopf starts its watchers after it returns from startup); its exit is checked at the end."""
     registry = kopf.OperatorRegistry()
     register(registry, operator_settings(services, admin_key))
     previous = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(operator_kubeconfig)  # read by kopf's login and by kr8s
     try:
         with KopfRunner(["run", "--standalone", "--namespace=t-*"], registry=registry, timeout=60) as runner:
+            _canary(memplane_crds)
             yield runner
     finally:
         if previous is None:
