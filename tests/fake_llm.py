@@ -10,12 +10,22 @@ scripted fails instead of passing silently. `fake.requests` holds every parsed r
 body, so tests can check what was sent (prompt, language, previous summary,
 response_format).
 
+It also serves `POST /v1/embeddings` (and `/embeddings`) with OpenAI's response shape
+(object "list", data[i] {object "embedding", index, embedding}, model, usage): each
+input's vector is a deterministic function of its text (`FakeLLM.vector`), sent as
+base64 little-endian float32 when the request asks `encoding_format="base64"`, else as
+a float list — or always as floats with `floats_only=True`, like servers that ignore the
+format. `fake.embedding_requests` logs those bodies; `fake.fail_embeddings(n, status)`
+makes the next n embedding calls answer HTTP *status*.
+
 Production code talks to it through its ordinary base URL (`fake.base_url`); nothing
 in memplane knows it is a fake.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import threading
 import time
@@ -25,7 +35,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 _PATHS = ("/v1/chat/completions", "/chat/completions")
+_EMBEDDING_PATHS = ("/v1/embeddings", "/embeddings")
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,13 @@ def error_body(message: str, error_type: str = "server_error") -> str:
 class FakeLLM:
     """The scripted endpoint; a context manager (`with FakeLLM() as fake:`)."""
 
-    def __init__(self, model: str = "fake-model") -> None:
+    def __init__(self, model: str = "fake-model", *, embedding_dimensions: int = 16, floats_only: bool = False) -> None:
         """Starts serving at once on 127.0.0.1 and a free port."""
         self.model = model
+        self.embedding_dimensions = embedding_dimensions
+        self.floats_only = floats_only
+        self.embedding_requests: list[dict[str, Any]] = []
+        self._embedding_failures: deque[int] = deque()
         self.requests: list[dict[str, Any]] = []
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -111,7 +128,37 @@ class FakeLLM:
     ) -> None:
         self.close()
 
+    def vector(self, text: str) -> np.ndarray:
+        """The (not normalised) float32 vector served for *text*."""
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).normal(size=self.embedding_dimensions).astype(np.float32)
+
+    def fail_embeddings(self, count: int, status: int = 500) -> None:
+        """The next *count* embedding calls answer HTTP *status*."""
+        with self._lock:
+            self._embedding_failures.extend([status] * count)
+
     # -- called from handler threads ------------------------------------------------
+    def _embeddings(self, body: dict[str, Any]) -> tuple[int, str]:
+        with self._lock:
+            self.embedding_requests.append(body)
+            failure = self._embedding_failures.popleft() if self._embedding_failures else None
+        if failure is not None:
+            return failure, error_body("scripted embedding failure")
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            return 400, error_body("input must be a string or a non-empty list of strings", "invalid_request_error")
+        as_base64 = body.get("encoding_format") == "base64" and not self.floats_only
+        data = []
+        for i, text in enumerate(texts):
+            v = self.vector(text)
+            encoded: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()
+            data.append({"object": "embedding", "index": i, "embedding": encoded})
+        tokens = sum(len(t) // 4 + 1 for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return 200, json.dumps({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
+
     def _next(self, body: dict[str, Any]) -> Reply | None:
         with self._lock:
             self.requests.append(body)
@@ -150,7 +197,14 @@ def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.path.split("?", 1)[0] not in _PATHS:
+            path = self.path.split("?", 1)[0]
+            if path in _EMBEDDING_PATHS:
+                try:
+                    self._send(*fake._embeddings(json.loads(raw or b"{}")))
+                except (json.JSONDecodeError, AttributeError):
+                    self._send(400, error_body("request body is not a JSON object", "invalid_request_error"))
+                return
+            if path not in _PATHS:
                 self._send(404, error_body(f"unknown path {self.path}", "invalid_request_error"))
                 return
             try:

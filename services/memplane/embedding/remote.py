@@ -1,7 +1,15 @@
-"""Embeddings from any OpenAI-compatible `/v1/embeddings` endpoint (the `openai` client)."""
+"""Embeddings from any OpenAI-compatible `/v1/embeddings` endpoint (the `openai` client).
+
+Vectors are asked for as base64 (`encoding_format="base64"`: little-endian float32, 4
+bytes a dimension, as OpenAI's API documents it) and decoded with numpy, a third of the
+bytes of the JSON float lists and no per-float parsing or validation. A server that
+ignores the format and answers float lists is read too.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,11 +61,16 @@ class OpenAIEmbedder:
 
     async def _call(self, texts: list[str]) -> np.ndarray:
         try:
-            reply = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="float")
+            reply = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="base64")
         except openai.OpenAIError as exc:
             raise UnavailableError(f"embedding endpoint failed: {type(exc).__name__}") from exc
         ordered = sorted(reply.data, key=lambda d: d.index)
-        return normalize(np.array([d.embedding for d in ordered], dtype=np.float32))
+        if len(ordered) != len(texts):
+            raise UnavailableError(f"embedding endpoint returned {len(ordered)} vectors for {len(texts)} texts")
+        rows = [_decode(d.embedding) for d in ordered]
+        if len({r.shape[0] for r in rows}) != 1 or rows[0].shape[0] == 0:
+            raise UnavailableError("embedding endpoint returned vectors of differing or zero length")
+        return normalize(np.vstack(rows))
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         parts = [
@@ -72,3 +85,14 @@ class OpenAIEmbedder:
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return await self._embed(texts)
+
+
+def _decode(embedding: object) -> np.ndarray:
+    """One vector from a base64 string (float32, little-endian) or a list of floats (a
+    server that ignored encoding_format). Raises `UnavailableError` on anything else."""
+    try:
+        if isinstance(embedding, str):
+            return np.frombuffer(base64.b64decode(embedding, validate=True), dtype="<f4").astype(np.float32)
+        return np.asarray(embedding, dtype=np.float32).reshape(-1)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise UnavailableError(f"embedding endpoint returned an unreadable vector: {exc}") from exc
