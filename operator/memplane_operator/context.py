@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memplane.client import AsyncMemplaneClient
-from memplane_operator.conditions import Conditions
+from memplane_operator.conditions import READY, Conditions
 from memplane_operator.kube import Kube
 from memplane_operator.model import WorkspaceSpec
 from memplane_operator.settings import OperatorSettings
@@ -80,9 +80,13 @@ class Ctx:
         }
 
     def status_patch(self) -> dict[str, Any]:
-        """Everything to write into .status: the fields steps set, the conditions, the phase."""
+        """Everything to write into .status: the fields steps set, the conditions, the phase,
+        and observedGeneration in the same patch as the Ready=True computed for it (a reader
+        never sees Ready before observedGeneration says which generation it is for)."""
+        observed = {"observedGeneration": self.generation} if self.conditions.is_true(READY, current=True) else {}
         return {
             **self.status,
+            **observed,
             "conditions": self.conditions.as_list(),
             "phase": self.conditions.phase(suspended=self.spec.suspend, deleting=self.deleting),
         }

@@ -99,12 +99,12 @@ async def reconcile(**kwargs: Any) -> None:
     runtime = _runtime(kwargs["memo"])
     ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
     try:
-        if ctx.spec.suspend:
-            ctx.conditions.set(READY, False, "Suspended", "spec.suspend is true: changes are not applied")
-            return
-        if kwargs.get("reason") == "resume" and _settled(ctx):
+        if kwargs.get("reason") == "resume" and _settled(ctx) and not ctx.spec.suspend:
             return  # reconciled for this generation before the restart: the resync checks drift
-        async with runtime.lock(ctx.uid):
+        async with runtime.lock(ctx.uid):  # after a resync pass in flight, which read the older spec
+            if ctx.spec.suspend:
+                _suspended(ctx)
+                return
             try:
                 steps.check_spec(ctx)
                 workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
@@ -125,6 +125,10 @@ async def reconcile(**kwargs: Any) -> None:
         patch.status.update(ctx.status_patch())
 
 
+def _suspended(ctx: Ctx) -> None:
+    ctx.conditions.set(READY, False, "Suspended", "spec.suspend is true: changes are not applied")
+
+
 def _settled(ctx: Ctx) -> bool:
     return bool(
         ctx.conditions.is_true(READY, current=True) and ctx.observed.get("observedGeneration") == ctx.generation
@@ -137,10 +141,15 @@ async def resync(**kwargs: Any) -> None:
     patch: kopf.Patch = kwargs["patch"]
     logger = kwargs["logger"]
     runtime = _runtime(kwargs["memo"])
-    ctx = steps.context(runtime, kwargs["body"], logger)
-    if ctx.spec.suspend or kwargs["body"]["metadata"].get("deletionTimestamp"):
-        return
-    async with runtime.lock(ctx.uid):
+    body = kwargs["body"]  # kopf keeps a timer's body live: read under the lock, it is the newest seen
+    async with runtime.lock(body["metadata"]["uid"]):
+        ctx = steps.context(runtime, body, logger)
+        if body["metadata"].get("deletionTimestamp"):
+            return
+        if ctx.spec.suspend:  # level-triggered: repairs a status a concurrent pass wrote before the edit
+            _suspended(ctx)
+            patch.status.update(ctx.status_patch())
+            return
         try:
             steps.check_spec(ctx)
             workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))

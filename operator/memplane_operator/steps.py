@@ -20,7 +20,7 @@ from memplane.errors import (
     UnavailableError,
 )
 from memplane_operator import credentials, sandbox, workspace
-from memplane_operator.conditions import CONFLICT, DATABASE_READY, READY, Conditions
+from memplane_operator.conditions import CONFLICT, DATABASE_READY, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError
 from memplane_operator.model import WorkspaceSpec
@@ -58,8 +58,6 @@ async def _sandbox_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
 async def _status_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
     await _require_owned(ctx)
     await workspace.report_usage(ctx)
-    if ctx.conditions.is_true(READY):
-        ctx.status["observedGeneration"] = ctx.generation
 
 
 STEP_FUNCTIONS: dict[str, Step] = {

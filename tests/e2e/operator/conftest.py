@@ -10,8 +10,10 @@ its own operator process uses other names, so two operators never share an objec
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -58,9 +60,13 @@ def operator_kubeconfig(memplane_crds: KubeCluster, tmp_path_factory: pytest.Tem
     return kube.kubeconfig_for_token(token.stdout.strip(), tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
-def _canary(kube: KubeCluster) -> None:
-    """Apply a MemoryWorkspace in a fresh t-* namespace and wait for Ready (fails the
-    session's operator tests, with the operator's output, if it never serves)."""
+CANARY_SECONDS = 180.0
+
+
+def _canary(kube: KubeCluster, runner: KopfRunner, log: list[str]) -> None:
+    """Apply a MemoryWorkspace in a fresh t-* namespace and wait for Ready, watching the
+    operator thread meanwhile: if it exits, or Ready never comes, fail the session's operator
+    tests with the object and the operator's last log lines (kopf's records, kept in *log*)."""
     namespace = f"t-canary-{secrets.token_hex(4)}"
     kube.kubectl("create", "namespace", namespace)
     manifest = {
@@ -70,10 +76,34 @@ def _canary(kube: KubeCluster) -> None:
         "spec": {"tenantId": f"tn-canary-{secrets.token_hex(4)}", "reclaimPolicy": "Delete"},
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
-    kube.kubectl(
-        "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=120s", timeout=150
+    deadline = time.monotonic() + CANARY_SECONDS
+    while not runner.future.done() and time.monotonic() < deadline:
+        # kubectl wait watches the object; the slice only lets the loop look at the thread.
+        done = kube.kubectl(
+            "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=10s", check=False
+        )
+        if done.returncode == 0:
+            kube.kubectl("delete", "namespace", namespace, "--wait=false")
+            return
+    state = kube.kubectl("get", "memoryworkspace/canary", "-n", namespace, "-o", "yaml", check=False).stdout
+    exited = f"the operator exited: {runner.future.result()!r}\n" if runner.future.done() else ""
+    pytest.fail(
+        f"the canary MemoryWorkspace was not Ready in {CANARY_SECONDS:.0f} s\n{exited}--- object\n{state}"
+        "--- operator log\n" + "\n".join(log[-80:]),
+        pytrace=False,
     )
-    kube.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+class _Records(logging.Handler):
+    """Keeps the formatted records of kopf's loggers in a list (for a failing canary)."""
+
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(self.format(record))
 
 
 def operator_settings(services: Services, admin_key: str, **overrides: object) -> OperatorSettings:
@@ -99,11 +129,16 @@ def operator(
     register(registry, operator_settings(services, admin_key))
     previous = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(operator_kubeconfig)  # read by kopf's login and by kr8s
+    log: list[str] = []
+    records = _Records(log)
+    logging.getLogger("kopf").addHandler(records)
     try:
         with KopfRunner(["run", "--standalone", "--namespace=t-*"], registry=registry, timeout=60) as runner:
-            _canary(memplane_crds)
+            _canary(memplane_crds, runner, log)
+            logging.getLogger("kopf").removeHandler(records)
             yield runner
     finally:
+        logging.getLogger("kopf").removeHandler(records)
         if previous is None:
             os.environ.pop("KUBECONFIG", None)
         else:

@@ -141,7 +141,10 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
         progress = _annotations(mid)
         for step in done_before:  # kopf recorded the finished steps before the kill
             assert any(k.startswith(f"{KOPF_PREFIX}/reconcile") and step in k for k in progress), progress
-        assert "observedGeneration" not in mid.get("status", {})  # the reconcile was cut short
+        status = mid.get("status", {})
+        assert "usage" not in status  # the reconcile was cut short before its last step
+        ready_mid = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
+        assert ("observedGeneration" in status) == ready_mid  # written with Ready=True, never before
         creates_before = grpc_proxy.calls[ADMIN + "CreateWorkspace"]
         await operator.start()
         ready = await wait_ready(kube, crash_namespace, "crash")
