@@ -137,7 +137,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     await db.open()
     embedder = embedder or await build_embedder(settings.embedding)
     meter = EmbeddingMeter(db, embedder)
-    memories = MemoryStore(df_cache_seconds=settings.retrieval.bm25_df_cache_seconds)
+    memories = MemoryStore()
     workspaces = WorkspaceStore(db)
     keys = ApiKeyStore(db)
     authenticator = Authenticator(keys, workspaces, settings.auth.key_cache_seconds)

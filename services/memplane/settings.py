@@ -140,8 +140,17 @@ class RetrievalSettings(BaseModel):
         "20k 58 vs 5.4 ms (.95): the crossover lies between 3k and 5k rows.",
     )
     hnsw_ef_search: int = Field(default=100, ge=1, description="pgvector hnsw.ef_search for index scans.")
-    bm25_df_cache_seconds: float = Field(
-        default=60.0, ge=0, description="Seconds a lexeme's document frequency is reused (BM25 IDF)."
+    lexical_candidate_postings: int = Field(
+        default=20_000,
+        ge=1,
+        description="Postings the lexical candidate query may cover outside a small scope: the query's rarest "
+        "lexemes are kept while their document frequencies sum to at most this (at least one), so BM25 scores a "
+        "bounded set at any workspace size; memories holding only the common lexemes score too low to matter.",
+    )
+    scope_count_cache_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds the row count of a filter (which picks the exact scan or HNSW) is reused.",
     )
     bm25_k1: float = Field(default=1.2, description="BM25 k1 (Robertson & Zaragoza 2009; Lucene default).")
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")

@@ -251,6 +251,7 @@ async def test_deleting_a_workspace_removes_every_row_of_it_and_nothing_else(
             "memories",
             "memory_events",
             "transcript_messages",
+            "lexeme_df",
             "idempotency_keys",
             "workspace_stats",
             "tool_result_blobs",

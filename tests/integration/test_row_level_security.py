@@ -182,25 +182,23 @@ async def test_tenant_role_cannot_touch_keys_or_workspaces(app: App, tenant_fact
             await conn.execute("DELETE FROM workspaces")
 
 
-async def test_lexeme_statistics_function_reads_only_the_callers_workspace(
+async def test_document_frequencies_are_kept_per_workspace_and_hidden_from_others(
     app: App, tenant_factory: TenantFactory
 ) -> None:
     ws_a, ws_b = await tenant_factory(), await tenant_factory()
     for ws, word in ((ws_a, "aardvark"), (ws_b, "zeppelin")):
-        vectors = unit_vectors(30, seed=ws.key)
+        vectors = unit_vectors(3, seed=ws.key)
         await app.writeback.add(
             principal(ws),
             ws,
-            [NewMemory(content=f"{word} note {i}", embedding=tuple(vectors[i])) for i in range(30)],
+            [NewMemory(content=f"{word} note {i}", embedding=tuple(vectors[i])) for i in range(3)],
         )
-        async with app.db.admin() as conn:
-            await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(partition_name("memories", ws.key))))
     async with app.db.tenant(ws_a.key) as conn:
-        row = await (await conn.execute("SELECT lexemes FROM memplane_lexeme_stats()")).fetchone()
-    assert row is not None
-    assert "aardvark" in row["lexemes"]
-    assert "zeppelin" not in row["lexemes"]
-    async with app.db.admin() as conn:  # no workspace set: nothing, not every workspace's
-        await conn.execute("SELECT set_config('memplane.workspace_key', '', true)")
-        rows = await (await conn.execute("SELECT lexemes FROM memplane_lexeme_stats()")).fetchall()
-    assert rows == []
+        rows = await (await conn.execute("SELECT lexeme, sum(df) AS df FROM lexeme_df GROUP BY lexeme")).fetchall()
+    seen = {r["lexeme"]: int(r["df"]) for r in rows}
+    assert seen["aardvark"] == 3
+    assert seen["note"] == 3
+    assert "zeppelin" not in seen  # row-level security: another workspace's statistics are invisible
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        async with app.db.tenant(ws_a.key) as conn:
+            await conn.execute("DELETE FROM lexeme_df")

@@ -13,6 +13,7 @@ pgvector's iterative scan. bench/vector_plan.py measures the crossover.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -26,10 +27,12 @@ from memplane.domain.validation import Violations, check_filter, check_text, par
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import NotFoundError
 from memplane.quota.meter import EmbeddingMeter
-from memplane.retrieval.fusion import FusedHit, FusionMethod, SignalHit, fuse
+from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.settings import LimitsSettings, RetrievalSettings
+from memplane.storage import search as search_sql
 from memplane.storage.database import Database
 from memplane.storage.memories import MemoryStore
+from memplane.storage.search import SearchSpec
 from memplane.text.segment import segment
 
 
@@ -104,6 +107,7 @@ class RetrievalService:
         self._embedder = meter.embedder
         self._limits = limits
         self._settings = settings
+        self._counts: dict[tuple[int, str], tuple[float, int]] = {}
 
     def _validate_search(self, request: SearchRequest) -> None:
         v = Violations()
@@ -132,74 +136,82 @@ class RetrievalService:
         self._validate_search(request)
         use_vector = request.mode in (SearchMode.HYBRID, SearchMode.VECTOR)
         use_lexical = request.mode in (SearchMode.HYBRID, SearchMode.LEXICAL)
-        embed_seconds = 0.0
-        vectors = None
-        if use_vector:
-            ensure_compatible(workspace, self._embedder)
-            t0 = time.perf_counter()
-            vectors = await self._meter.for_workspace(workspace).embed_queries(list(request.queries))
-            embed_seconds = time.perf_counter() - t0
         depth = max(request.top_k * self._settings.candidate_multiplier, self._settings.min_candidates)
         now = datetime.now(UTC)
         method = request.fusion or FusionMethod(self._settings.fusion)
         weight = request.vector_weight
         if weight is None:
             weight = 0.5 if method is FusionMethod.RRF else self._settings.vector_weight
-        rrf_k = request.rrf_k or self._settings.rrf_k
-
-        t0 = time.perf_counter()
-        best: dict[str, tuple[FusedHit, int]] = {}
-        async with self._db.tenant(workspace.key) as conn:
-            # A small filtered set is read first through the btree scope indexes: the vector
-            # signal then scans it exactly, the lexical one tests @@ on it instead of walking
-            # every GIN match of the workspace.
-            cap = self._settings.exact_scan_max_rows
-            if _selective(request.filter):
-                rows = await self._memories.count_matching(conn, workspace, request.filter, now=now, cap=cap)
-            else:  # validity filters only: the workspace's total is a cheap upper bound
-                rows = await self._memories.memory_count(conn, workspace)
-            exact = rows <= cap
-            for index, query in enumerate(request.queries):
-                vector_hits: list[tuple[str, float]] = []
-                lexical_hits: list[tuple[str, float]] = []
-                if vectors is not None:
-                    found = await self._memories.vector_search(
-                        conn,
-                        workspace,
-                        vectors[index],
-                        request.filter,
-                        now=now,
-                        limit=depth,
-                        exact=exact,
-                        ef_search=self._settings.hnsw_ef_search,
-                    )
-                    vector_hits = [(h.id, h.score) for h in found]
-                if use_lexical:
-                    found = await self._memories.lexical_search(
-                        conn,
-                        workspace,
-                        segment(query),
-                        request.filter,
-                        now=now,
-                        limit=depth,
-                        k1=self._settings.bm25_k1,
-                        b=self._settings.bm25_b,
-                        prefilter=exact and _selective(request.filter),
-                    )
-                    lexical_hits = [(h.id, h.score) for h in found]
-                for hit in fuse(vector_hits, lexical_hits, method=method, vector_weight=weight, rrf_k=rrf_k):
-                    if hit.id not in best or hit.score > best[hit.id][0].score:
-                        best[hit.id] = (hit, index)
-            ranked = sorted(best.values(), key=lambda p: (-p[0].score, p[0].id))
-            ranked = [p for p in ranked if p[0].score >= request.min_score][: request.top_k]
-            memories = await self._memories.get_many(conn, workspace, [p[0].id for p in ranked])
+        # The scope's row count (a round trip unless cached) runs while the queries embed.
+        counting = asyncio.ensure_future(self._exact(workspace, request.filter, now))
+        counting.add_done_callback(_consume)
+        embed_seconds = 0.0
+        vectors = None
+        try:
+            if use_vector:
+                ensure_compatible(workspace, self._embedder)
+                t0 = time.perf_counter()
+                vectors = await self._meter.for_workspace(workspace).embed_queries(list(request.queries))
+                embed_seconds = time.perf_counter() - t0
+            t0 = time.perf_counter()  # database time from here: what embedding did not overlap
+            exact = await counting
+        finally:
+            counting.cancel()  # a no-op once done; stops the count when embedding failed
+        spec = SearchSpec(
+            use_vector=use_vector,
+            use_lexical=use_lexical,
+            depth=depth,
+            top_k=request.top_k,
+            min_score=request.min_score,
+            exact=exact,
+            prefilter=exact and _selective(request.filter),
+            lexical_budget=self._settings.lexical_candidate_postings,
+            rrf=method is FusionMethod.RRF,
+            vector_weight=weight,
+            rrf_k=request.rrf_k or self._settings.rrf_k,
+            k1=self._settings.bm25_k1,
+            b=self._settings.bm25_b,
+        )
+        queries = [
+            (segment(q) if use_lexical else "", vectors[i] if vectors is not None else None)
+            for i, q in enumerate(request.queries)
+        ]
+        settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
+        async with self._db.tenant_pipeline(workspace.key, settings) as conn:
+            cursors = await search_sql.send(conn, workspace, queries, spec, request.filter, now=now)
+        per_query = await search_sql.read(cursors)
         db_seconds = time.perf_counter() - t0
+        best: dict[str, tuple[search_sql.SearchRow, int]] = {}
+        for index, rows in enumerate(per_query):
+            for row in rows:
+                if row.memory.id not in best or row.score > best[row.memory.id][0].score:
+                    best[row.memory.id] = (row, index)
+        ranked = sorted(best.values(), key=lambda p: (-p[0].score, p[0].memory.id))[: request.top_k]
         hits = [
-            Hit(memory=memories[h.id], score=h.score, vector=h.vector, lexical=h.lexical, query_index=i)
-            for h, i in ranked
-            if h.id in memories
+            Hit(memory=r.memory, score=r.score, vector=_hit(r.vector), lexical=_hit(r.lexical), query_index=i)
+            for r, i in ranked
         ]
         return SearchResult(hits, embed_seconds, db_seconds, time.perf_counter() - started)
+
+    async def _exact(self, workspace: Workspace, flt: MemoryFilter, now: datetime) -> bool:
+        """Whether the filtered rows are few enough (`exact_scan_max_rows`) to scan exactly:
+        the count through the btree scope indexes (or the workspace's total for a filter
+        of validity only), reused for `scope_count_cache_seconds`."""
+        cap = self._settings.exact_scan_max_rows
+        key = (workspace.key, repr(flt))  # validity is judged at each count's time; counts move slowly
+        clock = time.monotonic()
+        cached = self._counts.get(key)
+        if cached is not None and cached[0] > clock:
+            return cached[1] <= cap
+        async with self._db.tenant(workspace.key) as conn:
+            if _selective(flt):
+                rows = await self._memories.count_matching(conn, workspace, flt, now=now, cap=cap)
+            else:
+                rows = await self._memories.memory_count(conn, workspace)
+        if len(self._counts) >= _MAX_CACHED_COUNTS:
+            self._counts.clear()
+        self._counts[key] = (clock + self._settings.scope_count_cache_seconds, rows)
+        return rows <= cap
 
     async def get(self, workspace: Workspace, memory_id: str) -> Memory:
         """One memory. Raises `InvalidArgumentError` (malformed id), `NotFoundError`."""
@@ -231,6 +243,26 @@ class RetrievalService:
             last = memories[-1]
             next_token = _encode_token(last.created_at, last.id)
         return Page(memories, next_token, total)
+
+
+_MAX_CACHED_COUNTS = 10_000
+
+
+def _hnsw_settings(ef_search: int, depth: int) -> dict[str, str]:
+    """pgvector's settings for an HNSW walk: ef_search at least the depth, and the
+    iterative scan so a filter still yields *depth* rows (pgvector >= 0.8)."""
+    return {"hnsw.ef_search": str(max(ef_search, depth)), "hnsw.iterative_scan": "relaxed_order"}
+
+
+def _consume(task: asyncio.Future[bool]) -> None:
+    """Retrieve a finished count's exception (it reaches the caller through the await,
+    or nobody when embedding failed first), so asyncio does not log it as unretrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _hit(signal: tuple[float, float, int] | None) -> SignalHit | None:
+    return None if signal is None else SignalHit(score=signal[0], normalized=signal[1], rank=signal[2])
 
 
 def _selective(flt: MemoryFilter) -> bool:

@@ -228,12 +228,12 @@ class ToolResultBlobStore:
         if scope.is_empty():
             raise ValueError("delete_by_scope needs a non-empty scope")
         cur = await conn.execute(
-            "DELETE FROM tool_result_blobs WHERE workspace_key = %(ws)s"
+            "WITH d AS (DELETE FROM tool_result_blobs WHERE workspace_key = %(ws)s"
             " AND (%(u)s = '' OR user_id = %(u)s) AND (%(a)s = '' OR agent_id = %(a)s)"
-            " AND (%(s)s = '' OR session_id = %(s)s)",
+            " AND (%(s)s = '' OR session_id = %(s)s) RETURNING 1) SELECT count(*) AS n FROM d",
             {"ws": workspace.key, "u": scope.user_id, "a": scope.agent_id, "s": scope.session_id},
         )
-        return cur.rowcount
+        return int((await fetch_one(cur))["n"])  # fetched, not rowcount: callers may pipeline
 
     async def delete_expired(self, db: Database, *, now: datetime, batch_size: int = 1000) -> int:
         """Delete the blobs of every workspace with `expires_at <= now`, *batch_size* rows

@@ -8,8 +8,9 @@ workspace DDL and cross-workspace reads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,8 +30,10 @@ class Database:
     """An `AsyncConnectionPool` over one PostgreSQL with pgvector.
 
     Construct, then `await open()`; `await close()` at shutdown. Connections return rows
-    as dicts, know the `vector` type, use custom plans (partition pruning by literal
-    workspace) and carry a statement timeout.
+    as dicts, know the `vector` type and carry a statement timeout. Every value is a
+    bound parameter, so psycopg prepares a repeated statement (after 5 uses) and
+    PostgreSQL may reuse its plan (a generic plan prunes the workspace's partitions when
+    it runs).
     """
 
     def __init__(
@@ -58,8 +61,7 @@ class Database:
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
         await conn.execute(
-            "SELECT set_config('plan_cache_mode', 'force_custom_plan', false),"
-            " set_config('statement_timeout', %s, false), set_config('timezone', 'UTC', false)",
+            "SELECT set_config('statement_timeout', %s, false), set_config('timezone', 'UTC', false)",
             (str(self._statement_timeout_ms),),
         )
         await conn.commit()
@@ -87,13 +89,37 @@ class Database:
             yield conn
 
     @asynccontextmanager
-    async def tenant(self, workspace_key: int) -> AsyncIterator[Connection]:
-        """A transaction confined to one workspace by row-level security."""
-        async with self._connection() as conn, conn.transaction():
+    async def tenant(self, workspace_key: int, *, pipeline: bool = False) -> AsyncIterator[Connection]:
+        """A transaction confined to one workspace by row-level security.
+
+        *pipeline*: in psycopg's pipeline mode, statements go to the server without
+        waiting for each other's results, which arrive when a result is fetched (or at
+        COMMIT): a write of several statements costs a round trip per read instead of one
+        per statement. The caller then reads results by fetching, never through
+        `cursor.rowcount`, and sees a statement's error at the next fetch or at the end.
+        """
+        async with (
+            self._connection() as conn,
+            conn.pipeline() if pipeline else contextlib.nullcontext(),
+            conn.transaction(),
+        ):
             await conn.execute(
                 "SELECT set_config('role', 'memplane_tenant', true), set_config('memplane.workspace_key', %s, true)",
                 (str(workspace_key),),
             )
+            yield conn
+
+    @asynccontextmanager
+    async def tenant_pipeline(self, workspace_key: int, settings: Mapping[str, str]) -> AsyncIterator[Connection]:
+        """A tenant transaction in pipeline mode, for reads: BEGIN, the role and workspace
+        and *settings* (`set_config(name, value, true)`, e.g. hnsw.ef_search), the caller's
+        statements and COMMIT go to the server together, in one round trip. Read the
+        cursors' results after the block (they arrive when it exits)."""
+        names = ["role", "memplane.workspace_key", *settings]
+        values = ["memplane_tenant", str(workspace_key), *settings.values()]
+        setting = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute(setting, [v for pair in zip(names, values, strict=True) for v in pair])
             yield conn
 
     @asynccontextmanager

@@ -7,8 +7,6 @@ commit or roll back together) and under row-level security.
 
 from __future__ import annotations
 
-import math
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,16 +21,14 @@ from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import EventKind, Memory, MemoryEvent, NewMemory, Scope, Workspace
 from memplane.errors import QuotaExceededError, VersionConflictError
 from memplane.storage.database import Connection, fetch_one
-from memplane.storage.filters import compile_filter
+from memplane.storage.filters import Params, compile_filter
+from memplane.storage.lexemes import count_added, count_changed, removal_cte
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_snapshot, snapshot
 
 # Full-text configuration: English stemming and stop words; CJK text arrives already
 # segmented into space-separated words (memplane.text.segment), which 'english' keeps
 # as-is (the Snowball stemmer leaves non-Latin words alone).
 TS_CONFIG = "english"
-
-# Lexemes of one query used for BM25 (a 4 KiB query rarely has more).
-MAX_QUERY_LEXEMES = 64
 
 
 @dataclass(frozen=True)
@@ -53,33 +49,10 @@ class Change:
     lexical_text: str | None = None
 
 
-@dataclass(frozen=True)
-class ScoredId:
-    """A candidate of one retrieval signal."""
-
-    id: str
-    score: float
-
-
-def _vector_cast(dimensions: int) -> sql.Composable:
-    return sql.SQL("vector({})").format(sql.Literal(dimensions))
-
-
 class MemoryStore:
-    """Reads and writes of the `memories` and `memory_events` partitions.
-
-    Keeps one piece of state: a cache of BM25 document frequencies per (workspace,
-    lexeme), *df_cache_seconds* long. IDF moves slowly with writes, and counting a common
-    lexeme through the GIN index is the most expensive step of a lexical search (tens of
-    ms at 20k rows), so a slightly stale df is the standard trade (search engines update
-    term statistics per segment, not per document).
-    """
-
-    def __init__(self, *, df_cache_seconds: float = 60.0, df_cache_entries: int = 100_000) -> None:
-        self._df_ttl = df_cache_seconds
-        self._df_max = df_cache_entries
-        self._df: dict[tuple[int, str], tuple[float, int]] = {}
-        self._common: dict[int, tuple[float, dict[str, int]]] = {}
+    """Reads and writes of the `memories` and `memory_events` partitions, with the
+    workspace's stats and BM25 document frequencies (`lexeme_df`) kept current in the
+    same transaction. Searching is `memplane.storage.search`. Stateless."""
 
     async def insert(
         self,
@@ -169,6 +142,7 @@ class MemoryStore:
             now=now,
         )
         ids = [m.id for m in memories]
+        await count_added(conn, workspace.key, ids)
         cur = await conn.execute(
             "UPDATE workspace_stats s SET memory_count = s.memory_count + d.n,"
             " content_bytes = s.content_bytes + d.bytes, lexical_length_sum = s.lexical_length_sum + d.len"
@@ -179,7 +153,7 @@ class MemoryStore:
             " RETURNING s.memory_count, s.content_bytes, d.bytes AS added_bytes, w.max_memories, w.max_bytes",
             (workspace.key, ids, workspace.key),
         )
-        _check_quotas(workspace, await fetch_one(cur), added=len(ids))
+        _check_quotas(workspace, await fetch_one(cur), added=len(ids))  # raising rolls all of it back
         return memories
 
     async def _record_events(
@@ -252,29 +226,27 @@ class MemoryStore:
     ) -> tuple[list[Memory], int]:
         """A page of memories matching *flt*, newest first (created_at, id), starting after
         the keyset *after*; and the total count matching the filter."""
-        where = compile_filter(flt, now)
+        params = Params(ws=workspace.key, limit=limit)
+        where = compile_filter(flt, params, now)
         keyset: sql.Composable = sql.SQL("TRUE")
         if after is not None:
-            keyset = sql.SQL("(m.created_at, m.id) < ({}, {}::uuid)").format(
-                sql.Literal(after[0]), sql.Literal(after[1])
+            keyset = sql.SQL("(m.created_at, m.id) < ({}, {})").format(
+                params.bind(after[0]), params.bind(after[1], "uuid")
             )
         cur = await conn.execute(
             sql.SQL(
-                "SELECT {cols} FROM memories m WHERE m.workspace_key = {ws} AND {where} AND {keyset}"
-                " ORDER BY m.created_at DESC, m.id DESC LIMIT {limit}"
-            ).format(
-                cols=sql.SQL(MEMORY_COLUMNS),
-                ws=sql.Literal(workspace.key),
-                where=where,
-                keyset=keyset,
-                limit=sql.Literal(limit),
-            )
+                "SELECT {cols} FROM memories m WHERE m.workspace_key = %(ws)s AND {where} AND {keyset}"
+                " ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s"
+            ).format(cols=sql.SQL(MEMORY_COLUMNS), where=where, keyset=keyset),
+            params.values,
         )
         memories = [memory_from_row(r) for r in await cur.fetchall()]
+        count_params = Params(ws=workspace.key)
         cur = await conn.execute(
-            sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = {} AND {}").format(
-                sql.Literal(workspace.key), where
-            )
+            sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = %(ws)s AND {}").format(
+                compile_filter(flt, count_params, now)
+            ),
+            count_params.values,
         )
         row = await fetch_one(cur)
         return memories, int(row["n"])
@@ -312,12 +284,13 @@ class MemoryStore:
         params.update(ws=workspace.key, id=current.id, version=current.version, now=now)
         cur = await conn.execute(
             sql.SQL(
-                "WITH old AS (SELECT content_bytes, lexical_length FROM memories"
+                "WITH old AS (SELECT content_bytes, lexical_length, lexical FROM memories"
                 "  WHERE workspace_key = %(ws)s AND id = %(id)s AND version = %(version)s FOR UPDATE)"
                 " UPDATE memories m SET {assign}, version = m.version + 1, updated_at = %(now)s"
                 " FROM old WHERE m.workspace_key = %(ws)s AND m.id = %(id)s AND m.version = %(version)s"
                 " RETURNING {cols}, m.content_bytes - old.content_bytes AS d_bytes,"
-                " m.lexical_length - old.lexical_length AS d_len"
+                " m.lexical_length - old.lexical_length AS d_len, old.lexical::text AS old_lexical,"
+                " m.lexical::text AS new_lexical"
             ).format(assign=sql.SQL(", ").join(assignments), cols=sql.SQL(MEMORY_COLUMNS)),
             params,
         )
@@ -333,6 +306,8 @@ class MemoryStore:
             (row["d_bytes"], row["d_len"], workspace.key, row["d_bytes"]),
         )
         _check_quotas(workspace, await fetch_one(cur), added=0)
+        if change.lexical_text is not None:
+            await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
         await self._record_events(
             conn,
             workspace,
@@ -358,7 +333,8 @@ class MemoryStore:
         deleted = await self._delete_where(
             conn,
             workspace,
-            sql.SQL("m.id = {} AND m.version = {}").format(sql.Literal(current.id), sql.Literal(current.version)),
+            sql.SQL("m.id = %(id)s AND m.version = %(version)s"),
+            {"id": current.id, "version": current.version},
         )
         if not deleted:
             raise await self._conflict(conn, workspace, current)
@@ -384,12 +360,11 @@ class MemoryStore:
         DELETE event each. Returns the number deleted. The caller rejects an empty scope."""
         if scope.is_empty():
             raise ValueError("delete_by_scope needs a non-empty scope")
-        conds = [
-            sql.SQL("m.{} = {}").format(sql.Identifier(col), sql.Literal(val))
-            for col, val in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id))
-            if val
-        ]
-        deleted = await self._delete_where(conn, workspace, sql.SQL(" AND ").join(conds))
+        values = {"user_id": scope.user_id, "agent_id": scope.agent_id, "session_id": scope.session_id}
+        conds = [sql.SQL("m.{} = {}").format(sql.Identifier(c), sql.Placeholder(c)) for c, v in values.items() if v]
+        deleted = await self._delete_where(
+            conn, workspace, sql.SQL(" AND ").join(conds), {c: v for c, v in values.items() if v}
+        )
         if deleted:
             ids = [d[0] for d in deleted]
             await conn.execute(
@@ -408,18 +383,23 @@ class MemoryStore:
         return len(deleted)
 
     async def _delete_where(
-        self, conn: Connection, workspace: Workspace, where: sql.Composable
+        self, conn: Connection, workspace: Workspace, where: sql.Composable, params: dict[str, Any]
     ) -> list[tuple[str, Scope]]:
+        """Delete the workspace's memories matching *where* (named *params*), with the stats
+        and document frequencies in the same statement; return (id, scope) of each."""
         cur = await conn.execute(
             sql.SQL(
-                "WITH d AS (DELETE FROM memories m WHERE m.workspace_key = {ws} AND {where}"
-                "  RETURNING m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length),"
+                "WITH d AS (DELETE FROM memories m WHERE m.workspace_key = %(ws)s AND {where}"
+                "  RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes,"
+                "  m.lexical_length, m.lexical),"
                 " s AS (UPDATE workspace_stats SET memory_count = memory_count - (SELECT count(*) FROM d),"
                 "  content_bytes = content_bytes - (SELECT coalesce(sum(content_bytes), 0) FROM d),"
                 "  lexical_length_sum = lexical_length_sum - (SELECT coalesce(sum(lexical_length), 0) FROM d)"
-                "  WHERE workspace_key = {ws})"
+                "  WHERE workspace_key = %(ws)s),"
+                " df AS ({removal})"
                 " SELECT id, user_id, agent_id, session_id FROM d"
-            ).format(ws=sql.Literal(workspace.key), where=where)
+            ).format(where=where, removal=removal_cte("d")),
+            {**params, "ws": workspace.key},
         )
         return [
             (str(r["id"]), Scope(user_id=r["user_id"], agent_id=r["agent_id"], session_id=r["session_id"]))
@@ -455,190 +435,16 @@ class MemoryStore:
         self, conn: Connection, workspace: Workspace, flt: MemoryFilter, *, now: datetime, cap: int
     ) -> int:
         """Number of memories matching *flt*, counted up to *cap* + 1 (cheap upper bound)."""
+        params = Params(ws=workspace.key, cap=cap + 1)
         cur = await conn.execute(
             sql.SQL(
-                "SELECT count(*) AS n FROM (SELECT 1 FROM memories m WHERE m.workspace_key = {} AND {} LIMIT {}) s"
-            ).format(sql.Literal(workspace.key), compile_filter(flt, now), sql.Literal(cap + 1))
+                "SELECT count(*) AS n FROM (SELECT 1 FROM memories m WHERE m.workspace_key = %(ws)s AND {}"
+                " LIMIT %(cap)s) s"
+            ).format(compile_filter(flt, params, now)),
+            params.values,
         )
         row = await fetch_one(cur)
         return int(row["n"])
-
-    async def vector_search(
-        self,
-        conn: Connection,
-        workspace: Workspace,
-        query: np.ndarray,
-        flt: MemoryFilter,
-        *,
-        now: datetime,
-        limit: int,
-        exact: bool,
-        ef_search: int,
-    ) -> list[ScoredId]:
-        """Top *limit* memories by cosine similarity to *query* (shape (dimensions,)).
-
-        exact=True scans the filtered rows (found through the btree scope indexes) and
-        sorts them: recall 1.0, the right plan for small scopes. exact=False walks the
-        partition's HNSW index with pgvector's iterative scan (relaxed order, re-sorted
-        here), so that a filter still yields *limit* rows (pgvector >= 0.8).
-        """
-        dims = workspace.embedding_dimensions
-        distance = sql.SQL("(m.embedding::{cast} <=> {q}::{cast})").format(
-            cast=_vector_cast(dims), q=sql.Placeholder("q")
-        )
-        # Adding 0 hides the ORDER BY from the HNSW index so the planner sorts exactly.
-        order = sql.SQL("{} + 0").format(distance) if exact else distance
-        if not exact:
-            await conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true),"
-                " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                (str(max(ef_search, limit)),),
-            )
-        cur = await conn.execute(
-            sql.SQL(
-                "SELECT id, distance FROM (SELECT m.id, {distance} AS distance FROM memories m"
-                " WHERE m.workspace_key = {ws} AND {where} ORDER BY {order} LIMIT {limit}) s"
-                " ORDER BY distance, id"
-            ).format(
-                distance=distance,
-                ws=sql.Literal(workspace.key),
-                where=compile_filter(flt, now),
-                order=order,
-                limit=sql.Literal(limit),
-            ),
-            {"q": query},
-        )
-        return [ScoredId(str(r["id"]), 1.0 - float(r["distance"])) for r in await cur.fetchall()]
-
-    async def lexical_search(
-        self,
-        conn: Connection,
-        workspace: Workspace,
-        text: str,
-        flt: MemoryFilter,
-        *,
-        now: datetime,
-        limit: int,
-        k1: float,
-        b: float,
-        prefilter: bool = False,
-    ) -> list[ScoredId]:
-        """Top *limit* memories by Okapi BM25 (Robertson & Zaragoza, 2009) of the lexemes
-        of *text* (already CJK-segmented), OR-matched through the partition's GIN index.
-
-        Three statements, each with constant tsqueries so the GIN index serves them: the
-        query's lexemes (at most `MAX_QUERY_LEXEMES`); N, the average document length
-        (workspace_stats) and each lexeme's document frequency over the workspace (common
-        lexemes estimated from ANALYZE's most-common-elements statistics, the rest counted
-        through the GIN index, both cached); then BM25 over the filtered candidates.
-        IDF is Lucene's ln(1 + (N - df + 0.5) / (df + 0.5)), never negative.
-        Cost grows with the candidates' postings, as an exhaustive BM25 does (no WAND
-        pruning). *prefilter* (for a filter known to select few rows) materialises the
-        filtered rows first, through the btree scope indexes, and tests the tsquery on
-        them only.
-        """
-        cur = await conn.execute(
-            sql.SQL(
-                "SELECT array(SELECT DISTINCT u.lexeme FROM unnest(to_tsvector({}, %s)) u ORDER BY 1) AS lexemes"
-            ).format(sql.Literal(TS_CONFIG)),
-            (text,),
-        )
-        lexemes: list[str] = (await fetch_one(cur))["lexemes"][:MAX_QUERY_LEXEMES]
-        if not lexemes:
-            return []
-        ws = sql.Literal(workspace.key)
-        clock = time.monotonic()
-        df = {lex: hit[1] for lex in lexemes if (hit := self._df.get((workspace.key, lex))) and hit[0] > clock}
-        common = await self._common_lexemes(conn, workspace, clock)
-        for lex in lexemes:
-            if lex not in df and lex in common:
-                df[lex] = common[lex]
-        missing = [lex for lex in lexemes if lex not in df]
-        counts = [
-            sql.SQL(
-                "(SELECT count(*) FROM memories d WHERE d.workspace_key = {} AND d.lexical @@ {}::tsquery) AS {}"
-            ).format(ws, sql.Literal(_tsquery_term(lex)), sql.Identifier(f"df{i}"))
-            for i, lex in enumerate(missing)
-        ]
-        cur = await conn.execute(
-            sql.SQL(
-                "SELECT s.memory_count, s.lexical_length_sum{} FROM workspace_stats s WHERE s.workspace_key = {}"
-            ).format(sql.SQL("").join(sql.SQL(", {}").format(c) for c in counts), ws)
-        )
-        row = await fetch_one(cur)
-        for i, lex in enumerate(missing):
-            df[lex] = int(row[f"df{i}"])
-            self._remember_df(workspace.key, lex, df[lex], clock)
-        n = max(int(row["memory_count"]), 1)
-        avgdl = max(int(row["lexical_length_sum"]) / n, 1.0)
-        idf = {lex: bm25_idf(n, df[lex]) for lex in lexemes}
-        weights = sql.SQL(", ").join(
-            sql.SQL("({}, {}::float8)").format(sql.Literal(lex), sql.Literal(value)) for lex, value in idf.items()
-        )
-        query = sql.Literal(" | ".join(_tsquery_term(lex) for lex in lexemes))
-        cur = await conn.execute(
-            sql.SQL(
-                "WITH w(lexeme, idf) AS (VALUES {weights}),"
-                " {cand}"
-                " SELECT cand.id, sum(w.idf * cardinality(u.positions) * ({k1} + 1)"
-                "   / (cardinality(u.positions) + {k1} * (1 - {b} + {b} * cand.lexical_length / {avgdl}))) AS score"
-                " FROM cand CROSS JOIN LATERAL unnest(cand.lexical) u JOIN w ON w.lexeme = u.lexeme"
-                " GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT {limit}"
-            ).format(
-                weights=weights,
-                cand=sql.SQL(
-                    "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-                    "   WHERE m.workspace_key = {ws} AND {where}),"
-                    " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {query}::tsquery)"
-                    if prefilter
-                    else "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-                    "   WHERE m.workspace_key = {ws} AND m.lexical @@ {query}::tsquery AND {where})"
-                ).format(ws=ws, query=query, where=compile_filter(flt, now)),
-                k1=sql.Literal(k1),
-                b=sql.Literal(b),
-                avgdl=sql.Literal(avgdl),
-                limit=sql.Literal(limit),
-            )
-        )
-        return [ScoredId(str(r["id"]), float(r["score"])) for r in await cur.fetchall()]
-
-    async def _common_lexemes(self, conn: Connection, workspace: Workspace, clock: float) -> dict[str, int]:
-        """Document frequencies of the workspace's most common lexemes, estimated from
-        ANALYZE's statistics (fraction of rows x memory count), cached like exact counts.
-        Empty until the partition has been analysed (autovacuum does it as it grows)."""
-        cached = self._common.get(workspace.key)
-        if cached is not None and cached[0] > clock:
-            return cached[1]
-        cur = await conn.execute(
-            "SELECT st.lexemes, st.freqs, s.memory_count FROM memplane_lexeme_stats() st"
-            " CROSS JOIN workspace_stats s WHERE s.workspace_key = %s",
-            (workspace.key,),
-        )
-        row = await cur.fetchone()
-        common: dict[str, int] = {}
-        if row is not None and row["lexemes"]:
-            count = int(row["memory_count"])
-            common = {lex: round(freq * count) for lex, freq in zip(row["lexemes"], row["freqs"], strict=False)}
-        self._common[workspace.key] = (clock + self._df_ttl, common)
-        return common
-
-    def _remember_df(self, workspace_key: int, lexeme: str, df: int, clock: float) -> None:
-        if len(self._df) >= self._df_max:
-            self._df = {k: v for k, v in self._df.items() if v[0] > clock}
-            if len(self._df) >= self._df_max:
-                self._df.clear()
-        self._df[(workspace_key, lexeme)] = (clock + self._df_ttl, df)
-
-
-def bm25_idf(n: int, df: int) -> float:
-    """Lucene's BM25 IDF: ln(1 + (N - df + 0.5) / (df + 0.5)); N documents, df containing the term."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5))
-
-
-def _tsquery_term(lexeme: str) -> str:
-    """A lexeme quoted for tsquery input syntax (quotes doubled, backslashes escaped), so
-    it is taken verbatim, never parsed as operators."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _check_quotas(workspace: Workspace, totals: dict[str, Any], *, added: int) -> None:

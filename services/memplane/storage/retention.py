@@ -4,14 +4,18 @@ Reads already hide expired memories (`compile_filter`; `include_expired` shows t
 the sweep reclaims their rows and their text once `retention.grace_seconds` have passed.
 An expired memory is erased as `DeleteMemoriesByScope` erases: the row goes, the
 before/after of its past events are redacted, and one content-free DELETE event (actor
-"retention") records the decision; the workspace's stats follow in the same statement.
+"retention") records the decision; the workspace's stats follow in the same statement;
+so do the BM25 document frequencies (`lexeme_df`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from psycopg import sql
+
 from memplane.storage.database import Database
+from memplane.storage.lexemes import removal_cte
 
 RETENTION_ACTOR = "retention"
 
@@ -23,7 +27,9 @@ WITH doomed AS (
     LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
 d AS (
     DELETE FROM memories m USING doomed x WHERE m.workspace_key = x.workspace_key AND m.id = x.id
-    RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length),
+    RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length,
+      m.lexical),
+lexemes AS ({removal}),
 stats AS (
     UPDATE workspace_stats s SET memory_count = s.memory_count - g.n, content_bytes = s.content_bytes - g.bytes,
         lexical_length_sum = s.lexical_length_sum - g.len
@@ -49,7 +55,10 @@ async def delete_expired_memories(db: Database, *, now: datetime, batch_size: in
     deleted = 0
     while True:
         async with db.admin() as conn:
-            cur = await conn.execute(_SWEEP, {"now": now, "batch": batch_size, "actor": RETENTION_ACTOR})
+            cur = await conn.execute(
+                sql.SQL(_SWEEP).format(removal=removal_cte("d")),
+                {"now": now, "batch": batch_size, "actor": RETENTION_ACTOR},
+            )
             count = cur.rowcount
         deleted += count
         if count < batch_size:

@@ -226,9 +226,9 @@ class TranscriptStore:
     async def delete_by_scope(self, conn: Connection, workspace: Workspace, scope: Scope) -> int:
         """Delete the transcript messages whose scope matches all non-empty fields."""
         cur = await conn.execute(
-            "DELETE FROM transcript_messages WHERE workspace_key = %(ws)s"
+            "WITH d AS (DELETE FROM transcript_messages WHERE workspace_key = %(ws)s"
             " AND (%(u)s = '' OR user_id = %(u)s) AND (%(a)s = '' OR agent_id = %(a)s)"
-            " AND (%(s)s = '' OR session_id = %(s)s)",
+            " AND (%(s)s = '' OR session_id = %(s)s) RETURNING 1) SELECT count(*) AS n FROM d",
             {"ws": workspace.key, "u": scope.user_id, "a": scope.agent_id, "s": scope.session_id},
         )
-        return cur.rowcount
+        return int((await fetch_one(cur))["n"])

@@ -15,7 +15,7 @@ from memplane.errors import AlreadyExistsError, NotFoundError
 from memplane.storage.database import Database, fetch_one
 
 # Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
-PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages")
+PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df")
 
 # HNSW build parameters: pgvector's defaults (m=16, ef_construction=64).
 HNSW_M = 16

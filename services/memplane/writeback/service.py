@@ -155,7 +155,7 @@ class WriteBackService:
         The reply's memories are loaded by id in the same transaction, so a retry gets
         them as they are now (fewer, if some were deleted meanwhile).
         """
-        async with self._db.tenant(workspace.key) as conn:
+        async with self._db.tenant(workspace.key, pipeline=True) as conn:
             result: dict[str, Any] | None = None
             if request.request_id:
                 claim = await self._idempotency.claim(

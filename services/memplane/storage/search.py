@@ -1,0 +1,231 @@
+"""Hybrid search as one SQL statement: vector candidates, lexical candidates scored by
+BM25, fusion and the rows returned, every value a bound parameter.
+
+One query, one statement (a search of several queries sends one per query in one
+pipeline: one round trip). Its parts, as CTEs:
+- lex, df, stats, w: the query's lexemes (at most MAX_QUERY_LEXEMES), their document
+  frequencies read by key from `lexeme_df` (kept current on write, migration 0006), N and
+  the average document length from `workspace_stats`, and Lucene's BM25 IDF,
+  ln(1 + (N - df + 0.5) / (df + 0.5)) (Robertson & Zaragoza 2009);
+- cand, bm25: the lexical candidates and their Okapi BM25 (k1, b). Three ways to find the
+  candidates, chosen by the caller: *prefilter* (a filter known to select few rows: those
+  rows read through the btree scope indexes, then @@ tested with every lexeme); else the
+  GIN index with the rarest lexemes only, as many as keep their summed postings within
+  *lexical_budget* (at least the rarest one): a memory that holds only common lexemes
+  scores too low to matter, and the candidates stay bounded at any workspace size (the
+  idea of WAND and of Lucene's max-score pruning, reduced to choosing the query terms);
+- vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
+  partition's HNSW index with pgvector's iterative scan (set for the transaction by the
+  caller: hnsw.ef_search, hnsw.iterative_scan);
+- vs, ls, fused: min-max normalised scores and ranks per signal, then RRF or WEIGHTED
+  exactly as `memplane.retrieval.fusion.fuse` (which stays the reference: a unit test
+  compares them), min_score, top_k, and the memory rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+from memplane.domain.filters import MemoryFilter
+from memplane.domain.models import Memory, Workspace
+from memplane.storage.database import Connection
+from memplane.storage.filters import Params, compile_filter
+from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
+
+Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
+
+TS_CONFIG = "english"
+MAX_QUERY_LEXEMES = 64  # lexemes of one query used for BM25 (a 4 KiB query rarely has more)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """How to search (the same for every query of a request)."""
+
+    use_vector: bool
+    use_lexical: bool
+    depth: int  # candidates per signal
+    top_k: int
+    min_score: float
+    exact: bool  # vector: sort the filtered rows instead of walking HNSW
+    prefilter: bool  # lexical: test @@ on the filtered rows instead of walking GIN
+    lexical_budget: int  # postings the GIN candidate query may cover (see the module docstring)
+    rrf: bool
+    vector_weight: float
+    rrf_k: int
+    k1: float
+    b: float
+
+
+@dataclass(frozen=True)
+class SearchRow:
+    """One fused hit: the memory, its fused score, each signal's raw score, normalised
+    score and rank (None where the signal did not retrieve it)."""
+
+    memory: Memory
+    score: float
+    vector: tuple[float, float, int] | None
+    lexical: tuple[float, float, int] | None
+
+
+# The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input:
+# backslashes doubled, quotes doubled, inside single quotes (taken verbatim, never operators).
+_TSQUERY = sql.SQL(
+    "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE array_to_string(array_agg("
+    r"'''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || ''''"
+    "), ' | ')::tsquery END FROM w {cond})"
+)
+
+
+def _lexical_ctes(spec: SearchSpec, where: sql.Composable) -> sql.Composable:
+    if spec.prefilter:
+        candidates = sql.SQL(
+            "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+            "  WHERE m.workspace_key = %(ws)s AND {where}),"
+            " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})"
+        ).format(where=where, tsquery=_TSQUERY.format(cond=sql.SQL("")))
+    else:
+        rarest = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest
+        candidates = sql.SQL(
+            "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+            "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where})"
+        ).format(where=where, tsquery=_TSQUERY.format(cond=rarest))
+    return sql.SQL(
+        "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
+        "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
+        " df AS MATERIALIZED (SELECT x.lexeme, coalesce(sum(d.df), 0)::float8 AS df"
+        "   FROM lex CROSS JOIN LATERAL unnest(lex.lexemes) x(lexeme)"
+        "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = x.lexeme GROUP BY x.lexeme),"
+        " stats AS MATERIALIZED (SELECT greatest(s.memory_count, 1)::float8 AS n,"
+        "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
+        "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
+        " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
+        "   sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats),"
+        " {candidates},"
+        " bm25 AS (SELECT cand.id, sum(w.idf * cardinality(u.positions) * (%(k1)s + 1)"
+        "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * cand.lexical_length / stats.avgdl)))"
+        "   AS score FROM cand CROSS JOIN LATERAL unnest(ts_filter(setweight(cand.lexical, 'A',"
+        "     (SELECT lex.lexemes FROM lex)), '{{a}}')) u JOIN w ON w.lexeme = u.lexeme"
+        "   CROSS JOIN stats GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT %(depth)s),"
+        " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
+        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
+        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
+        "   FROM bm25)"
+    ).format(candidates=candidates)
+
+
+def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sql.Composable:
+    cast = sql.SQL("vector({})").format(sql.Literal(dimensions))  # the index's expression: a type, not a value
+    distance = sql.SQL("(m.embedding::{cast} <=> %(vector)s::{cast})").format(cast=cast)
+    order = sql.SQL("{} + 0").format(distance) if spec.exact else distance  # + 0 hides the order from HNSW
+    return sql.SQL(
+        "vec AS (SELECT m.id, 1 - {distance} AS score FROM memories m"
+        "   WHERE m.workspace_key = %(ws)s AND {where} ORDER BY {order} LIMIT %(depth)s),"
+        " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
+        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
+        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
+        "   FROM vec)"
+    ).format(distance=distance, where=where, order=order)
+
+
+_EMPTY_SIGNAL = sql.SQL(
+    "SELECT NULL::uuid AS id, NULL::float8 AS score, NULL::bigint AS rank, NULL::float8 AS norm WHERE false"
+)
+
+_FUSION = (
+    " weights AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM vs) THEN %(vector_weight)s::float8 ELSE 0 END AS wv,"
+    "   CASE WHEN EXISTS (SELECT 1 FROM ls) THEN 1 - %(vector_weight)s::float8 ELSE 0 END AS wl),"
+    " fused AS (SELECT coalesce(vs.id, ls.id) AS id,"
+    "   CASE WHEN %(rrf)s"
+    "     THEN (coalesce(weights.wv / (%(rrf_k)s + vs.rank), 0) + coalesce(weights.wl / (%(rrf_k)s + ls.rank), 0))"
+    "          / ((weights.wv + weights.wl) / (%(rrf_k)s + 1))"
+    "     ELSE (coalesce(weights.wv * vs.norm, 0) + coalesce(weights.wl * ls.norm, 0)) / (weights.wv + weights.wl)"
+    "   END AS score,"
+    "   vs.score AS v_score, vs.norm AS v_norm, vs.rank AS v_rank, ls.score AS l_score, ls.norm AS l_norm,"
+    "   ls.rank AS l_rank"
+    "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0),"
+    " top AS (SELECT * FROM fused WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+)
+
+
+def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.Composed, Params]:
+    """The search statement of one query and its parameters (the query's own values,
+    `text` and `vector`, are set by the caller)."""
+    params = Params()
+    where = compile_filter(flt, params, now)
+    parts: list[sql.Composable] = []
+    if spec.use_lexical:
+        parts.append(_lexical_ctes(spec, where))
+    else:
+        parts.append(sql.SQL("ls AS ({})").format(_EMPTY_SIGNAL))
+    if spec.use_vector:
+        parts.append(_vector_ctes(spec, where, dimensions))
+    else:
+        parts.append(sql.SQL("vs AS ({})").format(_EMPTY_SIGNAL))
+    query = sql.SQL(
+        "WITH {parts}, {fusion}"
+        " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
+        "   top.l_rank FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
+        " ORDER BY top.score DESC, top.id"
+    ).format(parts=sql.SQL(", ").join(parts), fusion=sql.SQL(_FUSION), cols=sql.SQL(MEMORY_COLUMNS))
+    params.values.update(
+        ws=0,
+        depth=spec.depth,
+        top_k=spec.top_k,
+        min_score=spec.min_score,
+        rrf=spec.rrf,
+        rrf_k=spec.rrf_k,
+        vector_weight=spec.vector_weight,
+        k1=spec.k1,
+        b=spec.b,
+        max_lexemes=MAX_QUERY_LEXEMES,
+        lexical_budget=spec.lexical_budget,
+        ts_config=TS_CONFIG,
+    )
+    return query, params
+
+
+def _signal(row: dict[str, Any], prefix: str) -> tuple[float, float, int] | None:
+    if row[f"{prefix}_rank"] is None:
+        return None
+    return float(row[f"{prefix}_score"]), float(row[f"{prefix}_norm"]), int(row[f"{prefix}_rank"])
+
+
+async def send(
+    conn: Connection,
+    workspace: Workspace,
+    queries: list[tuple[str, np.ndarray | None]],
+    spec: SearchSpec,
+    flt: MemoryFilter,
+    *,
+    now: datetime,
+) -> list[Cursor]:
+    """Send one statement per query ((segmented text, vector or None)); return their
+    cursors, to be `read` after the pipeline block of `Database.tenant_pipeline` (all of
+    it is one round trip)."""
+    query, params = statement(spec, flt, now, workspace.embedding_dimensions)
+    return [
+        await conn.execute(query, {**params.values, "ws": workspace.key, "text": text, "vector": vector})
+        for text, vector in queries
+    ]
+
+
+async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
+    """The fused hits of each query, best first, at most top_k each."""
+    return [
+        [
+            SearchRow(
+                memory=memory_from_row(r),
+                score=float(r["fused_score"]),
+                vector=_signal(r, "v"),
+                lexical=_signal(r, "l"),
+            )
+            for r in await cur.fetchall()
+        ]
+        for cur in cursors
+    ]

@@ -1,0 +1,299 @@
+"""SearchMemories' one statement (`memplane.storage.search`) against the real database:
+its fusion is `memplane.retrieval.fusion.fuse`, its BM25 is Okapi BM25 over the stored
+tsvectors, its lexical candidates stay within the postings budget, no filter value is
+written into its text, and the document frequencies it reads (`lexeme_df`) equal a
+recount after every kind of write."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memplane.app import App
+from memplane.domain.filters import Condition, MemoryFilter, Operator
+from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
+from memplane.retrieval.fusion import FusionMethod, fuse
+from memplane.storage import search as search_sql
+from memplane.storage.retention import delete_expired_memories
+from memplane.storage.search import SearchRow, SearchSpec
+from memplane.text.segment import segment
+from tests.integration.conftest import TenantFactory, principal
+from tests.support import unit_vectors
+
+K1, B = 1.2, 0.75
+
+TEXTS = [
+    "Caroline went to the LGBTQ support group on Tuesday",
+    "Melanie painted a sunrise over the lake last year",
+    "Caroline is researching adoption agencies",
+    "Melanie ran a charity race for mental health",
+    "the support group made Caroline feel accepted",
+    "Melanie's kids love the beach and the lake",
+    "Caroline wants to become a counselor for transgender youth",
+    "Melanie signed up for a pottery class",
+    "a lake trip with the kids in the summer",
+    "Caroline gave a talk at a school about her journey",
+    "the pottery class was Melanie's favourite part of the week",
+    "Caroline's friends threw her a birthday party",
+]
+
+
+def spec(**overrides: object) -> SearchSpec:
+    values: dict[str, object] = {
+        "use_vector": True,
+        "use_lexical": True,
+        "depth": 50,
+        "top_k": 50,
+        "min_score": 0.0,
+        "exact": True,
+        "prefilter": False,
+        "lexical_budget": 20_000,
+        "rrf": False,
+        "vector_weight": 0.5,
+        "rrf_k": 60,
+        "k1": K1,
+        "b": B,
+    }
+    values.update(overrides)
+    return SearchSpec(**values)  # type: ignore[arg-type]
+
+
+async def run(
+    app: App, ws: Workspace, s: SearchSpec, text: str, vector: np.ndarray | None, flt: MemoryFilter | None = None
+) -> list[SearchRow]:
+    async with app.db.tenant_pipeline(ws.key, {}) as conn:
+        cursors = await search_sql.send(
+            conn, ws, [(segment(text), vector)], s, flt or MemoryFilter(), now=datetime.now(UTC)
+        )
+    return (await search_sql.read(cursors))[0]
+
+
+async def seeded(app: App, tenant_factory: TenantFactory, texts: list[str] = TEXTS) -> tuple[Workspace, np.ndarray]:
+    ws = await tenant_factory()
+    vectors = unit_vectors(len(texts) + 1, seed=909)
+    await app.writeback.add(
+        principal(ws),
+        ws,
+        [NewMemory(content=t, embedding=tuple(float(x) for x in vectors[i])) for i, t in enumerate(texts)],
+    )
+    return ws, vectors[-1]
+
+
+async def df_table(app: App, ws: Workspace) -> dict[str, int]:
+    """lexeme_df summed over shards (zero counts left by deletes dropped)."""
+    async with app.db.tenant(ws.key) as conn:
+        cur = await conn.execute(
+            "SELECT lexeme, sum(df)::int AS n FROM lexeme_df WHERE workspace_key = %s GROUP BY lexeme"
+            " HAVING sum(df) <> 0",
+            (ws.key,),
+        )
+        return {r["lexeme"]: r["n"] for r in await cur.fetchall()}
+
+
+async def df_recount(app: App, ws: Workspace) -> dict[str, int]:
+    """Document frequencies counted from the memories themselves."""
+    async with app.db.tenant(ws.key) as conn:
+        cur = await conn.execute(
+            "SELECT u.lexeme, count(*)::int AS n FROM memories m CROSS JOIN LATERAL unnest(m.lexical) u"
+            " WHERE m.workspace_key = %s GROUP BY u.lexeme",
+            (ws.key,),
+        )
+        return {r["lexeme"]: r["n"] for r in await cur.fetchall()}
+
+
+async def assert_df_exact(app: App, ws: Workspace) -> None:
+    expected = await df_recount(app, ws)
+    assert expected, "the workspace should hold lexemes to count"
+    assert await df_table(app, ws) == expected
+
+
+@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF])
+async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory, method: FusionMethod) -> None:
+    ws, query_vector = await seeded(app, tenant_factory)
+    text = "Caroline support group at the lake"
+    rrf = method is FusionMethod.RRF
+    vector_only = await run(app, ws, spec(use_lexical=False, rrf=rrf, vector_weight=0.7), text, query_vector)
+    lexical_only = await run(app, ws, spec(use_vector=False, rrf=rrf, vector_weight=0.7), text, None)
+    hybrid = await run(app, ws, spec(rrf=rrf, vector_weight=0.7), text, query_vector)
+    assert len(vector_only) == len(TEXTS)
+    assert 0 < len(lexical_only) < len(TEXTS)
+
+    def raw(rows: list[SearchRow], signal: str) -> list[tuple[str, float]]:
+        ranked = sorted(rows, key=lambda r: getattr(r, signal)[2])
+        return [(r.memory.id, getattr(r, signal)[0]) for r in ranked]
+
+    expected = fuse(
+        raw(vector_only, "vector"), raw(lexical_only, "lexical"), method=method, vector_weight=0.7, rrf_k=60
+    )
+    assert [h.id for h in expected] == [r.memory.id for r in hybrid]
+    for want, got in zip(expected, hybrid, strict=True):
+        assert got.score == pytest.approx(want.score, abs=1e-9)
+        for signal in ("vector", "lexical"):
+            w, g = getattr(want, signal), getattr(got, signal)
+            assert (w is None) == (g is None)
+            if w is not None and g is not None:
+                assert g == pytest.approx((w.score, w.normalized, w.rank), abs=1e-9)
+    # min_score and top_k trim the fused list, as SearchMemories documents.
+    cut = expected[3].score
+    trimmed = await run(app, ws, spec(rrf=rrf, vector_weight=0.7, min_score=cut, top_k=3), text, query_vector)
+    assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
+
+
+async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    text = "Melanie's pottery class at the lake"
+    async with app.db.tenant(ws.key) as conn:
+        cur = await conn.execute(
+            "SELECT m.id::text AS id, m.lexical_length, u.lexeme, cardinality(u.positions) AS tf"
+            " FROM memories m CROSS JOIN LATERAL unnest(m.lexical) u WHERE m.workspace_key = %s",
+            (ws.key,),
+        )
+        rows = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT array_agg(DISTINCT u.lexeme) AS q FROM unnest(to_tsvector('english', %s)) u", (segment(text),)
+        )
+        got = await cur.fetchone()
+    assert got is not None
+    query = set(got["q"])
+    lengths = {r["id"]: r["lexical_length"] for r in rows}
+    n, avgdl = len(lengths), sum(lengths.values()) / len(lengths)
+    df: dict[str, int] = {}
+    for r in rows:
+        df[r["lexeme"]] = df.get(r["lexeme"], 0) + 1
+    expected: dict[str, float] = {}
+    for r in rows:
+        if r["lexeme"] not in query:
+            continue
+        idf = math.log(1 + (n - df[r["lexeme"]] + 0.5) / (df[r["lexeme"]] + 0.5))
+        tf, dl = r["tf"], r["lexical_length"]
+        expected[r["id"]] = expected.get(r["id"], 0.0) + idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+    hits = await run(app, ws, spec(use_vector=False), text, None)
+    assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
+    assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
+
+
+async def test_lexical_candidates_are_the_rarest_lexemes_within_the_budget(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    texts = [f"coffee morning number {i}" for i in range(30)] + ["coffee with a zebra", "a zebra at the zoo"]
+    ws, _ = await seeded(app, tenant_factory, texts)
+    everything = await run(app, ws, spec(use_vector=False), "coffee zebra", None)
+    assert len(everything) == 32
+    # A budget of one posting still takes the rarest lexeme ("zebra", 2 postings), and no more.
+    rarest = await run(app, ws, spec(use_vector=False, lexical_budget=1), "coffee zebra", None)
+    assert sorted(h.memory.content for h in rarest) == ["a zebra at the zoo", "coffee with a zebra"]
+    assert rarest[0].memory.content == "coffee with a zebra"  # scored with every lexeme: it holds both
+    # "zebra" then "coffee" (31 postings) fit in 33, not in 32.
+    within = await run(app, ws, spec(use_vector=False, lexical_budget=32), "coffee zebra", None)
+    assert len(within) == 2
+    both = await run(app, ws, spec(use_vector=False, lexical_budget=33), "coffee zebra", None)
+    assert len(both) == 32
+
+
+async def test_filter_values_are_bound_never_written_into_the_statement(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    ws = await tenant_factory()
+    vectors = unit_vectors(3, seed=77)
+    secret_user, secret_topic = "user-8c1e52", "topic-5f03aa"
+    await app.writeback.add(
+        principal(ws),
+        ws,
+        [
+            NewMemory(
+                content="the launch plan",
+                scope=Scope(user_id=secret_user),
+                metadata={"topic": secret_topic},
+                embedding=tuple(float(x) for x in vectors[0]),
+            ),
+            NewMemory(
+                content="the launch plan",
+                scope=Scope(user_id=secret_user),
+                metadata={"topic": "other"},
+                embedding=tuple(float(x) for x in vectors[1]),
+            ),
+        ],
+    )
+    created_after = datetime.now(UTC) - timedelta(days=1)
+    flt = MemoryFilter(
+        user_id=secret_user,
+        metadata=Condition(("topic",), Operator.EQ, secret_topic),
+        created_after=created_after,
+    )
+    for prefilter in (False, True):
+        query, params = search_sql.statement(spec(prefilter=prefilter), flt, datetime.now(UTC), 384)
+        async with app.db.tenant(ws.key) as conn:
+            text = query.as_string(conn)
+        for secret in (secret_user, secret_topic, created_after.isoformat()[:19], "launch"):
+            assert secret not in text
+        assert secret_user in params.values.values()
+        hits = await run(app, ws, spec(prefilter=prefilter), "launch plan", vectors[2], flt)
+        assert [h.memory.metadata["topic"] for h in hits] == [secret_topic]
+
+
+async def test_document_frequencies_equal_a_recount_after_every_kind_of_write(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    await assert_df_exact(app, ws)
+    mine = await app.writeback.add(
+        principal(ws),
+        ws,
+        [
+            NewMemory(content="Caroline adopted a puppy named Oscar", scope=Scope(user_id="u1")),
+            NewMemory(content="Oscar the puppy chews shoes", scope=Scope(user_id="u1")),
+            NewMemory(content="the puppy expired", expires_at=datetime.now(UTC) + timedelta(seconds=1)),
+        ],
+    )
+    await assert_df_exact(app, ws)
+    await app.writeback.update(
+        principal(ws), ws, mine[0].id, NewMemory(content="Caroline adopted a kitten"), ["content"]
+    )
+    await assert_df_exact(app, ws)
+    await app.writeback.update(principal(ws), ws, mine[0].id, NewMemory(content="", name="kitten Luna"), ["name"])
+    await assert_df_exact(app, ws)
+    await app.writeback.delete(principal(ws), ws, mine[1].id)
+    await assert_df_exact(app, ws)
+    await app.writeback.write_conversation(
+        principal(ws),
+        ws,
+        Scope(user_id="u2", session_id="s1"),
+        [
+            ConversationMessage(content="I planted tomatoes today", role=MessageRole.USER),
+            ConversationMessage(content="Tomatoes like full sun", role=MessageRole.ASSISTANT),
+        ],
+    )
+    await assert_df_exact(app, ws)
+    await app.writeback.delete_by_scope(principal(ws), ws, Scope(user_id="u2"))
+    await assert_df_exact(app, ws)
+    await app.writeback.delete_by_scope(principal(ws), ws, Scope(user_id="u1"))
+    await assert_df_exact(app, ws)
+    await delete_expired_memories(app.db, now=datetime.now(UTC) + timedelta(hours=2))
+    assert "expir" not in await df_recount(app, ws)  # the sweep erased it ...
+    await assert_df_exact(app, ws)  # ... and its counts
+
+
+async def test_concurrent_writers_of_shared_lexemes_keep_exact_counts(app: App, tenant_factory: TenantFactory) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    vectors = unit_vectors(8 * 10, seed=4242)
+
+    async def writer(w: int) -> None:
+        items = [
+            NewMemory(
+                content=f"shared words apple banana cherry writer{w} item{i}",
+                embedding=tuple(float(x) for x in vectors[w * 10 + i]),
+            )
+            for i in range(10)
+        ]
+        stored = await app.writeback.add(principal(ws), ws, items)
+        for memory in stored[:3]:
+            await app.writeback.delete(principal(ws), ws, memory.id)
+
+    await asyncio.wait_for(asyncio.gather(*(writer(w) for w in range(8))), timeout=120)
+    await assert_df_exact(app, ws)
+    counts = await df_table(app, ws)
+    assert counts["appl"] == counts["banana"] == 8 * 7
