@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -11,11 +12,18 @@ from psycopg.types.json import Jsonb
 
 from memplane.domain.context import DEFAULT_TOKEN_ENCODING
 from memplane.domain.models import MemoryType, Quotas, Retention, Workspace, WorkspaceUsage
-from memplane.errors import AlreadyExistsError, NotFoundError
-from memplane.storage.database import Database, fetch_one
+from memplane.errors import AlreadyExistsError, NotFoundError, UnavailableError
+from memplane.storage.database import Connection, Database, fetch_one
 
 # Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
 PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df")
+
+# Creating or dropping a workspace's partitions: how long one wait for the parent tables
+# may last (below PostgreSQL's deadlock_timeout, 1 s) and how many tries (~20 s in all).
+DDL_LOCK_TIMEOUT = "200ms"
+DDL_LOCK_ATTEMPTS = 25
+
+T = TypeVar("T")
 
 # HNSW build parameters: pgvector's defaults (m=16, ef_construction=64).
 HNSW_M = 16
@@ -104,7 +112,8 @@ class WorkspaceStore:
         that dimension. Raises `AlreadyExistsError`."""
         columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
         columns.update(_bind({k: policy[k] for k in POLICY_COLUMNS}))
-        async with self._db.admin() as conn:
+
+        async def create(conn: Connection) -> Workspace:
             try:
                 cur = await conn.execute(
                     sql.SQL("INSERT INTO workspaces ({}) VALUES ({}) RETURNING *").format(
@@ -146,6 +155,8 @@ class WorkspaceStore:
                 )
             )
             return workspace
+
+        return await self._ddl(create)
 
     async def get(self, name: str) -> Workspace:
         """The workspace called *name*. Raises `NotFoundError`."""
@@ -199,7 +210,8 @@ class WorkspaceStore:
     async def delete(self, name: str) -> int:
         """Drop the workspace's partitions and rows; return its memory count.
         Touches no other workspace. Raises `NotFoundError`."""
-        async with self._db.admin() as conn:
+
+        async def delete(conn: Connection) -> int:
             cur = await conn.execute(
                 "SELECT w.key, s.memory_count FROM workspaces w JOIN workspace_stats s"
                 " ON s.workspace_key = w.key WHERE w.name = %s FOR UPDATE OF w",
@@ -215,6 +227,31 @@ class WorkspaceStore:
                 )
             await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))
             return int(row["memory_count"])
+
+        return await self._ddl(delete)
+
+    async def _ddl(self, body: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run *body* in an admin transaction that first holds every partitioned parent
+        table (creating or dropping a partition locks its parent ACCESS EXCLUSIVE, which
+        every tenant statement also locks, shared, in an order of its own). Each wait is
+        bounded by DDL_LOCK_TIMEOUT, below PostgreSQL's deadlock_timeout (1 s): where the
+        DDL would close a lock cycle with a tenant's search or write, the DDL gives up
+        first and is retried, so the deadlock detector never aborts the tenant's
+        statement. Raises `UnavailableError` after DDL_LOCK_ATTEMPTS."""
+        parents = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            sql.SQL(", ").join(map(sql.Identifier, PARTITIONED_TABLES))
+        )
+        for attempt in range(DDL_LOCK_ATTEMPTS):
+            try:
+                async with self._db.admin() as conn:
+                    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (DDL_LOCK_TIMEOUT,))
+                    await conn.execute(parents)
+                    return await body(conn)
+            except UnavailableError as error:
+                if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # back off before the next try
+        raise UnavailableError("the workspace tables stayed locked by running statements; retry")
 
     async def usage(self, name: str) -> WorkspaceUsage:
         """Counts and sizes of one workspace. Raises `NotFoundError`."""

@@ -1,0 +1,57 @@
+"""Creating and deleting workspaces (partition DDL, ACCESS EXCLUSIVE on the parent tables)
+while another workspace is searched and written: the tenant's statements never fail. A
+search locks lexeme_df before memories, a write memories before lexeme_df; a DDL that held
+one parent while waiting for the other closed a lock cycle, and PostgreSQL's deadlock
+detector aborted whichever waiter checked first — often the tenant's statement."""
+
+from __future__ import annotations
+
+import asyncio
+
+from memplane.app import App
+from memplane.domain.models import NewMemory
+from memplane.storage.search import SearchSpec
+from tests.fix_server import random_workspace_name
+from tests.integration.conftest import TenantFactory, principal
+from tests.integration.test_search_sql import TEXTS, run, seeded, spec
+
+ROUNDS = 12  # create + delete cycles; each took several parent locks
+
+
+async def test_partition_ddl_never_aborts_a_tenants_search_or_write(app: App, tenant_factory: TenantFactory) -> None:
+    ws, query = await seeded(app, tenant_factory)
+    lexical: SearchSpec = spec(use_vector=False)
+    failures: list[BaseException] = []
+    done = asyncio.Event()
+    counts = {"search": 0, "write": 0}
+
+    async def searcher() -> None:
+        while not done.is_set():
+            try:
+                await run(app, ws, lexical, "Caroline support group lake", None)
+                await run(app, ws, spec(), "Melanie pottery class", query)
+                counts["search"] += 2
+            except Exception as error:  # every failure is the finding
+                failures.append(error)
+
+    async def writer() -> None:
+        n = 0
+        while not done.is_set():
+            try:
+                await app.writeback.add(principal(ws), ws, [NewMemory(content=f"{TEXTS[n % len(TEXTS)]} {n}")])
+                counts["write"] += 1
+                n += 1
+            except Exception as error:
+                failures.append(error)
+
+    tasks = [asyncio.create_task(f()) for f in (searcher, searcher, writer)]
+    try:
+        for _ in range(ROUNDS):
+            made = await app.admin.create_workspace(random_workspace_name())
+            await app.admin.delete_workspace(made.name)
+    finally:
+        done.set()
+        await asyncio.gather(*tasks)
+    assert failures == [], failures[:3]
+    assert counts["search"] > 0  # the DDL ran beside real traffic
+    assert counts["write"] > 0
