@@ -4,9 +4,10 @@ What it measures
   One workspace holds users whose memory counts are the sizes S of --sizes (default
   100, 1k, 5k, 10k, 20k, 50k; 86,100 rows) plus --filler rows of other users. For each
   S (and for the whole workspace, no filter) and each of --queries real query vectors
-  it calls `MemoryStore.vector_search` directly, inside `Database.tenant(...)`, with the
-  filter user_id = that user, limit --limit (50: what SearchMemories asks for at
-  top_k 10), hnsw.ef_search = settings.retrieval.hnsw_ef_search:
+  it runs SearchMemories' statement (`memplane.storage.search`, vector signal only)
+  directly, inside `Database.tenant(...)`, with the filter user_id = that user, depth
+  --limit (50: what SearchMemories asks for at top_k 10), hnsw.ef_search =
+  max(settings.retrieval.hnsw_ef_search, depth) and hnsw.iterative_scan = relaxed_order:
     - exact=True  (ORDER BY distance + 0: the btree scope index then a sort),
     - exact=False (ORDER BY distance: the partition's HNSW index with pgvector's
                    iterative scan, if the planner picks it),
@@ -66,8 +67,11 @@ from _harness import (
 )
 
 from memplane.domain.filters import MemoryFilter
+from memplane.domain.models import Workspace
+from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
+from memplane.storage.search import SearchSpec
 from memplane.storage.workspaces import partition_name
 
 ALL = "(whole workspace)"
@@ -86,7 +90,7 @@ def parse_args() -> argparse.Namespace:
         "--limit",
         type=int,
         default=50,
-        help="rows asked of vector_search (SearchMemories: 5 x top_k, at least 50)",
+        help="vector candidates asked (SearchMemories: 5 x top_k, at least 50)",
     )
     p.add_argument("--k", type=int, default=10, help="recall@k")
     p.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock budget per size")
@@ -185,6 +189,7 @@ async def measure_size(
     settings = stack.app.settings.retrieval
     table = partition_name("memories", ws.key)
     res = SizeResult(label, size)
+    ef = max(settings.hnsw_ef_search, args.limit)
     deadline = time.perf_counter() + args.max_seconds
     async with stack.app.db.tenant(ws.key) as conn:
         counters = await ScanCounters.load(conn, table)
@@ -202,11 +207,9 @@ async def measure_size(
             for exact in (True, False) if qi % 2 == 0 else (False, True):
                 before = await counters.snapshot(conn)
                 t0 = time.perf_counter()
-                hits = await store.vector_search(
-                    conn, ws, q, flt, now=now, limit=args.limit, exact=exact, ef_search=settings.hnsw_ef_search
-                )
+                hits = await vector_search(conn, ws, q, flt, now=now, depth=args.limit, exact=exact, ef=ef)
                 took[exact] = time.perf_counter() - t0
-                found[exact] = [h.id for h in hits]
+                found[exact] = hits
                 plan = plan_of(before, await counters.snapshot(conn))
                 if record:
                     plans = res.plans_exact if exact else res.plans_hnsw
@@ -221,6 +224,42 @@ async def measure_size(
         if len(found[False]) < min(args.limit, size):
             res.short += 1
     return res
+
+
+async def vector_search(
+    conn: Connection,
+    ws: Workspace,
+    vector: np.ndarray,
+    flt: MemoryFilter,
+    *,
+    now: datetime,
+    depth: int,
+    exact: bool,
+    ef: int,
+) -> list[str]:
+    """The ids SearchMemories' statement (vector signal only) returns, best first."""
+    spec = SearchSpec(
+        use_vector=True,
+        use_lexical=False,
+        depth=depth,
+        top_k=depth,
+        min_score=0.0,
+        exact=exact,
+        prefilter=False,
+        lexical_budget=0,
+        rrf=False,
+        vector_weight=1.0,
+        rrf_k=60,
+        k1=1.2,
+        b=0.75,
+    )
+    query, params = search_sql.statement(spec, flt, now, ws.embedding_dimensions)
+    await conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef),),
+    )
+    cur = await conn.execute(query, {**params.values, "ws": ws.key, "text": "", "vector": vector})
+    return [str(r["id"]) for r in await cur.fetchall()]
 
 
 def used_hnsw(r: SizeResult) -> bool:

