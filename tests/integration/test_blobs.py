@@ -199,9 +199,10 @@ async def test_delete_expired_removes_only_expired_blobs_of_every_workspace(
     app: App, tenant_factory: TenantFactory
 ) -> None:
     a, b = await tenant_factory(), await tenant_factory()
-    # Times far in the past, so blobs of other tests (stored at the real time) are never
-    # expired at `cutoff`.
-    base = datetime(1990, 1, 1, tzinfo=UTC) + timedelta(minutes=secrets.randbelow(10**6))
+    # The session server's own cleaner sweeps at the real time every 0.5 s, so the blobs
+    # meant to stay must be alive then too: `base` an hour ago, `cutoff` 30 min from now
+    # (a blob dated 1990 that should outlive `cutoff` was swept by it before the checks).
+    base = datetime.now(UTC) - timedelta(minutes=60)
     cutoff = base + timedelta(minutes=90)
     # Distinct contents: identical ones would be one deduplicated blob.
     expired = [
@@ -214,7 +215,7 @@ async def test_delete_expired_removes_only_expired_blobs_of_every_workspace(
         await _put(app, b, content="a2", now=base, retention=timedelta(days=1)),
     ]
     deleted = await ToolResultBlobStore().delete_expired(app.db, now=cutoff, batch_size=2)  # 2 batches
-    assert deleted <= len(expired)  # the session server's own cleaner (real time) may take some first
+    assert deleted >= 1  # e3 (expires_at == cutoff) is alive at the real time: only this call takes it
     for blob in expired:
         assert not await _exists(app, blob.ref)
     for blob in alive:
