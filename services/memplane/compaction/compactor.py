@@ -15,8 +15,7 @@ from memplane.compaction.transcript import SessionTranscript
 from memplane.domain.context import CompactionOutcome, ContextMessage, SummarizerChoice, SummaryMethod
 from memplane.domain.models import Scope, Workspace
 from memplane.domain.validation import Violations, check_scope
-from memplane.errors import FailedPreconditionError, QuotaExceededError
-from memplane.quota.meter import EmbeddingMeter
+from memplane.errors import FailedPreconditionError
 from memplane.settings import CompactionSettings, LimitsSettings
 
 _log = logging.getLogger(__name__)
@@ -39,10 +38,8 @@ class MessageCompactor:
         transcript: SessionTranscript,
         settings: CompactionSettings,
         limits: LimitsSettings,
-        meter: EmbeddingMeter,
     ) -> None:
         self._extractive = extractive
-        self._meter = meter
         self._llm = llm
         self._transcript = transcript
         self._settings = settings
@@ -89,9 +86,8 @@ class MessageCompactor:
                     language=lang,
                     max_summary_tokens=budget,
                     counter=counter,
-                    embedder=self._meter.for_workspace(workspace),
                 )
-        except (SummarizerError, QuotaExceededError) as error:
+        except SummarizerError as error:
             _log.warning("summariser (%s) failed, previous summary kept: %s", method, error)
             return _kept(previous_summary, counter, input_tokens, lang, f"{method} summariser failed: {error}")
         except Exception as error:  # a summary is never lost, whatever went wrong

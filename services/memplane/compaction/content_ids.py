@@ -20,7 +20,10 @@ def with_content_ids(messages: Sequence[ContextMessage]) -> list[ContextMessage]
     message's position in it. Sending the same span again (a retry, a lost reply) maps
     to the same transcript rows; another span never merges with it, so equal words said
     twice stay two messages. Messages that should match across different spans need
-    client ids."""
+    client ids. Costs one JSON encoding and hash of the span, skipped when every message
+    has an id (the list is then *messages* as given)."""
+    if all(m.id for m in messages):
+        return list(messages)
     span = hashlib.sha256()
     for m in messages:
         body = [m.id, m.role.value, m.name, m.created_at.isoformat() if m.created_at else "", blocks_to_json(m.blocks)]

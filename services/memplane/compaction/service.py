@@ -36,7 +36,6 @@ from memplane.compaction.transcript import SessionTranscript
 from memplane.domain.context import CompactionOutcome, ContextMessage, ContextSplit, SummarizerChoice, ToolResultLimits
 from memplane.domain.models import Memory, Principal, Scope, Workspace
 from memplane.domain.validation import Violations, check_scope
-from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import CompactionSettings, LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Database
@@ -91,7 +90,6 @@ class CompactionService:
         writer: MemoryWriter,
         settings: CompactionSettings,
         limits: LimitsSettings,
-        meter: EmbeddingMeter,
     ) -> None:
         self._settings = settings
         self._limits = limits
@@ -103,7 +101,6 @@ class CompactionService:
             transcript=self._transcript,
             settings=settings,
             limits=limits,
-            meter=meter,
         )
         self._sessions = SessionSummarizer(compactor=self._compactor, llm=llm, writer=writer, limits=limits)
 

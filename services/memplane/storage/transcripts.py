@@ -8,12 +8,11 @@ by WriteConversation. Messages are never deleted by compaction, only marked `com
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-from psycopg.types.json import Jsonb
 
 from memplane.domain.context import ContextMessage, TextBlock
 from memplane.domain.context_json import blocks_from_json, blocks_to_json
@@ -121,29 +120,38 @@ class TranscriptStore:
         row = await fetch_one(cur)
         start = int(row["seq"]) + 1
         ids = [r.id or f"{AUTO_ID_PREFIX}{start + i}" for i, r in enumerate(rows)]
-        async with conn.cursor() as c:
-            await c.executemany(
-                "INSERT INTO transcript_messages (workspace_key, session_id, seq, message_id, user_id, agent_id,"
-                " role, name, content, created_at, blocks, compacted)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        workspace.key,
-                        scope.session_id,
-                        start + i,
-                        ids[i],
-                        scope.user_id,
-                        scope.agent_id,
-                        r.role.value,
-                        r.name,
-                        r.content,
-                        r.created_at or now,
-                        None if r.blocks is None else Jsonb(r.blocks),
-                        r.compacted,
-                    )
-                    for i, r in enumerate(rows)
-                ],
-            )
+        # One statement for the whole batch (a JSON array of the rows, in order), not one
+        # per row: the 3,000 compacted messages of a 128k-token window are one round trip
+        # and one json.dumps.
+        batch = [
+            {
+                "message_id": ids[i],
+                "role": r.role.value,
+                "name": r.name,
+                "content": r.content,
+                "created_at": (r.created_at or now).isoformat(),
+                "blocks": r.blocks,
+                "compacted": r.compacted,
+            }
+            for i, r in enumerate(rows)
+        ]
+        await conn.execute(
+            "INSERT INTO transcript_messages (workspace_key, session_id, seq, message_id, user_id, agent_id,"
+            " role, name, content, created_at, blocks, compacted)"
+            " SELECT %s, %s, %s + r.ord - 1, r.message_id, %s, %s, r.role, r.name, r.content, r.created_at,"
+            " r.blocks, r.compacted"
+            " FROM ROWS FROM (json_to_recordset(%s::json) AS (message_id text, role text, name text, content text,"
+            " created_at timestamptz, blocks jsonb, compacted boolean))"
+            " WITH ORDINALITY AS r(message_id, role, name, content, created_at, blocks, compacted, ord)",
+            (
+                workspace.key,
+                scope.session_id,
+                start,
+                scope.user_id,
+                scope.agent_id,
+                json.dumps(batch, ensure_ascii=False),
+            ),
+        )
         return ids
 
     async def record_compacted(

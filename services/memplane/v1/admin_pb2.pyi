@@ -138,8 +138,8 @@ class WorkspaceQuotas(_message.Message):
     """
     max_embedding_tokens_per_day: _builtins.int
     """Tokens of text embedded per UTC day, counted with cl100k_base (OpenAI's embedding
-    tokenizer): search queries, memories written without an embedding, and sentences
-    embedded by extractive compaction. Texts given with a precomputed embedding are free.
+    tokenizer): search queries and memories written without an embedding. Texts given
+    with a precomputed embedding are free, and so is an extractive summary (no model call).
     """
     def __init__(
         self,
