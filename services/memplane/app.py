@@ -33,6 +33,7 @@ from memplane.storage.idempotency import IdempotencyStore
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
+from memplane.storage.replica import ReadRouter, ReplicaPolicy
 from memplane.storage.retention import delete_expired_memories
 from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
@@ -50,6 +51,7 @@ class App:
 
     settings: Settings
     db: Database
+    reads: ReadRouter
     embedder: Embedder
     authenticator: Authenticator
     retrieval: RetrievalService
@@ -67,6 +69,7 @@ class App:
         if self.chat_model is not None:
             await self.chat_model.close()
         await self.db.close()
+        await self.reads.close()
 
 
 def resolve_dsn(settings: Settings) -> str:
@@ -135,6 +138,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         statement_timeout=settings.database.statement_timeout,
     )
     await db.open()
+    reads = await build_reads(db, settings)
     embedder = embedder or await build_embedder(settings.embedding)
     meter = EmbeddingMeter(db, embedder)
     memories = MemoryStore()
@@ -156,9 +160,10 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     app = App(
         settings=settings,
         db=db,
+        reads=reads,
         embedder=embedder,
         authenticator=authenticator,
-        retrieval=RetrievalService(db, memories, meter, settings.limits, settings.retrieval),
+        retrieval=RetrievalService(reads, memories, meter, settings.limits, settings.retrieval),
         writeback=writeback,
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
         compaction=CompactionService(
@@ -177,6 +182,31 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     )
     await bootstrap(app, keys)
     return app
+
+
+async def build_reads(db: Database, settings: Settings) -> ReadRouter:
+    """Reads on the primary *db*, or on the replica of `database.read_dsn` by `ReadRouter`'s
+    rule. The replica's pool connects in the background: a replica that is down at start
+    leaves the server up, reading from the primary."""
+    cfg = settings.database
+    if not cfg.read_dsn:
+        return ReadRouter(db)
+    replica = Database(
+        cfg.read_dsn,
+        min_size=cfg.pool_min_size,
+        max_size=cfg.pool_max_size,
+        timeout=cfg.read_pool_timeout,
+        statement_timeout=cfg.statement_timeout,
+        connect_timeout=cfg.read_pool_timeout,
+    )
+    await replica.open(wait=False)
+    policy = ReplicaPolicy(
+        wait_seconds=cfg.read_your_writes_wait,
+        max_lag_seconds=cfg.replica_max_lag,
+        lag_check_seconds=cfg.replica_lag_check_interval,
+        retry_seconds=cfg.replica_retry_seconds,
+    )
+    return ReadRouter(db, replica, policy)
 
 
 def retention_sweeper(db: Database, settings: Settings) -> Sweeper:

@@ -34,6 +34,36 @@ class DatabaseSettings(BaseModel):
     statement_timeout: float = Field(
         default=30.0, gt=0, description="Seconds after which PostgreSQL cancels one statement."
     )
+    read_dsn: str | None = Field(
+        default=None,
+        description="libpq connection string of a streaming replica (hot standby) of dsn. Set: RetrievalService "
+        "reads (search, get, list) run there and writes hand out read-your-writes tokens (the memplane-lsn "
+        "trailing metadata); writes never use it. Unset: every read uses dsn.",
+    )
+    read_pool_timeout: float = Field(
+        default=1.0,
+        gt=0,
+        description="Seconds a read waits for a replica connection (and to connect) before it reads from the "
+        "primary instead: a replica that is down costs at most this, then retry_seconds of primary reads.",
+    )
+    read_your_writes_wait: float = Field(
+        default=0.1,
+        ge=0,
+        description="Seconds a read carrying a memplane-lsn token waits (polling every 5 ms) for the replica to "
+        "replay that WAL position before it reads from the primary; streaming lag on a LAN is milliseconds.",
+    )
+    replica_max_lag: float = Field(
+        default=5.0,
+        ge=0,
+        description="Staleness bound of reads without a token, in seconds: past this replay lag (or with no WAL "
+        "receiver running) they read from the primary.",
+    )
+    replica_lag_check_interval: float = Field(
+        default=1.0, gt=0, description="Seconds between measurements of the replica's lag (one small query)."
+    )
+    replica_retry_seconds: float = Field(
+        default=5.0, gt=0, description="Seconds reads stay on the primary after the replica failed."
+    )
     migrate_on_start: bool = Field(
         default=True,
         description="Apply pending migrations when a server starts (the local default). The Helm chart sets "

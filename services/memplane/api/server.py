@@ -91,13 +91,20 @@ async def start_server(
         )
     if "writeback" in services:
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
-            WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size), server
+            WriteBackServicer(
+                app.writeback, app.authenticator, app.settings.limits.max_batch_size, app.reads.write_lsn
+            ),
+            server,
         )
         app.retention_sweeper.start()  # expired memories are erased by the servers that write them
     if "compaction" in services:
         compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
             CompactionServicer(
-                app.compaction, app.authenticator, app.settings.limits, app.settings.compaction.max_messages
+                app.compaction,
+                app.authenticator,
+                app.settings.limits,
+                app.settings.compaction.max_messages,
+                app.reads.write_lsn,
             ),
             server,
         )

@@ -20,6 +20,7 @@ from google.protobuf import field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memplane.client.errors import from_rpc_error
+from memplane.domain.consistency import LSN_METADATA_KEY, newest_lsn
 from memplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -50,6 +51,11 @@ class AsyncMemplaneClient:
     as its own Deployment and Service), one channel per distinct address. *api_key* is a
     workspace key (memories) or the admin key (AdminService); *timeout* the per-call
     deadline in seconds. Raises `ValueError` for an unknown service in *targets*.
+
+    Read-your-writes: the client keeps the newest `memplane-lsn` token its writes returned
+    (`lsn`) and sends it with every later call, so a search served by a read replica sees
+    this client's writes. Hand `lsn` to another client with `observe_lsn()` to extend that
+    to it (e.g. a writer process and a reader process of one agent).
     """
 
     def __init__(
@@ -73,6 +79,7 @@ class AsyncMemplaneClient:
         self._channel = self._channels[target]
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self._timeout = timeout
+        self.lsn = ""
         self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channels[addresses["retrieval"]])
         self.writeback = writeback_pb2_grpc.WriteBackServiceStub(self._channels[addresses["writeback"]])
         self.compaction = compaction_pb2_grpc.CompactionServiceStub(self._channels[addresses["compaction"]])
@@ -106,11 +113,23 @@ class AsyncMemplaneClient:
         for channel in self._channels.values():
             await channel.close(None)
 
+    def observe_lsn(self, lsn: str) -> None:
+        """Remember WAL position *lsn* ("X/Y", e.g. another client's `lsn`) if it is newer
+        than the one kept; later reads see every write up to it. A malformed one is ignored."""
+        self.lsn = newest_lsn(self.lsn, lsn)
+
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
+        metadata = (*self._metadata, (LSN_METADATA_KEY, self.lsn)) if self.lsn else self._metadata
         try:
-            return await method(request, metadata=self._metadata, timeout=self._timeout)
+            call = method(request, metadata=metadata, timeout=self._timeout)
+            reply: T = await call
+            trailing = await call.trailing_metadata()  # type: ignore[attr-defined]
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(error) from None
+        for key, value in trailing or ():
+            if key == LSN_METADATA_KEY and isinstance(value, str):
+                self.observe_lsn(value)
+        return reply
 
     # -- write-back ---------------------------------------------------------------
     async def add_memories(

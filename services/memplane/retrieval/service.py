@@ -9,6 +9,10 @@ Vector plan: a filter selecting at most `exact_scan_max_rows` rows is scanned ex
 through the btree scope indexes (recall 1.0; shared case C003: HNSW post-filtering
 returns too few rows for a small scope); larger sets use the partition's HNSW index with
 pgvector's iterative scan. bench/vector_plan.py measures the crossover.
+
+Every read goes through a `ReadRouter`: a streaming replica when `database.read_dsn` is
+set, with read-your-writes for a request carrying a WAL position (*after_lsn*, the
+`memplane-lsn` metadata a write returned); see `memplane.storage.replica`.
 """
 
 from __future__ import annotations
@@ -21,17 +25,19 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from memplane.domain.consistency import LSN_METADATA_KEY, parse_lsn
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, Workspace
 from memplane.domain.validation import Violations, check_filter, check_text, parse_memory_id
 from memplane.embedding.compat import ensure_compatible
-from memplane.errors import NotFoundError
+from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
-from memplane.storage.database import Database
+from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
+from memplane.storage.replica import ReadRouter
 from memplane.storage.search import SearchSpec
 from memplane.text.segment import segment
 
@@ -91,17 +97,18 @@ class Page:
 
 
 class RetrievalService:
-    """Reads of one workspace at a time; the workspace comes from the caller's principal."""
+    """Reads of one workspace at a time; the workspace comes from the caller's principal.
+    *reads* decides whether each read runs on the replica or the primary."""
 
     def __init__(
         self,
-        db: Database,
+        reads: ReadRouter,
         memories: MemoryStore,
         meter: EmbeddingMeter,
         limits: LimitsSettings,
         settings: RetrievalSettings,
     ) -> None:
-        self._db = db
+        self._reads = reads
         self._memories = memories
         self._meter = meter
         self._embedder = meter.embedder
@@ -128,11 +135,14 @@ class RetrievalService:
         check_filter(v, "filter", request.filter, self._limits)
         v.raise_if_any()
 
-    async def search(self, workspace: Workspace, request: SearchRequest) -> SearchResult:
-        """Hybrid / vector / lexical search. Raises `InvalidArgumentError` naming the
-        field, `EmbeddingMismatchError` when the embedder differs from the workspace's,
-        `QuotaExceededError` past the workspace's daily embedding tokens."""
+    async def search(self, workspace: Workspace, request: SearchRequest, *, after_lsn: str = "") -> SearchResult:
+        """Hybrid / vector / lexical search that sees every write up to WAL position
+        *after_lsn* ("X/Y"; "" for none). Raises `InvalidArgumentError` naming the field
+        (`memplane-lsn` for a malformed position), `EmbeddingMismatchError` when the
+        embedder differs from the workspace's, `QuotaExceededError` past the workspace's
+        daily embedding tokens, `UnavailableError` when no database answers."""
         started = time.perf_counter()
+        _check_lsn(after_lsn)
         self._validate_search(request)
         use_vector = request.mode in (SearchMode.HYBRID, SearchMode.VECTOR)
         use_lexical = request.mode in (SearchMode.HYBRID, SearchMode.LEXICAL)
@@ -177,8 +187,11 @@ class RetrievalService:
             for i, q in enumerate(request.queries)
         ]
         settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
-        async with self._db.tenant_pipeline(workspace.key, settings) as conn:
-            cursors = await search_sql.send(conn, workspace, queries, spec, request.filter, now=now)
+
+        async def send(conn: Connection) -> list[search_sql.Cursor]:
+            return await search_sql.send(conn, workspace, queries, spec, request.filter, now=now)
+
+        cursors = await self._reads.read(workspace.key, send, after_lsn=after_lsn, pipeline_settings=settings)
         per_query = await search_sql.read(cursors)
         db_seconds = time.perf_counter() - t0
         best: dict[str, tuple[search_sql.SearchRow, int]] = {}
@@ -203,30 +216,41 @@ class RetrievalService:
         cached = self._counts.get(key)
         if cached is not None and cached[0] > clock:
             return cached[1] <= cap
-        async with self._db.tenant(workspace.key) as conn:
+
+        async def count(conn: Connection) -> int:
             if _selective(flt):
-                rows = await self._memories.count_matching(conn, workspace, flt, now=now, cap=cap)
-            else:
-                rows = await self._memories.memory_count(conn, workspace)
+                return await self._memories.count_matching(conn, workspace, flt, now=now, cap=cap)
+            return await self._memories.memory_count(conn, workspace)
+
+        rows = await self._reads.read(workspace.key, count)
         if len(self._counts) >= _MAX_CACHED_COUNTS:
             self._counts.clear()
         self._counts[key] = (clock + self._settings.scope_count_cache_seconds, rows)
         return rows <= cap
 
-    async def get(self, workspace: Workspace, memory_id: str) -> Memory:
-        """One memory. Raises `InvalidArgumentError` (malformed id), `NotFoundError`."""
+    async def get(self, workspace: Workspace, memory_id: str, *, after_lsn: str = "") -> Memory:
+        """One memory, as of at least WAL position *after_lsn*. Raises
+        `InvalidArgumentError` (malformed id or position), `NotFoundError`."""
+        _check_lsn(after_lsn)
         v = Violations()
         canonical = parse_memory_id(v, "id", memory_id)
         v.raise_if_any()
-        async with self._db.tenant(workspace.key) as conn:
-            memory = await self._memories.get(conn, workspace, canonical)
+
+        async def load(conn: Connection) -> Memory | None:
+            return await self._memories.get(conn, workspace, canonical)
+
+        memory = await self._reads.read(workspace.key, load, after_lsn=after_lsn)
         if memory is None:
             raise NotFoundError("memory", memory_id)
         return memory
 
-    async def list(self, workspace: Workspace, flt: MemoryFilter, page_size: int, page_token: str) -> Page:
-        """A page of memories, newest first. page_size 0 means 100. Raises
-        `InvalidArgumentError` for a bad page_size, page_token or filter."""
+    async def list(
+        self, workspace: Workspace, flt: MemoryFilter, page_size: int, page_token: str, *, after_lsn: str = ""
+    ) -> Page:
+        """A page of memories, newest first, as of at least WAL position *after_lsn*.
+        page_size 0 means 100. Raises `InvalidArgumentError` for a bad page_size,
+        page_token, filter or position."""
+        _check_lsn(after_lsn)
         v = Violations()
         size = page_size or 100
         if not 1 <= size <= self._limits.max_page_size:
@@ -235,8 +259,11 @@ class RetrievalService:
         check_filter(v, "filter", flt, self._limits)
         v.raise_if_any()
         now = datetime.now(UTC)
-        async with self._db.tenant(workspace.key) as conn:
-            memories, total = await self._memories.list_page(conn, workspace, flt, now=now, limit=size + 1, after=after)
+
+        async def page(conn: Connection) -> tuple[list[Memory], int]:
+            return await self._memories.list_page(conn, workspace, flt, now=now, limit=size + 1, after=after)
+
+        memories, total = await self._reads.read(workspace.key, page, after_lsn=after_lsn)
         next_token = ""
         if len(memories) > size:
             memories = memories[:size]
@@ -246,6 +273,17 @@ class RetrievalService:
 
 
 _MAX_CACHED_COUNTS = 10_000
+
+
+def _check_lsn(after_lsn: str) -> None:
+    """Raise `InvalidArgumentError` naming the metadata entry if *after_lsn* is malformed."""
+    if after_lsn:
+        try:
+            parse_lsn(after_lsn)
+        except ValueError:
+            raise InvalidArgumentError(
+                FieldViolation(LSN_METADATA_KEY, "must be a WAL position 'X/Y' (hex) returned by a write")
+            ) from None
 
 
 def _hnsw_settings(ef_search: int, depth: int) -> dict[str, str]:

@@ -8,8 +8,10 @@ workspace DDL and cross-workspace reads.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +26,13 @@ from memplane.errors import DeadlineExceededError, UnavailableError
 _log = logging.getLogger(__name__)
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
+
+_REPLAY_POLL_SECONDS = 0.005  # between checks of a standby's replay position while a read waits for it
+
+
+class ReplicaBehindError(Exception):
+    """A standby had not replayed a required WAL position within the wait (storage-internal:
+    `ReadRouter` answers it by reading from the primary)."""
 
 
 class Database:
@@ -44,6 +53,7 @@ class Database:
         max_size: int = 16,
         timeout: float = 30.0,
         statement_timeout: float = 30.0,
+        connect_timeout: float | None = None,
     ) -> None:
         self.dsn = dsn
         self._statement_timeout_ms = int(statement_timeout * 1000)
@@ -55,7 +65,8 @@ class Database:
             timeout=timeout,
             open=False,
             configure=self._configure,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            kwargs={"row_factory": dict_row, "autocommit": False}
+            | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
 
     async def _configure(self, conn: Connection) -> None:
@@ -68,13 +79,15 @@ class Database:
 
     # Sessions run in UTC so that every timestamptz comes back as an aware UTC datetime.
 
-    async def open(self) -> None:
-        """Open the pool and wait until *min_size* connections are ready.
+    async def open(self, *, wait: bool = True) -> None:
+        """Open the pool and, with *wait*, wait until *min_size* connections are ready
+        (without: they connect in the background, and a request waits for one at most the
+        pool timeout).
 
         Raises `UnavailableError` if the database cannot be reached within the pool timeout.
         """
         try:
-            await self._pool.open(wait=True, timeout=self._timeout)
+            await self._pool.open(wait=wait, timeout=self._timeout)
         except PoolTimeout as exc:
             raise UnavailableError(f"database not reachable within {self._timeout} s") from exc
 
@@ -88,8 +101,30 @@ class Database:
         async with self._connection() as conn, conn.transaction():
             yield conn
 
+    async def wal_lsn(self) -> str:
+        """The server's current WAL write position (`pg_current_wal_lsn()`, "X/Y" hex) as
+        seen after the caller's commits: a standby that has replayed up to it shows them.
+        Raises `UnavailableError` / `DeadlineExceededError` as every call."""
+        async with self._connection() as conn:
+            cur = await conn.execute("SELECT pg_current_wal_lsn()::text AS lsn")
+            row = await fetch_one(cur)
+            await conn.rollback()
+        return str(row["lsn"])
+
+    async def replica_state(self) -> tuple[bool, float]:
+        """(streaming, lag seconds) of a standby: whether a WAL receiver runs, and the age of
+        the last replayed commit while replay is behind the received WAL (0.0 when caught
+        up with everything received). A server not in recovery answers (True, 0.0)."""
+        async with self._connection() as conn:
+            cur = await conn.execute(_REPLICA_STATE)
+            row = await fetch_one(cur)
+            await conn.rollback()
+        return bool(row["streaming"]), float(row["lag"] or 0.0)
+
     @asynccontextmanager
-    async def tenant(self, workspace_key: int, *, pipeline: bool = False) -> AsyncIterator[Connection]:
+    async def tenant(
+        self, workspace_key: int, *, pipeline: bool = False, after_lsn: str = "", wait_seconds: float = 0.0
+    ) -> AsyncIterator[Connection]:
         """A transaction confined to one workspace by row-level security.
 
         *pipeline*: in psycopg's pipeline mode, statements go to the server without
@@ -97,9 +132,14 @@ class Database:
         COMMIT): a write of several statements costs a round trip per read instead of one
         per statement. The caller then reads results by fetching, never through
         `cursor.rowcount`, and sees a statement's error at the next fetch or at the end.
+
+        *after_lsn* (a standby): first wait up to *wait_seconds* until the server has replayed
+        that WAL position, on the connection that then runs the transaction (so a DSN that
+        balances over several standbys is judged per connection); raises
+        `ReplicaBehindError` past the wait.
         """
         async with (
-            self._connection() as conn,
+            self._connection(after_lsn, wait_seconds) as conn,
             conn.pipeline() if pipeline else contextlib.nullcontext(),
             conn.transaction(),
         ):
@@ -110,22 +150,27 @@ class Database:
             yield conn
 
     @asynccontextmanager
-    async def tenant_pipeline(self, workspace_key: int, settings: Mapping[str, str]) -> AsyncIterator[Connection]:
+    async def tenant_pipeline(
+        self, workspace_key: int, settings: Mapping[str, str], *, after_lsn: str = "", wait_seconds: float = 0.0
+    ) -> AsyncIterator[Connection]:
         """A tenant transaction in pipeline mode, for reads: BEGIN, the role and workspace
         and *settings* (`set_config(name, value, true)`, e.g. hnsw.ef_search), the caller's
         statements and COMMIT go to the server together, in one round trip. Read the
-        cursors' results after the block (they arrive when it exits)."""
+        cursors' results after the block (they arrive when it exits). *after_lsn* and
+        *wait_seconds* as in `tenant()`."""
         names = ["role", "memplane.workspace_key", *settings]
         values = ["memplane_tenant", str(workspace_key), *settings.values()]
         setting = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
-        async with self._connection() as conn, conn.pipeline(), conn.transaction():
+        async with self._connection(after_lsn, wait_seconds) as conn, conn.pipeline(), conn.transaction():
             await conn.execute(setting, [v for pair in zip(names, values, strict=True) for v in pair])
             yield conn
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
+    async def _connection(self, after_lsn: str = "", wait_seconds: float = 0.0) -> AsyncIterator[Connection]:
         try:
             async with self._pool.connection() as conn:
+                if after_lsn:
+                    await _await_replay(conn, after_lsn, wait_seconds)
                 yield conn
         except PoolTimeout as exc:
             raise UnavailableError("no database connection free within the pool timeout") from exc
@@ -133,6 +178,30 @@ class Database:
             raise DeadlineExceededError(f"a statement ran past the statement timeout ({exc.sqlstate})") from exc
         except psycopg.OperationalError as exc:
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
+
+
+_REPLICA_STATE = """
+SELECT NOT pg_is_in_recovery() OR EXISTS (SELECT 1 FROM pg_stat_wal_receiver) AS streaming,
+       CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn() THEN 0.0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8 END AS lag
+"""
+
+
+async def _await_replay(conn: Connection, lsn: str, wait_seconds: float) -> None:
+    """Poll the server's replay position every 5 ms until it reaches *lsn* or *wait_seconds*
+    pass (then `ReplicaBehindError`). A server not in recovery has every position."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        cur = await conn.execute(
+            "SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= %s::pg_lsn AS ok", (lsn,)
+        )
+        ok = bool((await fetch_one(cur))["ok"])
+        await conn.rollback()
+        if ok:
+            return
+        if time.monotonic() >= deadline:
+            raise ReplicaBehindError(f"standby has not replayed {lsn} within {wait_seconds} s")
+        await asyncio.sleep(_REPLAY_POLL_SECONDS)
 
 
 async def fetch_one(cur: psycopg.AsyncCursor[dict[str, Any]]) -> dict[str, Any]:
