@@ -119,6 +119,7 @@ subjects:
 CHART_MANAGED = {
     ("data_dir",),
     ("database", "dsn"),
+    ("database", "read_dsn"),
     ("database", "migrate_on_start"),
     ("auth", "admin_key"),
     ("auth", "bootstrap_default_workspace"),

@@ -96,7 +96,6 @@ async def test_paused_replica_serves_untokened_reads_and_tokened_ones_fall_back(
     replicated.replica.pause_replay()
     try:
         after = await _add(replicated.writer, "My brother repairs antique clocks in Lisbon")
-        stats = replicated.app.reads.stats
         async with AsyncMemplaneClient(replicated.target, replicated.api_key) as stranger:  # holds no token
             blind = await stranger.search("antique clocks Lisbon", top_k=5)
             assert after not in _ids(blind), "an untokened search saw a write the paused replica has not replayed"
@@ -104,6 +103,7 @@ async def test_paused_replica_serves_untokened_reads_and_tokened_ones_fall_back(
             with pytest.raises(NotFoundError):
                 await stranger.get_memory(after)
 
+        stats = replicated.app.reads.stats
         lagging = stats["primary:lagging"]
         started = time.monotonic()
         seen = await replicated.writer.search("antique clocks Lisbon", top_k=5)

@@ -88,6 +88,11 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "memplane.dsnSecretName" . }}
       key: {{ include "memplane.dsnSecretKey" . }}
+{{- with .Values.database.readDsnSecret }}{{ if .name }}
+- name: MEMPLANE_DATABASE__READ_DSN
+  valueFrom:
+    secretKeyRef: {name: {{ .name }}, key: {{ .key }}}
+{{- end }}{{ end }}
 - name: MEMPLANE_AUTH__ADMIN_KEY
   valueFrom:
     secretKeyRef:
