@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -60,13 +61,14 @@ def operator_kubeconfig(memplane_crds: KubeCluster, tmp_path_factory: pytest.Tem
     return kube.kubeconfig_for_token(token.stdout.strip(), tmp_path_factory.mktemp("operator") / "kubeconfig")
 
 
-CANARY_SECONDS = 180.0
+CANARY_SECONDS = 60.0  # one operator start: apply -> Ready takes ~0.4 s (bench/operator_reconcile.py)
+CANARY_ATTEMPTS = 3
 
 
-def _canary(kube: KubeCluster, runner: KopfRunner, log: list[str]) -> None:
+def _canary(kube: KubeCluster, runner: KopfRunner) -> str:
     """Apply a MemoryWorkspace in a fresh t-* namespace and wait for Ready, watching the
-    operator thread meanwhile: if it exits, or Ready never comes, fail the session's operator
-    tests with the object and the operator's last log lines (kopf's records, kept in *log*)."""
+    operator thread meanwhile. "" once Ready; else why not (the operator exited, or the
+    object as it stands after CANARY_SECONDS)."""
     namespace = f"t-canary-{secrets.token_hex(4)}"
     kube.kubectl("create", "namespace", namespace)
     manifest = {
@@ -77,21 +79,19 @@ def _canary(kube: KubeCluster, runner: KopfRunner, log: list[str]) -> None:
     }
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     deadline = time.monotonic() + CANARY_SECONDS
-    while not runner.future.done() and time.monotonic() < deadline:
-        # kubectl wait watches the object; the slice only lets the loop look at the thread.
-        done = kube.kubectl(
-            "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=10s", check=False
-        )
-        if done.returncode == 0:
-            kube.kubectl("delete", "namespace", namespace, "--wait=false")
-            return
-    state = kube.kubectl("get", "memoryworkspace/canary", "-n", namespace, "-o", "yaml", check=False).stdout
-    exited = f"the operator exited: {runner.future.result()!r}\n" if runner.future.done() else ""
-    pytest.fail(
-        f"the canary MemoryWorkspace was not Ready in {CANARY_SECONDS:.0f} s\n{exited}--- object\n{state}"
-        "--- operator log\n" + "\n".join(log[-80:]),
-        pytrace=False,
-    )
+    try:
+        while not runner.future.done() and time.monotonic() < deadline:
+            # kubectl wait watches the object; the slice only lets the loop look at the thread.
+            done = kube.kubectl(
+                "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=10s", check=False
+            )
+            if done.returncode == 0:
+                return ""
+        state = kube.kubectl("get", "memoryworkspace/canary", "-n", namespace, "-o", "yaml", check=False).stdout
+        exited = f"the operator exited: {runner.future.result()!r}\n" if runner.future.done() else ""
+        return f"the canary MemoryWorkspace was not Ready in {CANARY_SECONDS:.0f} s\n{exited}--- object\n{state}"
+    finally:
+        kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 class _Records(logging.Handler):
@@ -125,20 +125,34 @@ def operator(
     """The operator in-process (KopfRunner, its own thread and loop) for namespaces t-*,
     as the ServiceAccount; yielded once it has taken a canary MemoryWorkspace to Ready
     (kopf starts its watchers after it returns from startup); its exit is checked at the end."""
-    registry = kopf.OperatorRegistry()
-    register(registry, operator_settings(services, admin_key))
     previous = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(operator_kubeconfig)  # read by kopf's login and by kr8s
-    log: list[str] = []
-    records = _Records(log)
-    logging.getLogger("kopf").addHandler(records)
+    kopf_logger = logging.getLogger("kopf")
+    level = kopf_logger.level
+    failures: list[str] = []
     try:
-        with KopfRunner(["run", "--standalone", "--namespace=t-*"], registry=registry, timeout=60) as runner:
-            _canary(memplane_crds, runner, log)
-            logging.getLogger("kopf").removeHandler(records)
-            yield runner
+        for _attempt in range(CANARY_ATTEMPTS):
+            registry = kopf.OperatorRegistry()
+            register(registry, operator_settings(services, admin_key))
+            log: list[str] = []
+            records = _Records(log)
+            kopf_logger.addHandler(records)
+            kopf_logger.setLevel(logging.DEBUG)  # until the canary is Ready: what kopf did, if it never is
+            with KopfRunner(["run", "--standalone", "--namespace=t-*"], registry=registry, timeout=60) as runner:
+                why = _canary(memplane_crds, runner)
+                kopf_logger.removeHandler(records)
+                kopf_logger.setLevel(level)
+                if not why:
+                    yield runner
+                    break
+                # Seen in CI (not reproduced alone): an in-process operator that logs its
+                # login and then nothing, the object untouched. Reported, then a new start.
+                failures.append(why + "--- operator log (DEBUG)\n" + "\n".join(log[-120:]))
+                warnings.warn(f"operator start {len(failures)} stalled:\n{failures[-1]}", stacklevel=1)
+        else:
+            pytest.fail("\n\n".join(failures), pytrace=False)
     finally:
-        logging.getLogger("kopf").removeHandler(records)
+        kopf_logger.setLevel(level)
         if previous is None:
             os.environ.pop("KUBECONFIG", None)
         else:
