@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -92,8 +93,17 @@ class _Request:
     digest: bytes
 
     @classmethod
-    def of(cls, request_id: str, method: str, body: Any) -> _Request:
-        return cls(request_id, method, request_hash(method, body) if request_id else b"")
+    def of(cls, request_id: str, method: str, body: Callable[[], Any]) -> _Request:
+        """*body* is called only with a request id (no id: nothing to hash)."""
+        return cls(request_id, method, request_hash(method, body()) if request_id else b"")
+
+
+def _memory_body(m: NewMemory) -> dict[str, Any]:
+    """`dataclasses.asdict(m)` (the same JSON, so the same digest) without asdict's
+    element-by-element copy of the embedding tuple (a fifth of a one-memory AddMemories)."""
+    body = dataclasses.asdict(dataclasses.replace(m, embedding=None))
+    body["embedding"] = None if m.embedding is None else list(m.embedding)
+    return body
 
 
 def _checked(claim: Claim) -> dict[str, Any] | None:
@@ -147,13 +157,15 @@ class WriteBackService:
         workspace: Workspace,
         request: _Request,
         work: Callable[[Connection], Awaitable[dict[str, Any]]],
+        stored: list[Memory] | None = None,
     ) -> tuple[dict[str, Any], list[Memory]]:
         """Run *work* in a tenant transaction, at most once per request id.
 
         *work* returns a JSON result naming the memories it touched by id (`ids`), never
         their text: idempotency records must not keep content that an erasure removes.
-        The reply's memories are loaded by id in the same transaction, so a retry gets
-        them as they are now (fewer, if some were deleted meanwhile).
+        A retry's memories are loaded by id in the same transaction, so it gets them as
+        they are now (fewer, if some were deleted meanwhile); when *work* ran in this
+        call and filled *stored* with what it wrote, those are the reply (no re-read).
         """
         async with self._db.tenant(workspace.key, pipeline=True) as conn:
             result: dict[str, Any] | None = None
@@ -166,6 +178,8 @@ class WriteBackService:
                 result = await work(conn)
                 if request.request_id:
                     await self._idempotency.complete(conn, workspace.key, request.request_id, result)
+                if stored is not None:
+                    return result, stored
             return result, await self._memories_of(conn, workspace, result)
 
     async def _replay(self, workspace: Workspace, request: _Request) -> tuple[dict[str, Any], list[Memory]] | None:
@@ -202,21 +216,24 @@ class WriteBackService:
             check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions)
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
-        body = [dataclasses.asdict(m) for m in items]  # embeddings included: another vector is another request
-        request = _Request.of(request_id, "AddMemories", body)
+        # embeddings included: another vector is another request
+        request = _Request.of(request_id, "AddMemories", lambda: [_memory_body(m) for m in items])
         replayed = await self._replay(workspace, request)
         if replayed is not None:
             return replayed[1]
         prepared = await self._prepare(workspace, items)
         now = datetime.now(UTC)
 
+        stored: list[Memory] = []
+
         async def work(conn: Connection) -> dict[str, Any]:
-            stored = await self._memories.insert(
+            rows = await self._memories.insert(
                 conn, workspace, prepared, actor=principal.actor, request_id=request_id, now=now
             )
+            stored.extend(rows)
             return {"ids": [m.id for m in stored]}
 
-        _, memories = await self._once(workspace, request, work)
+        _, memories = await self._once(workspace, request, work, stored)
         return memories
 
     async def write_conversation(
@@ -275,8 +292,11 @@ class WriteBackService:
                     provenance=Provenance(session_id=scope.session_id, message_ids=(m.id,) if m.id else ()),
                 )
             )
-        body = {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]}
-        request = _Request.of(request_id, "WriteConversation", body)
+        request = _Request.of(
+            request_id,
+            "WriteConversation",
+            lambda: {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]},
+        )
         replayed = await self._replay(workspace, request)
         if replayed is not None:
             return ConversationResult(replayed[1], int(replayed[0]["count"]), "episodic")
@@ -302,12 +322,14 @@ class WriteBackService:
                 )
                 for p, mid in zip(prepared, ids, strict=True)
             ]
-            stored = await self._memories.insert(
+            rows = await self._memories.insert(
                 conn, workspace, final, actor=principal.actor, request_id=request_id, now=now
             )
-            return {"ids": [m.id for m in stored], "count": len(ids)}
+            written.extend(rows)
+            return {"ids": [m.id for m in written], "count": len(ids)}
 
-        result, stored = await self._once(workspace, request, work)
+        written: list[Memory] = []
+        result, stored = await self._once(workspace, request, work, written)
         return ConversationResult(stored, int(result["count"]), "episodic")
 
     async def update(
@@ -397,8 +419,9 @@ class WriteBackService:
                 "values": dataclasses.asdict(values),
                 "expected_version": expected_version,
             }
+            request = _Request.of(request_id, "UpdateMemory", functools.partial(dict, body))
             try:
-                _, found = await self._once(workspace, _Request.of(request_id, "UpdateMemory", body), work)
+                _, found = await self._once(workspace, request, work)
             except VersionConflictError:
                 if expected_version:
                     raise
@@ -440,7 +463,7 @@ class WriteBackService:
             return {"id": canonical}
 
         body = {"id": canonical, "expected_version": expected_version}
-        result, _ = await self._once(workspace, _Request.of(request_id, "DeleteMemory", body), work)
+        result, _ = await self._once(workspace, _Request.of(request_id, "DeleteMemory", lambda: body), work)
         return str(result["id"])
 
     async def delete_by_scope(
@@ -468,7 +491,7 @@ class WriteBackService:
             await self._blobs.delete_by_scope(conn, workspace, scope)
             return {"memories": n, "messages": messages}
 
-        request = _Request.of(request_id, "DeleteMemoriesByScope", dataclasses.asdict(scope))
+        request = _Request.of(request_id, "DeleteMemoriesByScope", lambda: dataclasses.asdict(scope))
         result, _ = await self._once(workspace, request, work)
         return int(result["memories"]), int(result["messages"])
 
