@@ -297,3 +297,15 @@ async def test_concurrent_writers_of_shared_lexemes_keep_exact_counts(app: App, 
     await assert_df_exact(app, ws)
     counts = await df_table(app, ws)
     assert counts["appl"] == counts["banana"] == 8 * 7
+    async with app.db.tenant(ws.key) as conn:  # the sharded counters sum to a recount
+        cur = await conn.execute(
+            "SELECT (SELECT sum(memory_count) FROM workspace_stats) AS n,"
+            " (SELECT sum(lexical_length_sum) FROM workspace_stats) AS len,"
+            " (SELECT sum(content_bytes) FROM workspace_stats) AS bytes,"
+            " (SELECT count(*) FROM memories) AS rows, (SELECT sum(lexical_length) FROM memories) AS row_len,"
+            " (SELECT sum(content_bytes) FROM memories) AS row_bytes"
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    assert (row["n"], row["len"], row["bytes"]) == (row["rows"], row["row_len"], row["row_bytes"])
+    assert row["rows"] == len(TEXTS) + 8 * 7
