@@ -7,9 +7,14 @@ detector aborted whichever waiter checked first — often the tenant's statement
 from __future__ import annotations
 
 import asyncio
+import contextlib
+
+import pytest
 
 from memplane.app import App
 from memplane.domain.models import NewMemory
+from memplane.errors import NotFoundError, UnavailableError
+from memplane.storage import workspaces
 from memplane.storage.search import SearchSpec
 from tests.fix_server import random_workspace_name
 from tests.integration.conftest import TenantFactory, principal
@@ -55,3 +60,28 @@ async def test_partition_ddl_never_aborts_a_tenants_search_or_write(app: App, te
     assert failures == [], failures[:3]
     assert counts["search"] > 0  # the DDL ran beside real traffic
     assert counts["write"] > 0
+
+
+async def test_ddl_that_cannot_lock_gives_up_unavailable_and_writes_nothing(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement holding a parent table past every try: create and delete answer
+    UNAVAILABLE (retryable), and neither leaves a half-made or half-dropped workspace."""
+    monkeypatch.setattr(workspaces, "DDL_LOCK_ATTEMPTS", 2)
+    kept = await app.admin.create_workspace(random_workspace_name())
+    name = random_workspace_name()
+    try:
+        async with app.db.admin() as holder:  # a long read of lexeme_df, open across the calls
+            await holder.execute("LOCK TABLE lexeme_df IN ACCESS SHARE MODE")
+            with pytest.raises(UnavailableError, match="locked"):
+                await app.admin.create_workspace(name)
+            with pytest.raises(UnavailableError, match="locked"):
+                await app.admin.delete_workspace(kept.name)
+        with pytest.raises(NotFoundError):
+            await app.admin.get_workspace(name)  # no row, so no partition of it either
+        assert (await app.admin.get_workspace(kept.name)).key == kept.key  # still whole
+        await app.admin.create_workspace(name)  # the lock gone, both work
+    finally:
+        for n in (name, kept.name):
+            with contextlib.suppress(NotFoundError):
+                await app.admin.delete_workspace(n)
