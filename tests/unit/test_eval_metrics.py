@@ -1,26 +1,31 @@
 """Evaluation metrics (memplane.eval.metrics) on hand-computed examples, and the LoCoMo
 helpers that decide what is scored (evidence cleaning, session times, workspace names,
-mapping a hit back to its dia_id)."""
+mapping a hit back to its dia_id) and how turns are stored in the peer text format."""
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from google.protobuf import struct_pb2
 
+from memplane.eval.ingest import MAX_MESSAGES_PER_WRITE, peer_memories, session_request_id
 from memplane.eval.locomo import (
+    Conversation,
     LocomoFormatError,
     Session,
     Turn,
+    load_locomo,
     normalize_evidence,
     parse_session_time,
     workspace_name,
 )
 from memplane.eval.metrics import OVERALL, QuestionScore, ndcg_at_k, recall_at_k, score_question, summarize
 from memplane.eval.report import format_table
-from memplane.eval.runner import hit_message_id
+from memplane.eval.runner import hit_message_id, workspace_prefix
 from memplane.v1 import memory_pb2
 
 RANKED = ["d1", "d2", "d3", "d4", "d5", "d6"]
@@ -174,3 +179,47 @@ def test_hits_map_back_to_dia_ids() -> None:
     provenance = memory_pb2.Provenance(session_id="session_3", message_ids=["D3:5"])
     assert hit_message_id(memory_pb2.Memory(provenance=provenance)) == "D3:5"
     assert hit_message_id(memory_pb2.Memory()) == ""
+
+
+# -- the peer text format ----------------------------------------------------------
+def test_peer_format_is_one_memory_per_turn_with_the_raw_session_date() -> None:
+    session = Session(
+        3,
+        datetime(2023, 5, 8, 13, 56, tzinfo=UTC),
+        (Turn("D3:1", "Caroline", "I went to a support group"), Turn("D3:2", "Mel", "Look!", "a dog")),
+        date_time="1:56 pm on 8 May, 2023",
+    )
+    conversation = Conversation("conv-26", "Caroline", "Mel", (session,), ())
+    first, second = peer_memories(conversation, session)
+    assert first.content == "[1:56 pm on 8 May, 2023] Caroline: I went to a support group"
+    assert second.content == "[1:56 pm on 8 May, 2023] Mel: Look! [shares an image: a dog]"
+    assert first.type == memory_pb2.MEMORY_TYPE_EPISODIC
+    assert first.scope == memory_pb2.Scope(user_id="conv-26", session_id="session_3")
+    assert dict(first.metadata) == {"message_id": "D3:1"}
+    assert hit_message_id(memory_pb2.Memory(metadata=second.metadata)) == "D3:2"
+    assert (first.name, first.description) == ("", "")
+
+
+def test_request_ids_and_workspace_names_differ_per_text_format() -> None:
+    session = Session(3, datetime(2023, 5, 8, tzinfo=UTC), ())
+    assert session_request_id("conv-26", session) == "locomo/conv-26/session_3"
+    assert session_request_id("conv-26", session, 1, 2) == "locomo/conv-26/session_3/part-1"
+    assert session_request_id("conv-26", session, text_format="peer") == "locomo-peer/conv-26/session_3"
+    assert session_request_id("conv-26", session, 0, 2, text_format="peer") == "locomo-peer/conv-26/session_3/part-0"
+    assert workspace_name(workspace_prefix("eval-1a2b3c", "conversation"), "conv-26") == "eval-1a2b3c-conv-26"
+    assert workspace_name(workspace_prefix("eval-1a2b3c", "peer"), "conv-26") == "eval-1a2b3c-peer-conv-26"
+    assert MAX_MESSAGES_PER_WRITE <= 256  # the server's default max_batch_size
+
+
+def test_the_loader_keeps_the_raw_session_date_time(tmp_path: Path) -> None:
+    body = {
+        "speaker_a": "Ann",
+        "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "hi"}],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([{"sample_id": "conv-1", "conversation": body, "qa": []}]))
+    (session,) = load_locomo(path)[0].sessions
+    assert session.date_time == "1:56 pm on 8 May, 2023"
+    assert session.time == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)

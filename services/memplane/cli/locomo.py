@@ -11,6 +11,9 @@ the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
 - eval: the same ingestion into fresh "eval-<run id>-<sample id>" workspaces, every
   question of categories 1-4 through SearchMemories per mode, evidence recall@k and
   nDCG@10 per category (see memplane.eval.metrics); workspaces deleted unless --keep.
+  `--text-format peer` stores each turn instead as a peer harness does: one AddMemories
+  memory "[<session date_time>] <speaker>: <text>" (no description), in fresh
+  "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.client.aio import AsyncMemplaneClient
-from memplane.eval.ingest import ClientFactory, WorkspaceSet
+from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, ingest_locomo, run_locomo_eval
 from memplane.settings import Settings
@@ -98,6 +101,7 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         concurrency=ns.concurrency,
         keep=ns.keep,
         progress=not ns.no_progress,
+        text_format=ns.text_format,
     )
     async with admin_client(ns, settings) as admin:
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
@@ -137,6 +141,15 @@ def add_parsers(sub: Any) -> None:
     )
     q.add_argument(
         "--vector-weight", type=float, default=0.0, help="vector weight of the fusion, 0-1 (0: server default)"
+    )
+    q.add_argument(
+        "--text-format",
+        choices=TEXT_FORMATS,
+        default=TEXT_FORMATS[0],
+        help="how turns are stored: conversation (default; WriteConversation, description "
+        '"[8 May 2023] <speaker>", content the turn) or peer (AddMemories, one memory per turn '
+        'with content "[1:56 pm on 8 May, 2023] <speaker>: <text>" and no description, as peer '
+        'harnesses store them, in "eval-<run id>-peer-<sample id>" workspaces)',
     )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
     q.set_defaults(func=cmd_eval_locomo)

@@ -1,15 +1,26 @@
 """LoCoMo conversations into memplane workspaces, through the public gRPC API only.
 
-One workspace per conversation (AdminService, admin key), one API key for it, then one
-WriteConversation per session: scope ``user_id`` = the sample id ("conv-26"),
-``session_id`` = "session_N"; each turn is a USER message whose id is its dia_id, whose
-name is the speaker and whose create_time is the session's date-time (UTC). The server
-stores one EPISODIC memory per turn with the dia_id as ``metadata.message_id`` and in
-``provenance.message_ids``, which is how search hits map back to LoCoMo evidence.
+One workspace per conversation (AdminService, admin key), one API key for it, then the
+turns in one of two text formats (`TEXT_FORMATS`); both use scope ``user_id`` = the
+sample id ("conv-26"), ``session_id`` = "session_N", and put the dia_id in
+``metadata.message_id``, which is how search hits map back to LoCoMo evidence.
 
-Each session's request carries the request id "locomo/<sample id>/session_N", so a
-re-run over an existing workspace replays the first reply and stores nothing twice.
-Used by `memplane import locomo`, `memplane eval locomo` and bench/locomo_recall.py.
+- "conversation" (the default): one WriteConversation per session; each turn is a USER
+  message whose id is its dia_id, whose name is the speaker and whose create_time is the
+  session's date-time (UTC). The server stores one EPISODIC memory per turn (description
+  "[8 May 2023] <speaker>", content the turn, the dia_id also in
+  ``provenance.message_ids``). Request id "locomo/<sample id>/session_N".
+- "peer": the turns as a peer harness stores them, one AddMemories per session: each
+  turn one EPISODIC memory whose content is "[<raw session date-time>] <speaker>: <text>"
+  (e.g. "[1:56 pm on 8 May, 2023] Caroline: I went to a support group"), no name or
+  description, metadata only ``message_id``. Request id "locomo-peer/<sample id>/session_N".
+
+A session longer than `MAX_MESSAGES_PER_WRITE` turns is written in parts ("/part-N").
+Request ids are stable, so a re-run over an existing workspace replays the first reply
+and stores nothing twice. Each workspace created here is labelled with its text format
+(`TEXT_FORMAT_LABEL`) and a reused workspace must carry the same one, so the two formats
+never mix. Used by `memplane import locomo`, `memplane eval locomo` and
+bench/locomo_recall.py.
 """
 
 from __future__ import annotations
@@ -18,13 +29,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Literal, TypeVar
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from memplane.client.aio import AsyncMemplaneClient
-from memplane.errors import AlreadyExistsError, MemplaneError
+from memplane.errors import AlreadyExistsError, FailedPreconditionError, MemplaneError
 from memplane.eval.concurrency import gather_bounded
-from memplane.eval.locomo import Conversation, Session
+from memplane.eval.locomo import Conversation, Session, Turn
 from memplane.v1 import memory_pb2, writeback_pb2
 
 _log = logging.getLogger(__name__)
@@ -33,10 +45,22 @@ ClientFactory = Callable[[str], AsyncMemplaneClient]
 """Makes a client for the server under test from an API key."""
 
 MAX_MESSAGES_PER_WRITE = 128
-"""Messages per WriteConversation (below the server's default max_batch_size of 256);
-a longer session is written in parts with request ids ending "/part-N"."""
+"""Messages per WriteConversation, or memories per AddMemories (below the server's
+default max_batch_size of 256); a longer session is written in parts with request ids
+ending "/part-N"."""
 
 KEY_DISPLAY_NAME = "memplane locomo"
+
+TextFormat = Literal["conversation", "peer"]
+"""How turns are stored: "conversation" (WriteConversation) or "peer" (AddMemories,
+"[<date_time>] <speaker>: <text>"); see the module docstring."""
+
+TEXT_FORMATS: tuple[TextFormat, ...] = ("conversation", "peer")
+"""The text formats, the default first."""
+
+TEXT_FORMAT_LABEL = "memplane.eval/locomo-text-format"
+"""Workspace label recording the text format of the turns written into it; a workspace
+without it (made before the label existed, or by hand) counts as "conversation"."""
 
 
 @dataclass(frozen=True)
@@ -76,19 +100,30 @@ class WorkspaceSet:
     ) -> None:
         await self.close()
 
-    async def open(self, sample_id: str, name: str, *, reuse: bool) -> WorkspaceAccess:
-        """Create workspace *name* (or, with *reuse*, take the existing one) and mint a key.
+    async def open(
+        self, sample_id: str, name: str, *, reuse: bool, text_format: TextFormat = "conversation"
+    ) -> WorkspaceAccess:
+        """Create workspace *name* labelled with *text_format* (or, with *reuse*, take the
+        existing one) and mint a key.
 
-        Raises `AlreadyExistsError` if it exists and *reuse* is False; other
-        `MemplaneError`s from AdminService as they come.
+        Raises `AlreadyExistsError` if it exists and *reuse* is False,
+        `FailedPreconditionError` if the existing one holds another text format (its
+        `TEXT_FORMAT_LABEL`, "conversation" when absent); other `MemplaneError`s from
+        AdminService as they come.
         """
         created = True
         try:
-            workspace = await self._admin.create_workspace(name)
+            workspace = await self._admin.create_workspace(name, labels={TEXT_FORMAT_LABEL: text_format})
         except AlreadyExistsError:
             if not reuse:
                 raise
             workspace = await self._admin.get_workspace(name)
+            stored = workspace.labels.get(TEXT_FORMAT_LABEL, "conversation")
+            if stored != text_format:
+                raise FailedPreconditionError(
+                    f"workspace {name} holds LoCoMo turns in text format {stored!r}, not {text_format!r}; "
+                    "use another prefix"
+                ) from None
             created = False
         key = await self._admin.create_api_key(name, KEY_DISPLAY_NAME)
         access = WorkspaceAccess(
@@ -146,41 +181,95 @@ def session_messages(session: Session) -> list[writeback_pb2.ConversationMessage
     ]
 
 
-def session_request_id(sample_id: str, session: Session, part: int = 0, parts: int = 1) -> str:
-    """Stable idempotency key of one write: "locomo/<sample id>/session_N" (+ "/part-N")."""
-    base = f"locomo/{sample_id}/{session.session_id}"
+def peer_content(session: Session, turn: Turn) -> str:
+    """A turn in the peer format: "[<session date_time as in the file>] <speaker>: <text>"
+    with the text of `Turn.content()` (image caption included)."""
+    return f"[{session.date_time}] {turn.speaker}: {turn.content()}"
+
+
+def peer_memories(conversation: Conversation, session: Session) -> list[memory_pb2.MemoryInput]:
+    """The session's turns as peer-format memories: EPISODIC, scope user_id = sample id and
+    session_id = "session_N", content `peer_content`, metadata ``message_id`` = dia_id."""
+    scope = memory_pb2.Scope(user_id=conversation.sample_id, session_id=session.session_id)
+    out = []
+    for turn in session.turns:
+        metadata = struct_pb2.Struct()
+        metadata.update({"message_id": turn.dia_id})
+        out.append(
+            memory_pb2.MemoryInput(
+                scope=scope,
+                type=memory_pb2.MEMORY_TYPE_EPISODIC,
+                content=peer_content(session, turn),
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+def session_request_id(
+    sample_id: str, session: Session, part: int = 0, parts: int = 1, *, text_format: TextFormat = "conversation"
+) -> str:
+    """Stable idempotency key of one write: "locomo/<sample id>/session_N" ("locomo-peer/…"
+    in the peer format), + "/part-N" when the session is written in several parts."""
+    root = "locomo" if text_format == "conversation" else f"locomo-{text_format}"
+    base = f"{root}/{sample_id}/{session.session_id}"
     return base if parts == 1 else f"{base}/part-{part}"
 
 
-async def write_session(client: AsyncMemplaneClient, conversation: Conversation, session: Session) -> int:
-    """Write one session (in parts of `MAX_MESSAGES_PER_WRITE`); return its turn count.
+_T = TypeVar("_T")
+
+
+def _parts(items: list[_T]) -> list[list[_T]]:
+    return [items[i : i + MAX_MESSAGES_PER_WRITE] for i in range(0, len(items), MAX_MESSAGES_PER_WRITE)]
+
+
+async def write_session(
+    client: AsyncMemplaneClient,
+    conversation: Conversation,
+    session: Session,
+    *,
+    text_format: TextFormat = "conversation",
+) -> int:
+    """Write one session in *text_format* (in parts of `MAX_MESSAGES_PER_WRITE`); return
+    its turn count.
 
     Idempotent: a retry or re-run with the same data stores nothing new. Raises
-    `MemplaneError` subclasses from WriteConversation.
+    `ValueError` for an unknown *text_format*, `MemplaneError` subclasses from
+    WriteConversation or AddMemories.
     """
-    messages = session_messages(session)
-    scope = memory_pb2.Scope(user_id=conversation.sample_id, session_id=session.session_id)
-    chunks = [messages[i : i + MAX_MESSAGES_PER_WRITE] for i in range(0, len(messages), MAX_MESSAGES_PER_WRITE)]
-    for part, chunk in enumerate(chunks):
-        request_id = session_request_id(conversation.sample_id, session, part, len(chunks))
-        await client.write_conversation(scope, chunk, request_id=request_id)
-    return len(messages)
+    sample_id = conversation.sample_id
+    if text_format == "conversation":
+        scope = memory_pb2.Scope(user_id=sample_id, session_id=session.session_id)
+        chunks = _parts(session_messages(session))
+        for part, chunk in enumerate(chunks):
+            request_id = session_request_id(sample_id, session, part, len(chunks))
+            await client.write_conversation(scope, chunk, request_id=request_id)
+    elif text_format == "peer":
+        batches = _parts(peer_memories(conversation, session))
+        for part, batch in enumerate(batches):
+            request_id = session_request_id(sample_id, session, part, len(batches), text_format=text_format)
+            await client.add_memories(batch, request_id=request_id)
+    else:
+        raise ValueError(f"unknown text format {text_format!r}; choose from {', '.join(TEXT_FORMATS)}")
+    return len(session.turns)
 
 
 async def ingest_conversations(
     spaces: WorkspaceSet,
     conversations: Sequence[Conversation],
     *,
+    text_format: TextFormat = "conversation",
     concurrency: int = 4,
     progress: Callable[[int], object] | None = None,
 ) -> int:
-    """Write every session of *conversations* (workspaces already open in *spaces*),
-    at most *concurrency* requests in flight; *progress* gets each session's turn count.
-    Returns the number of turns written. Raises the first `MemplaneError` (the other
-    writes are cancelled)."""
+    """Write every session of *conversations* in *text_format* (workspaces already open in
+    *spaces*), at most *concurrency* requests in flight; *progress* gets each session's
+    turn count. Returns the number of turns written. Raises the first `MemplaneError`
+    (the other writes are cancelled)."""
 
     async def one(conversation: Conversation, session: Session) -> int:
-        turns = await write_session(spaces.client(conversation.sample_id), conversation, session)
+        client = spaces.client(conversation.sample_id)
+        turns = await write_session(client, conversation, session, text_format=text_format)
         if progress is not None:
             progress(turns)
         return turns

@@ -92,11 +92,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class Session:
-    """One dated session: *session_id* is "session_N"; *time* is timezone-aware UTC."""
+    """One dated session: *session_id* is "session_N"; *time* is timezone-aware UTC;
+    *date_time* is the file's ``session_N_date_time`` exactly as written
+    ("1:56 pm on 8 May, 2023"; "" when the session was not read from a file)."""
 
     number: int
     time: datetime
     turns: tuple[Turn, ...]
+    date_time: str = ""
 
     @property
     def session_id(self) -> str:
@@ -215,7 +218,8 @@ def _sessions(conversation: dict[str, Any], sample_id: str) -> tuple[Session, ..
         if not isinstance(when, str):
             raise LocomoFormatError(f"{sample_id}: {key} has no {key}_date_time")
         where = f"{sample_id} {key}"
-        sessions.append(Session(int(match.group(1)), parse_session_time(when), tuple(_turn(t, where) for t in turns)))
+        turns_read = tuple(_turn(t, where) for t in turns)
+        sessions.append(Session(int(match.group(1)), parse_session_time(when), turns_read, date_time=when))
     return tuple(sorted(sessions, key=lambda s: s.number))
 
 

@@ -1,7 +1,9 @@
 """Run the LoCoMo evidence-retrieval evaluation against a memplane server over gRPC.
 
 Steps: every conversation into a fresh workspace (`memplane.eval.ingest`, exactly as
-`memplane import locomo`), then every question of categories 1-4 that has evidence
+`memplane import locomo` in the default "conversation" text format; the "peer" format
+stores each turn as "[<date_time>] <speaker>: <text>" through AddMemories instead, into
+workspaces named "<prefix>-peer-<sample id>"), then every question of categories 1-4 that has evidence
 (1,536 in locomo10) asked once per search mode through SearchMemories (the question
 text as the only query, no filter, top_k 20), hits mapped back to dia_ids through the
 memory's ``metadata.message_id`` (or ``provenance.message_ids``), scored with
@@ -22,7 +24,7 @@ from tqdm import tqdm
 
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.eval.concurrency import gather_bounded
-from memplane.eval.ingest import ClientFactory, WorkspaceSet, ingest_conversations
+from memplane.eval.ingest import ClientFactory, TextFormat, WorkspaceSet, ingest_conversations
 from memplane.eval.locomo import CATEGORY_NAMES, Conversation, Question, workspace_name
 from memplane.eval.metrics import RECALL_KS, MetricRow, QuestionScore, score_question, summarize
 from memplane.eval.report import format_baselines, format_table
@@ -63,7 +65,9 @@ class IngestStats:
 @dataclass(frozen=True)
 class EvalConfig:
     """How to run the evaluation. *concurrency*: requests in flight (ingest and search);
-    *prefix*: workspace names are "<prefix>-<sample id>" (a fresh random one by default)."""
+    *prefix*: workspace names are "<prefix>-<sample id>" (a fresh random one by default;
+    "<prefix>-peer-<sample id>" in the peer format); *text_format*: how turns are stored
+    (`memplane.eval.ingest.TEXT_FORMATS`)."""
 
     modes: tuple[str, ...] = ("hybrid", "vector", "lexical")
     fusion: str = "default"
@@ -73,6 +77,7 @@ class EvalConfig:
     keep: bool = False
     prefix: str = field(default_factory=lambda: f"eval-{secrets.token_hex(3)}")
     progress: bool = True
+    text_format: TextFormat = "conversation"
 
 
 @dataclass(frozen=True)
@@ -109,13 +114,14 @@ class EvalReport:
     concurrency: int
     workspaces: tuple[str, ...]
     kept: bool
+    text_format: TextFormat = "conversation"
 
     def format(self) -> str:
         """The table, the timings and the baselines, for printing."""
         kept = f"; kept workspaces: {', '.join(self.workspaces)}" if self.kept else ""
         return "\n".join(
             [
-                f"embedder: {', '.join(self.embedding_models)}",
+                f"embedder: {', '.join(self.embedding_models)}; text format: {self.text_format}",
                 format_table(self.rows),
                 "",
                 f"ingest: {self.ingest.turns} turns into {self.ingest.workspaces} workspaces in "
@@ -133,6 +139,13 @@ def category_label(category: int) -> str:
     return f"{category} {CATEGORY_NAMES.get(category, 'unknown')}"
 
 
+def workspace_prefix(prefix: str, text_format: TextFormat) -> str:
+    """The workspace name prefix of *text_format*: *prefix* itself for "conversation"
+    (the names `memplane import locomo` always used), "<prefix>-<format>" otherwise, so
+    the formats never share a workspace name."""
+    return prefix if text_format == "conversation" else f"{prefix}-{text_format}"
+
+
 def hit_message_id(memory: memory_pb2.Memory) -> str:
     """The LoCoMo dia_id of a hit: metadata "message_id", else the first provenance
     message id, else "" (a memory not written by the ingestion)."""
@@ -148,17 +161,24 @@ async def ingest_locomo(
     *,
     prefix: str,
     reuse: bool,
+    text_format: TextFormat = "conversation",
     concurrency: int = 4,
     progress: bool = True,
 ) -> IngestStats:
-    """Open one workspace per conversation ("<prefix>-<sample id>", reused when *reuse*)
-    and write every turn, with a progress bar in turns. Raises `MemplaneError`."""
+    """Open one workspace per conversation (named `workspace_prefix` + "-<sample id>",
+    reused when *reuse* and in the same *text_format*) and write every turn in
+    *text_format*, with a progress bar in turns. Raises `MemplaneError`
+    (`FailedPreconditionError` if a reused workspace holds another text format)."""
     started = time.perf_counter()
+    names = workspace_prefix(prefix, text_format)
     for conversation in conversations:
-        await spaces.open(conversation.sample_id, workspace_name(prefix, conversation.sample_id), reuse=reuse)
+        name = workspace_name(names, conversation.sample_id)
+        await spaces.open(conversation.sample_id, name, reuse=reuse, text_format=text_format)
     total = sum(c.turn_count for c in conversations)
     with tqdm(total=total, unit="turn", desc="ingest", disable=not progress) as bar:
-        turns = await ingest_conversations(spaces, conversations, concurrency=concurrency, progress=bar.update)
+        turns = await ingest_conversations(
+            spaces, conversations, text_format=text_format, concurrency=concurrency, progress=bar.update
+        )
     reused = sum(1 for a in spaces.accesses if not a.created)
     return IngestStats(len(spaces.accesses), reused, turns, time.perf_counter() - started)
 
@@ -245,7 +265,7 @@ async def run_locomo_eval(
     conversations: Sequence[Conversation],
     config: EvalConfig,
 ) -> EvalReport:
-    """Ingest *conversations* into fresh workspaces, ask, score; delete the workspaces
+    """Ingest *conversations* into fresh workspaces (in `config.text_format`), ask, score; delete the workspaces
     afterwards (even on failure) unless `config.keep` (then only the run keys are revoked).
 
     *admin* holds the admin key; *factory* makes workspace clients. Raises `MemplaneError`
@@ -259,6 +279,7 @@ async def run_locomo_eval(
             conversations,
             prefix=config.prefix,
             reuse=False,
+            text_format=config.text_format,
             concurrency=config.concurrency,
             progress=config.progress,
         )
@@ -278,4 +299,5 @@ async def run_locomo_eval(
         concurrency=config.concurrency,
         workspaces=names,
         kept=config.keep,
+        text_format=config.text_format,
     )

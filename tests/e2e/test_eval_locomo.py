@@ -1,0 +1,132 @@
+"""`memplane eval locomo --text-format peer` and the ingestion behind it, against the
+session server, on a small LoCoMo-shaped file written here (the real dataset is never
+copied): each turn is stored as one "[<date_time>] <speaker>: <text>" memory, hits map
+back to dia_ids, and a peer-format run never reuses a conversation-format workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+
+from memplane.cli.main import main
+from memplane.client import AsyncMemplaneClient
+from memplane.errors import FailedPreconditionError
+from memplane.eval.ingest import TEXT_FORMAT_LABEL, ClientFactory, WorkspaceSet
+from memplane.eval.locomo import load_locomo, workspace_name
+from memplane.eval.runner import hit_message_id, ingest_locomo
+from memplane.v1 import memory_pb2, retrieval_pb2
+from tests.support import list_all
+
+SAMPLE = "conv-mini"
+TURNS = {
+    "D1:1": ("Ana", "I adopted a greyhound called Biscuit last weekend."),
+    "D1:2": ("Ben", "Lovely! I am repainting my kitchen in a pale yellow."),
+    "D2:1": ("Ana", "Biscuit learned to fetch a frisbee at the beach."),
+    "D2:2": ("Ben", "My sister is moving to Lisbon for a cello scholarship."),
+}
+DATES = {1: "1:56 pm on 8 May, 2023", 2: "10:04 am on 19 June, 2023"}
+
+
+def locomo_file(tmp_path: Path) -> Path:
+    body: dict[str, object] = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for number, date in DATES.items():
+        body[f"session_{number}_date_time"] = date
+        body[f"session_{number}"] = [
+            {"speaker": speaker, "dia_id": dia_id, "text": text}
+            for dia_id, (speaker, text) in TURNS.items()
+            if dia_id.startswith(f"D{number}:")
+        ]
+    qa = [
+        {"question": "What is the name of Ana's greyhound?", "category": 4, "evidence": ["D1:1"]},
+        {"question": "Which city is Ben's sister moving to for the cello?", "category": 4, "evidence": ["D2:2"]},
+    ]
+    path = tmp_path / "locomo-mini.json"
+    path.write_text(json.dumps([{"sample_id": SAMPLE, "conversation": body, "qa": qa}]))
+    return path
+
+
+def _factory(server: str) -> ClientFactory:
+    return lambda api_key: AsyncMemplaneClient(server, api_key, timeout=120.0)
+
+
+async def test_peer_format_stores_one_dated_memory_per_turn_that_maps_to_its_dia_id(
+    tmp_path: Path, server: str, admin_client: AsyncMemplaneClient
+) -> None:
+    conversations = load_locomo(locomo_file(tmp_path))
+    prefix = f"t-{secrets.token_hex(4)}"
+    async with WorkspaceSet(admin_client, _factory(server), delete=True) as spaces:
+        stats = await ingest_locomo(
+            spaces, conversations, prefix=prefix, reuse=False, text_format="peer", progress=False
+        )
+        assert stats.turns == len(TURNS)
+        (access,) = spaces.accesses
+        assert access.name == f"{prefix}-peer-{SAMPLE}"
+        workspace = await admin_client.get_workspace(access.name)
+        assert workspace.labels[TEXT_FORMAT_LABEL] == "peer"
+
+        client = spaces.client(SAMPLE)
+        stored = {hit_message_id(m): m for m in await list_all(client)}
+        assert sorted(stored) == sorted(TURNS)  # one memory per turn, nothing else
+        greyhound = stored["D1:1"]
+        assert greyhound.content == "[1:56 pm on 8 May, 2023] Ana: I adopted a greyhound called Biscuit last weekend."
+        assert stored["D2:2"].content.startswith("[10:04 am on 19 June, 2023] Ben: My sister")
+        assert greyhound.type == memory_pb2.MEMORY_TYPE_EPISODIC
+        assert greyhound.scope == memory_pb2.Scope(user_id=SAMPLE, session_id="session_1")
+        assert (greyhound.name, greyhound.description) == ("", "")
+        assert dict(greyhound.metadata) == {"message_id": "D1:1"}
+
+        found = await client.search("greyhound Biscuit", mode=retrieval_pb2.SEARCH_MODE_LEXICAL)
+        assert hit_message_id(found.hits[0].memory) == "D1:1"
+
+        # A re-run over the same workspace replays the batches' request ids: nothing doubles.
+        again = await ingest_locomo(
+            spaces, conversations, prefix=prefix, reuse=True, text_format="peer", progress=False
+        )
+        assert again.reused == 1
+        assert len(await list_all(client)) == len(TURNS)
+
+
+async def test_a_peer_run_never_reuses_a_conversation_workspace(
+    tmp_path: Path, server: str, admin_client: AsyncMemplaneClient
+) -> None:
+    conversations = load_locomo(locomo_file(tmp_path))
+    prefix = f"t-{secrets.token_hex(4)}"
+    async with WorkspaceSet(admin_client, _factory(server), delete=True) as spaces:
+        await ingest_locomo(spaces, conversations, prefix=prefix, reuse=True, progress=False)
+        conversation_name = workspace_name(prefix, SAMPLE)
+        assert [a.name for a in spaces.accesses] == [conversation_name]
+        stored = {hit_message_id(m): m for m in await list_all(spaces.client(SAMPLE))}
+        assert stored["D1:1"].description == "[8 May 2023] Ana"  # WriteConversation's format
+        assert stored["D1:1"].content == TURNS["D1:1"][1]
+
+        # The same prefix in the peer format goes to its own, new workspace …
+        peer = await ingest_locomo(spaces, conversations, prefix=prefix, reuse=True, text_format="peer", progress=False)
+        assert (peer.reused, spaces.accesses[-1].name, spaces.accesses[-1].created) == (
+            0,
+            f"{prefix}-peer-{SAMPLE}",
+            True,
+        )
+        # … and a peer write is refused outright on a workspace holding the other format.
+        with pytest.raises(FailedPreconditionError, match="text format 'conversation'"):
+            await spaces.open(SAMPLE, conversation_name, reuse=True, text_format="peer")
+        with pytest.raises(FailedPreconditionError, match="text format 'peer'"):
+            await spaces.open(SAMPLE, f"{prefix}-peer-{SAMPLE}", reuse=True)
+
+
+async def test_the_eval_command_scores_the_peer_format(
+    tmp_path: Path, server: str, admin_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = locomo_file(tmp_path)
+    argv = ["eval", "locomo", str(path), "--text-format", "peer", "--modes", "lexical", "--no-progress"]
+    argv += ["--target", server, "--api-key", admin_key]
+    # main() runs its own event loop: run it in a worker thread.
+    code = await asyncio.get_running_loop().run_in_executor(None, main, argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "text format: peer" in out
+    overall = next(line.split() for line in out.splitlines() if line.split()[:2] == ["lexical", "overall"])
+    assert overall[2:] == ["2", "1.000", "1.000", "1.000", "1.000", "1.000"]  # n, R@1/5/10/20, nDCG@10
