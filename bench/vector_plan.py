@@ -247,6 +247,7 @@ async def vector_search(
         exact=exact,
         prefilter=False,
         lexical_budget=0,
+        lexical_cap=0,
         rrf=False,
         vector_weight=1.0,
         rrf_k=60,

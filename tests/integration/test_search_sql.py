@@ -52,6 +52,7 @@ def spec(**overrides: object) -> SearchSpec:
         "exact": True,
         "prefilter": False,
         "lexical_budget": 20_000,
+        "lexical_cap": 20_000,
         "rrf": False,
         "vector_weight": 0.5,
         "rrf_k": 60,
@@ -192,6 +193,9 @@ async def test_lexical_candidates_are_the_rarest_lexemes_within_the_budget(
     assert len(within) == 2
     both = await run(app, ws, spec(use_vector=False, lexical_budget=33), "coffee zebra", None)
     assert len(both) == 32
+    # The cap bounds the candidates even when the rarest lexeme alone is in more memories.
+    capped = await run(app, ws, spec(use_vector=False, lexical_budget=1, lexical_cap=5), "coffee", None)
+    assert len(capped) == 5
 
 
 async def test_filter_values_are_bound_never_written_into_the_statement(

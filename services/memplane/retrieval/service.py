@@ -176,6 +176,7 @@ class RetrievalService:
             exact=exact,
             prefilter=exact and _selective(request.filter),
             lexical_budget=self._settings.lexical_candidate_postings,
+            lexical_cap=self._settings.lexical_max_candidates,
             rrf=method is FusionMethod.RRF,
             vector_weight=weight,
             rrf_k=request.rrf_k or self._settings.rrf_k,

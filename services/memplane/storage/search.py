@@ -13,7 +13,11 @@ pipeline: one round trip). Its parts, as CTEs:
   GIN index with the rarest lexemes only, as many as keep their summed postings within
   *lexical_budget* (at least the rarest one): a memory that holds only common lexemes
   scores too low to matter, and the candidates stay bounded at any workspace size (the
-  idea of WAND and of Lucene's max-score pruning, reduced to choosing the query terms);
+  idea of WAND and of Lucene's max-score pruning, reduced to choosing the query terms).
+  At most *lexical_cap* candidates are scored: when even the rarest lexeme is in more
+  memories than that, the first *lexical_cap* of them in the index's (physical) order
+  are — every lexeme of such a query is common, its lexical signal weak, and the vector
+  candidates carry it;
 - vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
   partition's HNSW index with pgvector's iterative scan (set for the transaction by the
   caller: hnsw.ef_search, hnsw.iterative_scan);
@@ -55,6 +59,7 @@ class SearchSpec:
     exact: bool  # vector: sort the filtered rows instead of walking HNSW
     prefilter: bool  # lexical: test @@ on the filtered rows instead of walking GIN
     lexical_budget: int  # postings the GIN candidate query may cover (see the module docstring)
+    lexical_cap: int  # candidates the GIN candidate query returns at most
     rrf: bool
     vector_weight: float
     rrf_k: int
@@ -93,7 +98,7 @@ def _lexical_ctes(spec: SearchSpec, where: sql.Composable) -> sql.Composable:
         rarest = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest
         candidates = sql.SQL(
             "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-            "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where})"
+            "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
         ).format(where=where, tsquery=_TSQUERY.format(cond=rarest))
     return sql.SQL(
         "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
@@ -185,6 +190,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         b=spec.b,
         max_lexemes=MAX_QUERY_LEXEMES,
         lexical_budget=spec.lexical_budget,
+        lexical_cap=spec.lexical_cap,
         ts_config=TS_CONFIG,
     )
     return query, params
