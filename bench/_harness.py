@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -279,6 +281,46 @@ async def bench_server(**settings: Any) -> AsyncIterator[Stack]:
         _stop_embedded(data_dir / "pgdata")
         shutil.rmtree(data_dir, ignore_errors=True)
         log("server, pool and PostgreSQL stopped; temp dir removed")
+
+
+@contextlib.asynccontextmanager
+async def server_process(stack: Stack, **env: str) -> AsyncIterator[Stack]:
+    """A second server, `memplane serve` in a process of its own on the same database and
+    admin key (as a cluster runs it: the agent's process is not the server's), yielded as
+    *stack* with its target; SIGTERM at exit. *env*: extra MEMPLANE_* settings."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    environment = {
+        **os.environ,
+        "MEMPLANE_DATABASE__DSN": stack.app.db.dsn,
+        "MEMPLANE_AUTH__ADMIN_KEY": stack.admin_key,
+        "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false",
+        "MEMPLANE_DATA_DIR": str(stack.data_dir / "process"),
+        "MEMPLANE_GRPC__PORT": str(port),
+        **env,
+    }
+    log_path = stack.data_dir / "process.log"
+    with log_path.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memplane", "serve", env=environment, stdout=out, stderr=out
+        )
+    target = f"127.0.0.1:{port}"
+    try:
+        async with AsyncMemplaneClient(target, stack.admin_key, timeout=120) as probe:
+            waiting = asyncio.ensure_future(probe.check_health(wait_for_ready=True))
+            exited = asyncio.ensure_future(process.wait())
+            done, _ = await asyncio.wait({waiting, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if exited in done:
+                waiting.cancel()
+                raise RuntimeError(f"memplane serve exited ({process.returncode}); see {log_path}")
+            exited.cancel()
+            log(f"server process {process.pid} serving on {target}: {waiting.result()}")
+        yield dataclasses.replace(stack, target=target)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
 
 
 def _stop_embedded(pgdata: Path) -> None:

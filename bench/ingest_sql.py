@@ -16,7 +16,10 @@ What it measures (rows/s, and memplane's rate as a fraction of the SQL one)
   frequencies, quotas, the idempotency record, row-level security.
 
 How
-  One process: embedded PostgreSQL, the app and gRPC server, the psycopg reference. Both
+  The gRPC server runs as `memplane serve` in a process of its own on the bench's
+  embedded PostgreSQL (as deployed: an agent's process is not the server's); the gRPC
+  clients and the psycopg reference run in this process. --in-process serves from this
+  process instead (clients and server then share one interpreter and event loop). Both
   sides write the same N LoCoMo turns per phase, alternating which side goes first, so
   their tables grow alike (HNSW inserts get costlier as they grow).
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -50,6 +54,7 @@ from _harness import (
     log,
     memory_input,
     print_table,
+    server_process,
 )
 from pgvector.psycopg import register_vector_async
 from psycopg import sql
@@ -65,6 +70,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=256, help="rows per AddMemories call / COPY")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="callers of the one-row phase")
     p.add_argument("--users", type=int, default=100, help="user_ids the rows are spread over")
+    p.add_argument("--in-process", action="store_true", help="serve gRPC from this process (not `memplane serve`)")
     return p.parse_args()
 
 
@@ -171,8 +177,9 @@ async def main() -> None:
     vectors, seconds = await embed_documents(texts)
     log(f"embedded in {seconds:.1f} s")
     rows: list[list[Any]] = []
-    async with bench_server() as stack:
-        print(f"# {await stack.server_info()}")
+    async with bench_server() as local, contextlib.AsyncExitStack() as scope:
+        stack = local if args.in_process else await scope.enter_async_context(server_process(local))
+        print(f"# {await stack.server_info()}; gRPC server {'in this process' if args.in_process else 'a process'}")
         dsn = stack.app.db.dsn
         await create_raw_table(dsn, stack.workspace.embedding_dimensions)
         warm = slice(0, 32)
