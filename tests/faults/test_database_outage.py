@@ -1,5 +1,5 @@
 """PostgreSQL killed under a running server (SIGKILL of the postmaster), then started
-again on the same port: while it is down every RPC answers UNAVAILABLE at once — not
+again on the same port: while it is down every RPC answers UNAVAILABLE within half a second — not
 after the pool's 30 s connection wait, so well inside a 10 s deadline — and each
 service's health is NOT_SERVING (the process itself, "", stays SERVING: liveness); once
 it is back the server serves again by itself, with nothing stored lost.
@@ -87,3 +87,29 @@ async def test_a_killed_database_is_unavailable_at_once_and_the_server_recovers_
     finally:
         await statuses.aclose()
         await client.close()
+
+
+async def test_a_restart_nobody_saw_costs_a_read_no_error(
+    killable_postgres: KillablePostgres, serve: object, admin_key: str
+) -> None:
+    """PostgreSQL killed and started again between two searches: the second finds its
+    pooled connection broken (UNAVAILABLE on the server), and the SDK's channel retries it
+    (client/retry.py) once the server's probe has the database back. On the code before,
+    that search raised UnavailableError."""
+    server: ServerProcess = await serve(killable_postgres.dsn)  # type: ignore[operator]
+    async with AsyncMemplaneClient(server.target, admin_key) as admin:
+        await admin.create_workspace("blip")
+        key = (await admin.create_api_key("blip", "test")).api_key
+    async with AsyncMemplaneClient(server.target, key, timeout=DEADLINE) as client:
+        await client.add_memories([mem("the ferry leaves at dawn")])
+        lexical = retrieval_pb2.SEARCH_MODE_LEXICAL
+        for _ in range(4):  # every pooled connection has been used and is idle in the pool
+            assert len((await client.search("ferry dawn", mode=lexical)).hits) == 1
+        killable_postgres.kill()
+        killable_postgres.start()
+        try:
+            hits = (await client.search("ferry dawn", mode=lexical)).hits
+        except UnavailableError as error:  # the server's own account of the outage, to see why
+            pytest.fail(f"{error}\n{server.log.read_text(errors='replace')[-3000:]}", pytrace=False)
+        assert len(hits) == 1
+    assert "database unreachable" in server.log.read_text(errors="replace")  # the server did see it

@@ -20,6 +20,7 @@ from google.protobuf import field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from memplane.client.errors import from_rpc_error
+from memplane.client.retry import SERVICE_CONFIG
 from memplane.domain.consistency import LSN_METADATA_KEY, newest_lsn
 from memplane.v1 import (
     admin_pb2,
@@ -74,7 +75,12 @@ class AsyncMemplaneClient:
         for address in [target, *addresses.values()]:
             if address not in self._channels:
                 self._channels[address] = grpc.aio.insecure_channel(
-                    address, options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)]
+                    address,
+                    options=[
+                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+                        ("grpc.service_config", SERVICE_CONFIG),  # reads retried on UNAVAILABLE (client/retry.py)
+                        ("grpc.enable_retries", 1),
+                    ],
                 )
         self._channel = self._channels[target]
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()

@@ -5,12 +5,13 @@ A pool does not know its server died: after PostgreSQL is killed or restarted, e
 pooled connection is broken, and each new checkout waits for the pool timeout (30 s)
 while the pool fails to reconnect in the background. Instead, the first connection-level
 error (`psycopg.OperationalError` other than a statement timeout, or a pool that could
-not connect) marks the database *down*: from then on, a request fails at once with
-UNAVAILABLE (well within any deadline) instead of queueing for a connection, and one
-probe task connects afresh with exponential backoff (PROBE_FIRST_SECONDS doubling to
-PROBE_MAX_SECONDS). When a probe connects and `SELECT 1` answers, the pool drops its
-broken idle connections (`AsyncConnectionPool.check`) and the database is *up* again —
-no server restart. Listeners (the gRPC health service) hear every change.
+not connect) marks the database *down*: from then on, a request waits at most
+RECOVERY_WAIT_SECONDS for it to come back, then fails with UNAVAILABLE (well within any
+deadline) instead of queueing for a connection, and one probe task connects afresh with
+exponential backoff (PROBE_FIRST_SECONDS doubling to PROBE_MAX_SECONDS). When a probe
+connects and `SELECT 1` answers, the pool drops its broken idle connections
+(`AsyncConnectionPool.check`) and the database is *up* again — no server restart.
+Listeners (the gRPC health service) hear every change.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import psycopg
 _log = logging.getLogger(__name__)
 
 PROBE_FIRST_SECONDS = 0.05
-PROBE_MAX_SECONDS = 2.0
+PROBE_MAX_SECONDS = 0.5  # one connection attempt per half second while down: cheap, and a restart is seen soon
+RECOVERY_WAIT_SECONDS = 0.5  # a request arriving while down waits this long for the probe before UNAVAILABLE
 
 Listener = Callable[[bool], Awaitable[None]]
 
@@ -41,6 +43,7 @@ class Availability:
         self._recover = recover
         self._connect_timeout = max(1, round(connect_timeout))
         self._down_since: float | None = None
+        self._back = asyncio.Event()
         self._reason = ""
         self._probe: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
@@ -55,6 +58,17 @@ class Availability:
             return "database reachable"
         return f"database unreachable for {time.monotonic() - self._down_since:.1f} s ({self._reason})"
 
+    async def wait_up(self, seconds: float = RECOVERY_WAIT_SECONDS) -> bool:
+        """Whether the database is up, waiting up to *seconds* for the probe if it is down."""
+        if self._down_since is None:
+            return True
+        try:
+            async with asyncio.timeout(seconds):
+                await self._back.wait()
+        except TimeoutError:
+            return False
+        return self._down_since is None
+
     def listen(self, listener: Listener) -> None:
         """Call `await listener(up)` on every change (not for the current state)."""
         self._listeners.append(listener)
@@ -64,6 +78,7 @@ class Availability:
         if self._down_since is not None:
             return
         self._down_since = time.monotonic()
+        self._back.clear()
         self._reason = reason
         _log.warning("database unreachable (%s): refusing requests, probing until it answers", reason)
         self._probe = asyncio.get_running_loop().create_task(self._run_probe())
@@ -80,13 +95,14 @@ class Availability:
                     await conn.execute("SELECT 1")
                 await self._recover()
             except (psycopg.Error, OSError) as error:
-                _log.debug("database probe failed: %s; next in %.2f s", error, delay)
+                _log.info("database probe failed: %s; next in %.2f s", str(error).splitlines()[0], delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, PROBE_MAX_SECONDS)
                 continue
             break
         down_for = time.monotonic() - (self._down_since or time.monotonic())
         self._down_since = None
+        self._back.set()
         self._probe = None
         _log.warning("database reachable again after %.1f s: serving", down_for)
         await self._notify(True)

@@ -171,8 +171,8 @@ class Database:
     @asynccontextmanager
     async def _connection(self, after_lsn: str = "", wait_seconds: float = 0.0) -> AsyncIterator[Connection]:
         """A pooled connection. While the database is known to be down (`availability`),
-        `UnavailableError` at once instead of a wait for the pool timeout."""
-        if not self.availability.up:
+        `UnavailableError` within RECOVERY_WAIT_SECONDS instead of a wait for the pool timeout."""
+        if not await self.availability.wait_up():
             raise UnavailableError(self.availability.describe())
         try:
             async with self._pool.connection() as conn:
