@@ -285,6 +285,7 @@ async def main(args: argparse.Namespace) -> None:
         else:
             questions = await seed_synthetic(stack, args.locomo, int(args.size), args.users, args.seed, bulk=args.bulk)
             modes = [("per user", True), ("whole workspace", False)]
+        modes = [(m, scoped) for m, scoped in modes if ("per-user" if scoped else "whole") in args.scopes]
         log(f"VACUUM ANALYZE took {await stack.vacuum_analyze():.1f} s; {await stack.server_info()}")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             stack.app.db.dsn,
@@ -314,7 +315,8 @@ async def main(args: argparse.Namespace) -> None:
                     rows.append([
                         concurrency,
                         sql_level.p50, mp_level.p50, sql_level.p99, mp_level.p99,
-                        sql_level.result.qps, mp_level.result.qps, mp_level.result.qps / sql_level.result.qps,
+                        sql_level.result.qps, mp_level.result.qps,
+                        mp_level.result.qps / sql_level.result.qps if sql_level.result.qps else float("inf"),
                         ms(pct(embed, 50)), ms(pct(database, 50)),
                         sql_level.recall, mp_level.recall, sql_level.result.errors, mp_level.result.errors,
                     ])  # fmt: skip
@@ -343,6 +345,9 @@ if __name__ == "__main__":
     parser.add_argument("--max-seconds", type=float, default=60.0, help="time budget of one pass")
     parser.add_argument(
         "--sql-timeout", type=float, default=5.0, help="statement_timeout of the SQL reference, seconds"
+    )
+    parser.add_argument(
+        "--scopes", nargs="+", choices=["per-user", "whole"], default=["per-user", "whole"], help="what to search"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="concurrent callers")
     asyncio.run(main(parser.parse_args()))
