@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.errors import MemplaneError
+from memplane.logs import setup_logging
 from memplane.settings import Settings
 from memplane.v1 import admin_pb2, filter_pb2, memory_pb2
 
@@ -23,11 +24,7 @@ _log = logging.getLogger("memplane")
 
 
 def _setup_logging(settings: Settings) -> None:
-    if settings.log_json:
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":"%(message)s"}'
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=settings.log_level.upper(), format=fmt, stream=sys.stderr)
+    setup_logging(settings.log_level, json_lines=settings.log_json)
 
 
 async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
