@@ -116,6 +116,16 @@ async def test_an_incremental_compaction_sends_the_previous_summary(
     assert "Ship v2 of the billing service" in prompt_text(llm.requests[0])
 
 
+async def test_a_summary_leaving_sections_out_is_accepted_with_them_empty(
+    llm: FakeLLM, llm_client: AsyncMemplaneClient
+) -> None:
+    llm.script(json.dumps({"goal": ["Ship v2 of the billing service"], "progress": None}))
+    result = await llm_client.compact_messages(conversation())
+    assert result.compacted
+    assert result.method == compaction_pb2.SUMMARY_METHOD_LLM
+    assert "Ship v2 of the billing service" in result.summary
+
+
 async def test_prose_wrapped_json_is_accepted(llm: FakeLLM, llm_client: AsyncMemplaneClient) -> None:
     llm.script(f"Sure! Here is the summary you asked for:\n```json\n{json.dumps(GOOD)}\n```\nLet me know.")
     result = await llm_client.compact_messages(conversation())
@@ -128,14 +138,14 @@ async def test_prose_wrapped_json_is_accepted(llm: FakeLLM, llm_client: AsyncMem
     ("reply", "reason"),
     [
         ("Hello! How can I help you today?", "section"),  # C007: no sections at all
-        (json.dumps({"goal": ["only a goal"]}), "section"),
+        (json.dumps({"reply": "only a reply"}), "section"),  # JSON, but none of the sections
         (json.dumps({key: [] for key in GOOD}), "nothing"),  # six empty sections
         (json.dumps({key: ["None."] for key in GOOD}), "nothing"),  # six placeholders
         (json.dumps({**GOOD, "progress": ["step " * 9000]}), "budget"),  # far over 2,000 tokens
         (HttpError(500, "upstream exploded"), "500"),
         (Delay(LLM_TIMEOUT_SECONDS + 1.5, json.dumps(GOOD)), "time"),
     ],
-    ids=["greeting", "missing-sections", "empty-sections", "placeholders", "over-budget", "http-500", "timeout"],
+    ids=["greeting", "no-sections-json", "empty-sections", "placeholders", "over-budget", "http-500", "timeout"],
 )
 async def test_c007_a_failed_summariser_keeps_the_previous_summary_and_the_messages(
     llm: FakeLLM, llm_client: AsyncMemplaneClient, reply: object, reason: str

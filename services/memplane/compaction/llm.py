@@ -62,7 +62,7 @@ _KIND_ALIASES: dict[str, MemoryKind] = {
 
 class SummarizerError(Exception):
     """The summariser failed; `reason` is short and human, e.g. "timeout after 5.0 s",
-    "HTTP 500 from the LLM endpoint", "answer lacks sections: goal, progress"."""
+    "HTTP 500 from the LLM endpoint", "answer has no sections (expected goal, ...)"."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -191,7 +191,7 @@ class LLMSummarizer:
         *max_summary_tokens* tokens; the model may overshoot, so count the result.
 
         Raises `SummarizerError` when the call fails (see `ChatModel.complete`) or the
-        answer is not the structured summary ("answer lacks sections: ...").
+        answer is not the structured summary ("answer has no sections ...").
         """
         prompt = [
             {
