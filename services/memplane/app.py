@@ -29,7 +29,7 @@ from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.embedded import start_embedded
-from memplane.storage.idempotency import IdempotencyStore
+from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
@@ -60,12 +60,14 @@ class App:
     compaction: CompactionService
     blob_cleaner: BlobCleaner
     retention_sweeper: Sweeper
+    idempotency_sweeper: Sweeper
     chat_model: ChatModel | None = None
 
     async def close(self) -> None:
         """Stop the sweepers, close the LLM client and the connection pool."""
         await self.blob_cleaner.stop()
         await self.retention_sweeper.stop()
+        await self.idempotency_sweeper.stop()
         if self.chat_model is not None:
             await self.chat_model.close()
         await self.db.close()
@@ -178,6 +180,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         ),
         blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
         retention_sweeper=retention_sweeper(db, settings),
+        idempotency_sweeper=idempotency_sweeper(db, settings),
         chat_model=chat_model,
     )
     await bootstrap(app, keys)
@@ -217,6 +220,17 @@ def retention_sweeper(db: Database, settings: Settings) -> Sweeper:
         return await delete_expired_memories(db, now=cutoff, batch_size=settings.retention.sweep_batch_size)
 
     return Sweeper("expired memories", sweep, interval_seconds=settings.retention.sweep_interval_seconds)
+
+
+def idempotency_sweeper(db: Database, settings: Settings) -> Sweeper:
+    """The background deletion of request-id records older than
+    `retention.idempotency_seconds` (started by a write-back server)."""
+
+    async def sweep() -> int:
+        before = datetime.now(UTC) - timedelta(seconds=settings.retention.idempotency_seconds)
+        return await delete_expired_records(db, before=before)
+
+    return Sweeper("expired idempotency records", sweep, interval_seconds=settings.retention.sweep_interval_seconds)
 
 
 async def bootstrap(app: App, keys: ApiKeyStore) -> None:

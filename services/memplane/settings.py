@@ -256,6 +256,12 @@ class RetentionSettings(BaseModel):
         description="Seconds an expired memory stays readable with filter.include_expired before the sweep "
         "erases it (a window to recover from a wrong expiry, like a trash folder).",
     )
+    idempotency_seconds: float = Field(
+        default=86_400.0,
+        ge=1,
+        description="Seconds a write's request_id is remembered: a retry within it replays the first reply; the "
+        "sweep then deletes the record, and a retry after that is a new request (stored again).",
+    )
 
 
 class Settings(BaseSettings):

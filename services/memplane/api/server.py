@@ -97,6 +97,7 @@ async def start_server(
             server,
         )
         app.retention_sweeper.start()  # expired memories are erased by the servers that write them
+        app.idempotency_sweeper.start()  # and request-id records past their retention deleted
     if "compaction" in services:
         compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
             CompactionServicer(

@@ -2,7 +2,10 @@
 
 The record is inserted in the write's own transaction. A concurrent duplicate blocks on
 the primary key until the first commits, then finds the record (or, if the first rolled
-back, does the work itself) — so a request is applied at most once.
+back, does the work itself) — so a request is applied at most once. A record is kept
+`retention.idempotency_seconds` (24 h by default), then deleted by a sweep
+(`delete_expired_records`, every `retention.sweep_interval_seconds`): a retry after
+that is a new request and is stored again.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from memplane.storage.database import Connection, fetch_one
+from memplane.storage.database import Connection, Database, fetch_one
 
 
 def request_hash(method: str, body: Any) -> bytes:
@@ -75,3 +79,26 @@ class IdempotencyStore:
             "UPDATE idempotency_keys SET result = %s WHERE workspace_key = %s AND request_id = %s",
             (Jsonb(result), workspace_key, request_id),
         )
+
+
+_EXPIRE = (
+    "DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys WHERE created_at < %(before)s"
+    " ORDER BY created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+)
+
+
+async def delete_expired_records(db: Database, *, before: datetime, batch_size: int = 1000) -> int:
+    """Delete the idempotency records created before *before*, *batch_size* per admin
+    transaction (rows a concurrent sweep or write holds are skipped); return how many.
+    A retry of such a request id is then a new request (stored again). Raises
+    `ValueError` for a batch size < 1."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    deleted = 0
+    while True:
+        async with db.admin() as conn:
+            cur = await conn.execute(_EXPIRE, {"before": before, "batch": batch_size})
+            count = cur.rowcount
+        deleted += count
+        if count < batch_size:
+            return deleted
