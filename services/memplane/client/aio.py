@@ -66,7 +66,10 @@ class AsyncMemplaneClient:
         *,
         timeout: float = 60.0,
         targets: Mapping[str, str] | None = None,
+        retry_reads: bool = True,
     ) -> None:
+        """*retry_reads*: the channels retry reads on UNAVAILABLE (`memplane.client.retry`);
+        False sends every call once."""
         unknown = set(targets or {}) - set(SERVICE_NAMES)
         if unknown:
             raise ValueError(f"unknown services in targets: {sorted(unknown)}; choose from {SERVICE_NAMES}")
@@ -78,8 +81,9 @@ class AsyncMemplaneClient:
                     address,
                     options=[
                         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                        ("grpc.service_config", SERVICE_CONFIG),  # reads retried on UNAVAILABLE (client/retry.py)
-                        ("grpc.enable_retries", 1),
+                        # reads retried on UNAVAILABLE (client/retry.py)
+                        *([("grpc.service_config", SERVICE_CONFIG)] if retry_reads else []),
+                        ("grpc.enable_retries", int(retry_reads)),
                     ],
                 )
         self._channel = self._channels[target]
