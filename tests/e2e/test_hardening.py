@@ -69,6 +69,12 @@ async def test_identity_keys_are_refused_in_any_letter_case(workspace: TestWorks
     assert await list_all(workspace.client) == []
 
 
+async def test_get_transcript_caps_session_id_as_every_scope_field(workspace: TestWorkspace) -> None:
+    with pytest.raises(InvalidArgumentError) as caught:
+        await workspace.client.get_transcript("s" * 1_000_000)
+    assert fields(caught.value) == ["session_id"]
+
+
 @pytest.mark.parametrize(
     "token",
     [

@@ -97,6 +97,21 @@ def test_identity_keys_are_refused_in_metadata(key: str) -> None:
     assert key in v.items[0].description
 
 
+@pytest.mark.parametrize(
+    ("metadata", "path"),
+    [
+        ({"workspace_key": 7}, "workspace_key"),
+        ({"profile": {"User_Id": "victim"}}, "profile.User_Id"),
+        ({"people": [{"ok": 1}, {"tenant_id": "t"}]}, "people.[1].tenant_id"),
+    ],
+)
+def test_identity_keys_are_refused_at_any_depth(metadata: dict[str, object], path: str) -> None:
+    v = Violations()
+    check_metadata(v, "m", metadata, LIMITS)
+    assert [i.field for i in v.items] == ["m"]
+    assert path in v.items[0].description
+
+
 def test_metadata_size_limit_is_exact() -> None:
     # {"k":"…"} is 8 bytes of JSON around the value.
     at_limit = {"k": "x" * (LIMITS.max_metadata_bytes - 8)}

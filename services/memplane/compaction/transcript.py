@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from memplane.compaction.content_ids import with_content_ids
 from memplane.domain.context import ContextMessage
 from memplane.domain.models import Scope, Workspace
-from memplane.domain.validation import Violations
+from memplane.domain.validation import Violations, check_text
 from memplane.settings import LimitsSettings
 from memplane.storage.database import Database
 from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
@@ -41,6 +41,8 @@ class SessionTranscript:
         v = Violations()
         if not session_id:
             v.add("session_id", "must not be empty")
+        else:  # the limit every scope field has in every RPC
+            check_text(v, "session_id", session_id, self._limits.max_id_bytes)
         if not 0 <= page_size <= self._limits.max_page_size:
             v.add("page_size", f"must be 0 to {self._limits.max_page_size}")
         after = 0

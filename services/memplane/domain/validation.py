@@ -19,7 +19,9 @@ from memplane.settings import LimitsSettings
 
 # Keys that decide who a memory belongs to; they live in `scope`, never in metadata
 # (shared case C004: identity keys in metadata moved memories into another scope).
-IDENTITY_KEYS = frozenset({"user_id", "agent_id", "session_id", "workspace", "workspace_id", "run_id"})
+IDENTITY_KEYS = frozenset(
+    {"user_id", "agent_id", "session_id", "workspace", "workspace_id", "workspace_key", "run_id", "tenant_id"}
+)
 
 WORKSPACE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")  # \Z: "$" would accept a trailing newline
 
@@ -93,9 +95,27 @@ def _visible(text: str) -> bool:
     return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc") for ch in text)
 
 
+def _identity_paths(value: Any, prefix: str, depth: int = 0) -> list[str]:
+    """Dotted paths of identity keys in *value* (objects inside objects and lists), up to a
+    depth past any allowed one (deeper input is refused for its depth anyway)."""
+    if depth > 64:
+        return []
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            path = f"{prefix}{key}"
+            if str(key).lower() in IDENTITY_KEYS:
+                found.append(path)
+            found += _identity_paths(inner, f"{path}.", depth + 1)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            found += _identity_paths(inner, f"{prefix}[{i}].", depth + 1)
+    return found
+
+
 def check_metadata(v: Violations, field: str, metadata: dict[str, Any], limits: LimitsSettings) -> None:
-    """Size, depth, finite numbers, no NULs, and no identity keys at the top level."""
-    bad = sorted(k for k in metadata if k.lower() in IDENTITY_KEYS)
+    """Size, depth, finite numbers, no NULs, and no identity keys at any depth."""
+    bad = sorted(_identity_paths(metadata, ""))
     if bad:
         v.add(field, f"identity keys {bad} are not allowed in metadata; set them in scope")
         return
