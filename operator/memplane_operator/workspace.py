@@ -26,7 +26,14 @@ TenantClaim = tuple[str, str, str, str]
 
 def earlier_claim(ctx: Ctx, claims: Iterable[TenantClaim]) -> TenantClaim | None:
     """Another MemoryWorkspace claiming the same tenantId before this one (by creation time,
-    then uid), if any: the first claim wins, the later ones are Conflict."""
+    then uid), if any: the first claim wins, the later ones are Conflict.
+
+    creationTimestamp has one-second resolution, so two objects made in the same second
+    tie and the uid decides — unless this one already holds the workspace (its status
+    names it): a holder loses only to a claim from a strictly earlier second, so the
+    arrival of a same-second duplicate never takes a Ready workspace away from its owner
+    (the duplicate then meets the owner labels: WorkspaceOwnedElsewhere)."""
+    holds = bool(ctx.observed.get("workspace")) and ctx.observed.get("workspace") == ctx.spec.tenant_id
     mine: TenantClaim | None = None
     others: list[TenantClaim] = []
     for claim in claims:
@@ -36,7 +43,7 @@ def earlier_claim(ctx: Ctx, claims: Iterable[TenantClaim]) -> TenantClaim | None
             others.append(claim)
     if mine is None:
         return min(others, key=lambda c: (c[3], c[2])) if others else None
-    earlier = [c for c in others if (c[3], c[2]) < (mine[3], mine[2])]
+    earlier = [c for c in others if (c[3] < mine[3] if holds else (c[3], c[2]) < (mine[3], mine[2]))]
     return min(earlier, key=lambda c: (c[3], c[2])) if earlier else None
 
 

@@ -106,7 +106,7 @@ def test_conditions_keep_transition_times_and_derive_ready_per_generation() -> N
 
 
 def test_the_earliest_claim_wins() -> None:
-    ctx: Any = SimpleNamespace(uid="b")
+    ctx: Any = SimpleNamespace(uid="b", observed={}, spec=SimpleNamespace(tenant_id="t"))
     mine = ("ns2", "w", "b", "2026-01-02T00:00:00Z")
     first = ("ns1", "w", "a", "2026-01-01T00:00:00Z")
     later = ("ns3", "w", "c", "2026-01-03T00:00:00Z")
@@ -114,6 +114,17 @@ def test_the_earliest_claim_wins() -> None:
     assert earlier_claim(ctx, [mine, later]) is None
     tie = ("ns0", "w", "a", mine[3])  # same second: the uid decides
     assert earlier_claim(ctx, [mine, tie]) == tie
+
+
+def test_a_holder_keeps_its_workspace_against_a_same_second_duplicate() -> None:
+    """CI saw a Ready MemoryWorkspace turn Conflict when a duplicate made in the same second
+    had a smaller uid: the holder's next resync judged the duplicate earlier."""
+    holder: Any = SimpleNamespace(uid="b", observed={"workspace": "t"}, spec=SimpleNamespace(tenant_id="t"))
+    mine = ("ns1", "first", "b", "2026-01-02T00:00:00Z")
+    same_second = ("ns2", "second", "a", mine[3])
+    assert earlier_claim(holder, [mine, same_second]) is None
+    strictly_earlier = ("ns0", "zeroth", "c", "2026-01-01T23:59:59Z")
+    assert earlier_claim(holder, [mine, same_second, strictly_earlier]) == strictly_earlier
 
 
 @pytest.mark.parametrize(
