@@ -218,7 +218,11 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(*WORKSPACES, id="reconcile", registry=registry)(reconcile)
     interval = settings.resync_seconds
-    kopf.timer(*WORKSPACES, id="resync", interval=interval, initial_delay=interval, registry=registry)(resync)
+    # backoff: a failed pass (a transient API-server error) is retried after one interval,
+    # not kopf's default 60 s (which once held a due key revocation a minute in CI).
+    kopf.timer(
+        *WORKSPACES, id="resync", interval=interval, initial_delay=interval, backoff=interval, registry=registry
+    )(resync)
     kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
 
 
