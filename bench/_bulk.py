@@ -63,8 +63,9 @@ async def bulk_seed(stack: Stack, n: int, rows: Callable[[int, int], Iterable[Ro
         await conn.execute("SET maintenance_work_mem = '6GB'")
         await conn.execute("SET max_parallel_maintenance_workers = 1")
         await conn.execute(sql.SQL("ALTER TABLE memories DETACH PARTITION {}").format(sql.Identifier(part)))
-        local = [d for name, d, _ in await _indexes(conn, part) if name == f"{part}_hnsw"]
-        for name, _, constraint in await _indexes(conn, part):
+        indexes = await _indexes(conn, part)
+        local = [d for name, d, _ in indexes if name == f"{part}_hnsw"]
+        for name, _, constraint in indexes:
             if constraint:
                 await conn.execute(
                     sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(

@@ -70,6 +70,7 @@ from memplane.v1 import filter_pb2, memory_pb2
 CACHE = Path.home() / ".cache" / "memplane-bench"
 DEPTH = 50  # candidates per signal, as memplane's default (max(top_k * 5, 50))
 TOP_K = 10
+MODES = [("per user", True, "per-user"), ("whole workspace", False, "whole")]  # (title, scoped, --scopes name)
 
 SQL_HYBRID = """
 WITH q AS (
@@ -281,11 +282,9 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_server() as stack:
         if args.size == "locomo":
             questions = await seed_locomo(stack, args.locomo)
-            modes = [("per user", True), ("whole workspace", False)]
         else:
             questions = await seed_synthetic(stack, args.locomo, int(args.size), args.users, args.seed, bulk=args.bulk)
-            modes = [("per user", True), ("whole workspace", False)]
-        modes = [(m, scoped) for m, scoped in modes if ("per-user" if scoped else "whole") in args.scopes]
+        modes = [(m, scoped) for m, scoped, flag in MODES if flag in args.scopes]
         log(f"VACUUM ANALYZE took {await stack.vacuum_analyze():.1f} s; {await stack.server_info()}")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             stack.app.db.dsn,

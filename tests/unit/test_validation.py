@@ -102,7 +102,7 @@ def test_identity_keys_are_refused_in_metadata(key: str) -> None:
     [
         ({"workspace_key": 7}, "workspace_key"),
         ({"profile": {"User_Id": "victim"}}, "profile.User_Id"),
-        ({"people": [{"ok": 1}, {"tenant_id": "t"}]}, "people.[1].tenant_id"),
+        ({"people": [{"ok": 1}, {"tenant_id": "t"}]}, "people[1].tenant_id"),
     ],
 )
 def test_identity_keys_are_refused_at_any_depth(metadata: dict[str, object], path: str) -> None:
@@ -110,6 +110,12 @@ def test_identity_keys_are_refused_at_any_depth(metadata: dict[str, object], pat
     check_metadata(v, "m", metadata, LIMITS)
     assert [i.field for i in v.items] == ["m"]
     assert path in v.items[0].description
+
+
+def test_nested_metadata_without_identity_keys_is_accepted() -> None:
+    v = Violations()
+    check_metadata(v, "m", {"profile": {"name": "x", "tags": [{"user": "not an identity key"}]}}, LIMITS)
+    assert v.items == []
 
 
 def test_metadata_size_limit_is_exact() -> None:

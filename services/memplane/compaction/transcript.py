@@ -39,10 +39,7 @@ class SessionTranscript:
         ("" on the last page). Raises `InvalidArgumentError` (session_id, page_size,
         page_token)."""
         v = Violations()
-        if not session_id:
-            v.add("session_id", "must not be empty")
-        else:  # the limit every scope field has in every RPC
-            check_text(v, "session_id", session_id, self._limits.max_id_bytes)
+        check_text(v, "session_id", session_id, self._limits.max_id_bytes, required=True)  # as every scope field
         if not 0 <= page_size <= self._limits.max_page_size:
             v.add("page_size", f"must be 0 to {self._limits.max_page_size}")
         after = 0

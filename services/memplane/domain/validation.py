@@ -109,7 +109,7 @@ def _identity_paths(value: Any, prefix: str, depth: int = 0) -> list[str]:
             found += _identity_paths(inner, f"{path}.", depth + 1)
     elif isinstance(value, list):
         for i, inner in enumerate(value):
-            found += _identity_paths(inner, f"{prefix}[{i}].", depth + 1)
+            found += _identity_paths(inner, f"{prefix.removesuffix('.')}[{i}].", depth + 1)
     return found
 
 

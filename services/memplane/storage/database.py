@@ -104,6 +104,22 @@ class Database:
         async with self._connection() as conn, conn.transaction():
             yield conn
 
+    async def delete_in_batches(self, statement: Any, params: Mapping[str, Any], *, batch_size: int) -> int:
+        """Run *statement* (a DELETE of at most %(batch)s rows) in one admin transaction
+        after another until a run deletes fewer than *batch_size*; the total deleted.
+        Short transactions keep locks and WAL per commit bounded (the sweeps). Raises
+        `ValueError` for a batch size < 1; database errors propagate."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        deleted = 0
+        while True:
+            async with self.admin() as conn:
+                cur = await conn.execute(statement, {**params, "batch": batch_size})
+                count = cur.rowcount
+            deleted += count
+            if count < batch_size:
+                return deleted
+
     async def wal_lsn(self) -> str:
         """The server's current WAL write position (`pg_current_wal_lsn()`, "X/Y" hex) as
         seen after the caller's commits: a standby that has replayed up to it shows them.

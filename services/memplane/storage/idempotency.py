@@ -92,13 +92,4 @@ async def delete_expired_records(db: Database, *, before: datetime, batch_size: 
     transaction (rows a concurrent sweep or write holds are skipped); return how many.
     A retry of such a request id is then a new request (stored again). Raises
     `ValueError` for a batch size < 1."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    deleted = 0
-    while True:
-        async with db.admin() as conn:
-            cur = await conn.execute(_EXPIRE, {"before": before, "batch": batch_size})
-            count = cur.rowcount
-        deleted += count
-        if count < batch_size:
-            return deleted
+    return await db.delete_in_batches(_EXPIRE, {"before": before}, batch_size=batch_size)

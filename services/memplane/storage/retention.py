@@ -50,16 +50,6 @@ async def delete_expired_memories(db: Database, *, now: datetime, batch_size: in
     (short locks, bounded WAL per commit); return how many. Rows locked by a concurrent
     sweep (another replica) or writer are skipped, not waited for. Raises `ValueError`
     for a batch size < 1; database errors propagate."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    deleted = 0
-    while True:
-        async with db.admin() as conn:
-            cur = await conn.execute(
-                sql.SQL(_SWEEP).format(removal=removal_cte("d")),
-                {"now": now, "batch": batch_size, "actor": RETENTION_ACTOR},
-            )
-            count = cur.rowcount
-        deleted += count
-        if count < batch_size:
-            return deleted
+    return await db.delete_in_batches(
+        sql.SQL(_SWEEP).format(removal=removal_cte("d")), {"now": now, "actor": RETENTION_ACTOR}, batch_size=batch_size
+    )
