@@ -232,6 +232,14 @@ class CompactionSettings(BaseModel):
         default=100 * 1024, gt=0, description="Byte limit of current-turn tool outputs (ReMe: 100 KB)."
     )
     old_tool_result_bytes: int = Field(default=3 * 1024, gt=0, description="Byte limit of older tool outputs (3 KB).")
+    tool_result_window_share: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="PrepareContext: the recent tool outputs together keep at most this share of max_input_tokens, "
+        "read as bytes (a token of a byte-level BPE encoding is at least one byte, so B bytes are at most B tokens); "
+        "the byte limits are lowered to it. 0.8 keeps ReMe's 100 KB at its 128,000-token window.",
+    )
     keep_last_messages: int = Field(default=3, ge=0, description="Last messages never cut below the recent limit.")
     tool_result_retention_seconds: float = Field(
         default=3 * 24 * 3600.0, gt=0, description="Seconds a stored tool output is kept (ReMe: 3 days)."
