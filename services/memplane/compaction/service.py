@@ -128,7 +128,9 @@ class CompactionService:
         `tool_result_window_share` of the window: that many tokens read as bytes, shared
         equally by the recent outputs (B bytes are at most B tokens in a byte-level BPE:
         every token stands for at least one byte). The old limit never exceeds the recent
-        one. Unchanged when the limits already fit (ReMe's 100 KB at a 128,000 window)."""
+        one. Unchanged when the limits already fit (ReMe's 100 KB at a 128,000 window) or
+        no recent message holds a tool output (older ones are compacted away when the
+        context is over the threshold)."""
         per_message = tool_output.plan_limits(
             messages,
             recent_max_bytes=limits.recent_max_bytes,
@@ -142,8 +144,8 @@ class CompactionService:
             for block in message.blocks
         )
         share = max(1, int(window_tokens * self._settings.tool_result_window_share) // max(1, recent))
-        if limits.recent_max_bytes <= share:
-            return limits
+        if recent == 0 or limits.recent_max_bytes <= share:
+            return limits  # older outputs are bounded by compaction, which summarises them away
         return dataclasses.replace(limits, recent_max_bytes=share, old_max_bytes=min(limits.old_max_bytes, share))
 
     def default_tool_limits(self) -> ToolResultLimits:
