@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -80,6 +80,25 @@ class GrpcSettings(BaseModel):
     max_message_bytes: int = Field(
         default=16 * 1024 * 1024, description="Largest request or response message, in bytes."
     )
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="PEM certificate chain of the listener. Set (with tls_key_file): the port speaks TLS only, "
+        "and the files are re-read when they change (checked on every new connection), no restart. Unset: plaintext.",
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle; set: mutual TLS, every client must present a certificate it signed. "
+        "Re-read on change like the certificate.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> GrpcSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("set grpc.tls_cert_file and grpc.tls_key_file together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("grpc.tls_client_ca_file needs grpc.tls_cert_file and grpc.tls_key_file")
+        return self
 
 
 class EmbeddingSettings(BaseModel):
