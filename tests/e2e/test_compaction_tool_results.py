@@ -336,3 +336,42 @@ async def test_a_cut_output_still_in_use_is_kept_longer(workspace: TestWorkspace
         row = await cur.fetchone()
     assert row is not None
     assert row[0] is True  # the blob now lives about a day, not a minute
+
+
+async def reply_tokens(client: AsyncMemplaneClient, reply: compaction_pb2.PrepareContextResponse, system: str) -> int:
+    """Tokens of what PrepareContext hands back to the model: the system prompt, the
+    summary and the messages, counted by the server (CheckContext)."""
+    split = await client.check_context(list(reply.messages), system_prompt=system, previous_summary=reply.summary)
+    return int(split.total_tokens)
+
+
+@pytest.mark.parametrize("window", [2_048, 8_192, 32_000])
+async def test_prepare_context_returns_no_more_than_the_window_with_a_162_kb_tool_output(
+    workspace: TestWorkspace, window: int
+) -> None:
+    # A new user turn whose tool call answered 162 KB: the current turn cannot be
+    # compacted away, so only the tool-output limit keeps it inside the model's window.
+    system = "You are a careful agent."
+    original = log_lines(162 * KB, seed=3)
+    messages = [
+        text_message("user", "Find the failing worker in today's log."),
+        tool_call("c1", "read_log", '{"day": "today"}'),
+        tool_output("c1", original, tool="read_log"),
+    ]
+    reply = await workspace.client.prepare_context(messages, system_prompt=system, max_input_tokens=window)
+    assert reply.truncated_tool_results == 1
+    assert await reply_tokens(workspace.client, reply, system) <= window
+    # Nothing is lost: the rest of the output reads back from its reference.
+    t = result_block(reply.messages[-1]).truncation
+    head = kept_prefix(original, t.kept_bytes)
+    assert head + await read_rest(workspace.client, t.ref, t.resume_line, t.resume_column) == original
+
+
+async def test_prepare_context_shares_the_window_between_several_recent_tool_outputs(workspace: TestWorkspace) -> None:
+    window = 8_192
+    messages = [text_message("user", "Compare the three logs.")]
+    for i in range(3):
+        messages += [tool_call(f"c{i}", "read_log"), tool_output(f"c{i}", log_lines(60 * KB, seed=i), tool="read_log")]
+    reply = await workspace.client.prepare_context(messages, max_input_tokens=window)
+    assert reply.truncated_tool_results == 3
+    assert await reply_tokens(workspace.client, reply, "") <= window

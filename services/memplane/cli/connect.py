@@ -1,11 +1,14 @@
 """Where the CLI finds the server and its key: flags, then MEMPLANE_TARGET /
 MEMPLANE_API_KEY / MEMPLANE_ADMIN_KEY, then data_dir/credentials.json written by the
-server's first local run (so the quick start needs no copy-paste)."""
+server's first local run (so the quick start needs no copy-paste). TLS: an "https://"
+target, or `--ca-file` / MEMPLANE_TLS_CA_FILE (the CA bundle that signed the server's
+certificate)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from memplane.client.aio import DEFAULT_TARGET, AsyncMemplaneClient
 from memplane.credentials import CREDENTIALS_FILE, read_credentials
@@ -15,12 +18,29 @@ from memplane.settings import Settings
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=None, help=f"server host:port (default {DEFAULT_TARGET})")
     parser.add_argument("--api-key", default=None, help="workspace or admin API key")
+    parser.add_argument(
+        "--ca-file",
+        default=None,
+        help="PEM CA bundle that signed the server's TLS certificate; turns TLS on (env MEMPLANE_TLS_CA_FILE)",
+    )
 
 
 def _target(ns: argparse.Namespace, settings: Settings) -> str:
     if ns.target:
         return str(ns.target)
     return os.environ.get("MEMPLANE_TARGET") or f"{settings.grpc.host}:{settings.grpc.port}"
+
+
+def _root_certificates(ns: argparse.Namespace) -> bytes | None:
+    """The CA bundle of --ca-file or MEMPLANE_TLS_CA_FILE, None when neither is set.
+    Raises `SystemExit` naming the file when it cannot be read."""
+    path = getattr(ns, "ca_file", None) or os.environ.get("MEMPLANE_TLS_CA_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise SystemExit(f"memplane: --ca-file {path}: {exc.strerror or exc}") from None
 
 
 def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
@@ -30,7 +50,7 @@ def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplan
         or os.environ.get("MEMPLANE_API_KEY")
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("api_key", "")
     )
-    return AsyncMemplaneClient(_target(ns, settings), key)
+    return AsyncMemplaneClient(_target(ns, settings), key, root_certificates=_root_certificates(ns))
 
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
@@ -42,4 +62,4 @@ def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneCli
         or configured
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("admin_key", "")
     )
-    return AsyncMemplaneClient(_target(ns, settings), key)
+    return AsyncMemplaneClient(_target(ns, settings), key, root_certificates=_root_certificates(ns))

@@ -53,7 +53,7 @@ def _factory(ns: argparse.Namespace, settings: Settings) -> ClientFactory:
     """Workspace clients for the same target as the admin client, one per minted key."""
 
     def make(api_key: str) -> AsyncMemplaneClient:
-        return workspace_client(argparse.Namespace(target=ns.target, api_key=api_key), settings)
+        return workspace_client(argparse.Namespace(target=ns.target, api_key=api_key, ca_file=ns.ca_file), settings)
 
     return make
 

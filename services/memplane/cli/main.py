@@ -31,6 +31,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     from memplane.api.interceptors import server_interceptors
     from memplane.api.server import start_server
+    from memplane.api.tls import TlsFiles
     from memplane.app import build_app
     from memplane.telemetry import setup_telemetry
 
@@ -42,6 +43,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
         port=settings.grpc.port if ns.port is None else ns.port,
         services=ns.services.split(","),
         interceptors=interceptors,
+        tls=TlsFiles.from_settings(settings.grpc),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -19,8 +20,9 @@ import grpc
 from google.protobuf import field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from memplane.client.channels import TlsOptions, open_channel, parse_target
 from memplane.client.errors import from_rpc_error
-from memplane.client.retry import SERVICE_CONFIG
+from memplane.client.retry import new_request_id
 from memplane.domain.consistency import LSN_METADATA_KEY, newest_lsn
 from memplane.v1 import (
     admin_pb2,
@@ -41,7 +43,6 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 
 SERVICE_NAMES = ("retrieval", "writeback", "compaction", "admin")
-_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class AsyncMemplaneClient:
@@ -67,24 +68,30 @@ class AsyncMemplaneClient:
         timeout: float = 60.0,
         targets: Mapping[str, str] | None = None,
         retry_reads: bool = True,
+        attempt_timeout: float | None = None,
+        tls: bool | None = None,
+        root_certificates: bytes | None = None,
+        client_certificate: tuple[bytes, bytes] | None = None,
     ) -> None:
-        """*retry_reads*: the channels retry reads on UNAVAILABLE (`memplane.client.retry`);
-        False sends every call once."""
+        """*retry_reads*: the channels retry idempotent calls — reads, and writes, which
+        always carry a request_id — on UNAVAILABLE and DEADLINE_EXCEEDED within the
+        call's deadline, throttled by a retry budget (`memplane.client.retry`); False
+        sends every call once. *attempt_timeout*: seconds an attempt of an idempotent call
+        may wait for its reply before it is retried (None: the whole deadline). TLS (`memplane.client.channels`): an "https://"
+        target, or *tls* True, or a *root_certificates* PEM bundle (the CA that signed the
+        server's certificate; None: the system's roots) turns it on; *client_certificate*
+        is a (certificate chain, private key) PEM pair for a server asking for mutual TLS.
+        Raises `ValueError` for an "http://" target with *tls* True."""
         unknown = set(targets or {}) - set(SERVICE_NAMES)
         if unknown:
             raise ValueError(f"unknown services in targets: {sorted(unknown)}; choose from {SERVICE_NAMES}")
+        options = TlsOptions(tls, root_certificates, client_certificate)
         addresses = {name: (targets or {}).get(name) or target for name in SERVICE_NAMES}
         self._channels: dict[str, grpc.aio.Channel] = {}
         for address in [target, *addresses.values()]:
             if address not in self._channels:
-                self._channels[address] = grpc.aio.insecure_channel(
-                    address,
-                    options=[
-                        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                        # reads retried on UNAVAILABLE (client/retry.py)
-                        *([("grpc.service_config", SERVICE_CONFIG)] if retry_reads else []),
-                        ("grpc.enable_retries", int(retry_reads)),
-                    ],
+                self._channels[address] = open_channel(
+                    *parse_target(address, options), options, retry=retry_reads, attempt_timeout=attempt_timeout
                 )
         self._channel = self._channels[target]
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
@@ -99,8 +106,10 @@ class AsyncMemplaneClient:
     def from_env(cls, environ: Mapping[str, str] | None = None, *, timeout: float = 60.0) -> AsyncMemplaneClient:
         """A client from MEMPLANE_TARGET and MEMPLANE_API_KEY, and MEMPLANE_RETRIEVAL_TARGET /
         _WRITEBACK_TARGET / _COMPACTION_TARGET when set (the keys of the Secret the
-        operator writes for a MemoryWorkspace; mount it with `envFrom`). *environ*
-        defaults to `os.environ`. Raises `KeyError` naming a missing variable."""
+        operator writes for a MemoryWorkspace; mount it with `envFrom`), and TLS with
+        the CA bundle at the path MEMPLANE_TLS_CA_FILE when set. *environ* defaults to
+        `os.environ`. Raises `KeyError` naming a missing variable, `OSError` for an
+        unreadable CA file."""
         env = os.environ if environ is None else environ
         missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
         if missing:
@@ -108,7 +117,14 @@ class AsyncMemplaneClient:
         targets = {
             n: env[f"MEMPLANE_{n.upper()}_TARGET"] for n in SERVICE_NAMES if env.get(f"MEMPLANE_{n.upper()}_TARGET")
         }
-        return cls(env["MEMPLANE_TARGET"], env["MEMPLANE_API_KEY"], timeout=timeout, targets=targets)
+        ca_file = env.get("MEMPLANE_TLS_CA_FILE")
+        return cls(
+            env["MEMPLANE_TARGET"],
+            env["MEMPLANE_API_KEY"],
+            timeout=timeout,
+            targets=targets,
+            root_certificates=Path(ca_file).read_bytes() if ca_file else None,
+        )
 
     async def __aenter__(self) -> AsyncMemplaneClient:
         return self
@@ -145,9 +161,12 @@ class AsyncMemplaneClient:
     async def add_memories(
         self, memories: Sequence[memory_pb2.MemoryInput], *, request_id: str = ""
     ) -> list[memory_pb2.Memory]:
-        """Store memories as given; returns them with ids and versions."""
+        """Store memories as given; returns them with ids and versions. Every write of
+        this client carries a *request_id* (a fresh one unless given: pass your own to
+        retry a write yourself across processes), so the channel retries it safely."""
         reply = await self._call(
-            self.writeback.AddMemories, writeback_pb2.AddMemoriesRequest(memories=memories, request_id=request_id)
+            self.writeback.AddMemories,
+            writeback_pb2.AddMemoriesRequest(memories=memories, request_id=request_id or new_request_id()),
         )
         return list(reply.memories)
 
@@ -161,7 +180,9 @@ class AsyncMemplaneClient:
         """Store a conversation's messages (transcript + one episodic memory each)."""
         return await self._call(
             self.writeback.WriteConversation,
-            writeback_pb2.WriteConversationRequest(scope=scope, messages=messages, request_id=request_id),
+            writeback_pb2.WriteConversationRequest(
+                scope=scope, messages=messages, request_id=request_id or new_request_id()
+            ),
         )
 
     async def update_memory(
@@ -181,7 +202,7 @@ class AsyncMemplaneClient:
                 memory=memory,
                 update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
                 expected_version=expected_version,
-                request_id=request_id,
+                request_id=request_id or new_request_id(),
             ),
         )
         return reply.memory
@@ -190,7 +211,9 @@ class AsyncMemplaneClient:
         """Delete one memory; returns its id."""
         reply = await self._call(
             self.writeback.DeleteMemory,
-            writeback_pb2.DeleteMemoryRequest(id=memory_id, expected_version=expected_version, request_id=request_id),
+            writeback_pb2.DeleteMemoryRequest(
+                id=memory_id, expected_version=expected_version, request_id=request_id or new_request_id()
+            ),
         )
         return reply.id
 
@@ -200,7 +223,7 @@ class AsyncMemplaneClient:
         """Erase every memory (and transcript message) of a scope."""
         return await self._call(
             self.writeback.DeleteMemoriesByScope,
-            writeback_pb2.DeleteMemoriesByScopeRequest(scope=scope, request_id=request_id),
+            writeback_pb2.DeleteMemoriesByScopeRequest(scope=scope, request_id=request_id or new_request_id()),
         )
 
     async def list_memory_events(self, memory_id: str) -> list[memory_pb2.MemoryEvent]:
@@ -300,7 +323,9 @@ class AsyncMemplaneClient:
     async def summarize_session(
         self, scope: memory_pb2.Scope, messages: Sequence[compaction_pb2.ContextMessage] = (), **fields: Any
     ) -> compaction_pb2.SummarizeSessionResponse:
-        """Turn a session span into memories (summary, language, summarizer, request_id)."""
+        """Turn a session span into memories (summary, language, summarizer, request_id:
+        a fresh one unless given, so the channel's retry stores it once)."""
+        fields["request_id"] = fields.get("request_id") or new_request_id()
         request = compaction_pb2.SummarizeSessionRequest(scope=scope, messages=messages, **fields)
         return await self._call(self.compaction.SummarizeSession, request)
 

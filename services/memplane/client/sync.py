@@ -23,17 +23,20 @@ class MemplaneClient:
         *,
         timeout: float = 60.0,
         targets: Mapping[str, str] | None = None,
+        **options: Any,
     ) -> None:
+        """*options*: `AsyncMemplaneClient`'s other keyword arguments (retry_reads, tls,
+        root_certificates, client_certificate)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="memplane-client", daemon=True)
         self._thread.start()
-        self._client: AsyncMemplaneClient = self._run(self._make(target, api_key, timeout, targets))
+        self._client: AsyncMemplaneClient = self._run(self._make(target, api_key, timeout, targets, options))
 
     @staticmethod
     async def _make(
-        target: str, api_key: str, call_timeout: float, targets: Mapping[str, str] | None
+        target: str, api_key: str, call_timeout: float, targets: Mapping[str, str] | None, options: dict[str, Any]
     ) -> AsyncMemplaneClient:
-        return AsyncMemplaneClient(target, api_key, timeout=call_timeout, targets=targets)
+        return AsyncMemplaneClient(target, api_key, timeout=call_timeout, targets=targets, **options)
 
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memplane.compaction import tool_output
 from memplane.compaction.compactor import MIN_SUMMARY_TOKENS, MessageCompactor
 from memplane.compaction.content_ids import with_content_ids
 from memplane.compaction.extractive import ExtractiveSummarizer
@@ -33,7 +34,14 @@ from memplane.compaction.session_memory import MemoryWriter, SessionMemories, Se
 from memplane.compaction.split import split_context
 from memplane.compaction.tokens import TokenCounter
 from memplane.compaction.transcript import SessionTranscript
-from memplane.domain.context import CompactionOutcome, ContextMessage, ContextSplit, SummarizerChoice, ToolResultLimits
+from memplane.domain.context import (
+    CompactionOutcome,
+    ContextMessage,
+    ContextSplit,
+    SummarizerChoice,
+    ToolResultBlock,
+    ToolResultLimits,
+)
 from memplane.domain.models import Memory, Principal, Scope, Workspace
 from memplane.domain.validation import Violations, check_scope
 from memplane.settings import CompactionSettings, LimitsSettings
@@ -111,6 +119,34 @@ class CompactionService:
         window or a small compact_ratio still compacts to under the threshold; >= 1."""
         s = self._settings
         return max(1, min(s.reserve_tokens, int(window_tokens * s.reserve_ratio), threshold_tokens // 2))
+
+    def _window_tool_limits(
+        self, limits: ToolResultLimits, messages: Sequence[ContextMessage], window_tokens: int
+    ) -> ToolResultLimits:
+        """*limits* lowered so that the recent tool outputs (the current turn's and the
+        last messages', which compaction cannot take out of the context) fit together in
+        `tool_result_window_share` of the window: that many tokens read as bytes, shared
+        equally by the recent outputs (B bytes are at most B tokens in a byte-level BPE:
+        every token stands for at least one byte). The old limit never exceeds the recent
+        one. Unchanged when the limits already fit (ReMe's 100 KB at a 128,000 window) or
+        no recent message holds a tool output (older ones are compacted away when the
+        context is over the threshold)."""
+        per_message = tool_output.plan_limits(
+            messages,
+            recent_max_bytes=limits.recent_max_bytes,
+            old_max_bytes=limits.old_max_bytes,
+            keep_last_messages=limits.keep_last_messages,
+        )
+        recent = sum(
+            isinstance(block, ToolResultBlock)
+            for message, limit in zip(messages, per_message, strict=True)
+            if limit == limits.recent_max_bytes
+            for block in message.blocks
+        )
+        share = max(1, int(window_tokens * self._settings.tool_result_window_share) // max(1, recent))
+        if recent == 0 or limits.recent_max_bytes <= share:
+            return limits  # older outputs are bounded by compaction, which summarises them away
+        return dataclasses.replace(limits, recent_max_bytes=share, old_max_bytes=min(limits.old_max_bytes, share))
 
     def default_tool_limits(self) -> ToolResultLimits:
         """The server's tool-output limits."""
@@ -216,7 +252,7 @@ class CompactionService:
             tools = await self.compact_tool_results(
                 workspace,
                 current,
-                limits=o.tool_result_limits or self.default_tool_limits(),
+                limits=self._window_tool_limits(o.tool_result_limits or self.default_tool_limits(), current, window),
                 scope=o.scope,
                 limits_field="tool_result_limits",
             )
