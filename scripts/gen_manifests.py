@@ -122,6 +122,7 @@ CHART_MANAGED = {
     ("database", "read_dsn"),
     ("database", "migrate_on_start"),
     ("auth", "admin_key"),
+    ("auth", "admin_key_file"),
     ("auth", "bootstrap_default_workspace"),
     ("grpc", "host"),
     ("grpc", "port"),

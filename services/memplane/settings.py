@@ -67,7 +67,8 @@ class DatabaseSettings(BaseModel):
     migrate_on_start: bool = Field(
         default=True,
         description="Apply pending migrations when a server starts (the local default). The Helm chart sets "
-        "false and runs `memplane migrate` as a Job; a server then refuses to start while migrations are pending.",
+        "false and runs `memplane migrate` as a Job; a server then refuses to start while migrations are pending "
+        "(naming them). `memplane serve --no-migrate` sets false too.",
     )
 
 
@@ -127,8 +128,14 @@ class AuthSettings(BaseModel):
 
     admin_key: SecretStr | None = Field(
         default=None,
-        description="Key for AdminService. Unset: generated on first run and written to "
-        "data_dir/credentials.json (mode 0600) with the default workspace's key.",
+        description="Key for AdminService, never written to disk; it replaces (revokes) every other admin key "
+        "at start, and a replaced key is never valid again. Unset (and no admin_key_file): a local first run "
+        "generates one and writes it to data_dir/credentials.json (mode 0600) with the default workspace's key.",
+    )
+    admin_key_file: Path | None = Field(
+        default=None,
+        description="A file holding the admin key (a mounted Secret), read at start and never written; as "
+        "admin_key otherwise. At most one of admin_key and admin_key_file.",
     )
     key_cache_seconds: float = Field(
         default=30.0,
@@ -137,8 +144,16 @@ class AuthSettings(BaseModel):
         "process takes at most this long to apply (in the same process it applies at once).",
     )
     bootstrap_default_workspace: bool = Field(
-        default=True, description="On first run, create workspace 'default' and a key for the CLI."
+        default=True,
+        description="On a local first run (no admin key configured), create workspace 'default' and a key for "
+        "the CLI in data_dir/credentials.json.",
     )
+
+    @model_validator(mode="after")
+    def _one_admin_key(self) -> AuthSettings:
+        if self.admin_key is not None and self.admin_key_file is not None:
+            raise ValueError("set at most one of MEMPLANE_AUTH__ADMIN_KEY and MEMPLANE_AUTH__ADMIN_KEY_FILE")
+        return self
 
 
 class LimitsSettings(BaseModel):

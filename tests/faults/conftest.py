@@ -2,7 +2,8 @@
 
 `killable_postgres` is a PostgreSQL cluster of its own (initdb'd from the embedded
 server's binaries, on a free loopback port, migrated) that a test may SIGKILL and start
-again on the same port, so a server's DSN stays valid across the outage. `serve` starts
+again on the same port, so a server's DSN stays valid across the outage;
+`fresh_postgres` is the same cluster left empty (no migration applied). `serve` starts
 `memplane serve` as a process of its own over a DSN, with the session's admin key.
 """
 
@@ -14,9 +15,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 import psycopg
@@ -78,17 +80,40 @@ class KillablePostgres:
 
 
 @pytest.fixture
-async def killable_postgres(tmp_path: Path) -> AsyncIterator[KillablePostgres]:
-    """A fresh, migrated cluster for one test; stopped after it."""
+def fresh_postgres(tmp_path: Path) -> Iterator[KillablePostgres]:
+    """A new, empty cluster for one test (no migration applied); stopped after it."""
     pgdata = server_owned_dir(tmp_path / "pgdata")
     _pg("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=utf8")
     cluster = KillablePostgres(pgdata, free_port())
     cluster.start()
     try:
-        await apply_migrations(cluster.dsn)
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+async def killable_postgres(fresh_postgres: KillablePostgres) -> KillablePostgres:
+    """A fresh, migrated cluster for one test; stopped after it."""
+    await apply_migrations(fresh_postgres.dsn)
+    return fresh_postgres
+
+
+POLL_SECONDS = 0.01  # between looks at pg_stat_activity (the states waited for live there)
+
+
+async def wait_for_sql(dsn: str, query: str, params: tuple[Any, ...], what: str) -> None:
+    """Poll *query* (one boolean) until it is true; fail naming *what* after 60 s."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        try:
+            async with asyncio.timeout(60):
+                while True:
+                    row = await (await conn.execute(query, params)).fetchone()
+                    if row is not None and row[0]:
+                        return
+                    await asyncio.sleep(POLL_SECONDS)
+        except TimeoutError:
+            pytest.fail(f"timed out waiting until {what}")
 
 
 @dataclass
@@ -101,10 +126,14 @@ class ServerProcess:
 @pytest.fixture
 async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ServerProcess]]]:
     """`await serve(dsn, **env)` starts `memplane serve` on a free port over *dsn* (extra
-    MEMPLANE_* settings in *env*) and waits until it is SERVING; every one is killed after."""
+    MEMPLANE_* settings in *env*; *unset* names variables to leave out, *args* are added
+    to the command line, *cwd* is its working directory) and waits until it is SERVING;
+    every one is killed after."""
     started: list[asyncio.subprocess.Process] = []
 
-    async def start(dsn: str, **env: str) -> ServerProcess:
+    async def start(
+        dsn: str, *, args: Sequence[str] = (), unset: Sequence[str] = (), cwd: Path | None = None, **env: str
+    ) -> ServerProcess:
         port = free_port()
         data_dir = tmp_path / f"server-{port}"
         data_dir.mkdir()
@@ -118,11 +147,14 @@ async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., A
             "MEMPLANE_DATABASE__MIGRATE_ON_START": "false",
             **env,
         }
+        for name in unset:
+            environment.pop(name, None)
         log = data_dir / "serve.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "memplane", "serve", env=environment, stdout=out, stderr=subprocess.STDOUT
-            )
+                sys.executable, "-m", "memplane", "serve", *args,
+                env=environment, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         started.append(process)
         target = f"127.0.0.1:{port}"
         try:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from memplane.client.aio import DEFAULT_TARGET, AsyncMemplaneClient
-from memplane.credentials import CREDENTIALS_FILE, read_credentials
+from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials
 from memplane.settings import Settings
 
 
@@ -55,7 +55,7 @@ def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplan
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
     """A client with the admin key (flag, env, settings, or the local credentials file)."""
-    configured = settings.auth.admin_key.get_secret_value() if settings.auth.admin_key else ""
+    configured = configured_admin_key(settings.auth) or ""
     key = (
         ns.api_key
         or os.environ.get("MEMPLANE_ADMIN_KEY")

@@ -35,6 +35,10 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     from memplane.app import build_app
     from memplane.telemetry import setup_telemetry
 
+    if ns.no_migrate:
+        settings = settings.model_copy(
+            update={"database": settings.database.model_copy(update={"migrate_on_start": False})}
+        )
     interceptors = server_interceptors() if setup_telemetry() else []
     app = await build_app(settings)
     running = await start_server(
@@ -57,6 +61,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
+    """Apply pending migrations under the advisory lock (the chart's migration Job); exit 0."""
     from memplane.app import migrate
 
     applied = await migrate(settings)
@@ -142,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--services", default="retrieval,writeback,compaction,admin", help="comma-separated subset to serve")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="port (default 50051; 0 picks a free one)")
+    p.add_argument(
+        "--no-migrate",
+        action="store_true",
+        help="apply no migrations (MEMPLANE_DATABASE__MIGRATE_ON_START=false): `memplane migrate` runs them; "
+        "the server refuses to start while any is pending",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("migrate", help="apply database migrations (serve also does, unless told not to)")

@@ -19,6 +19,9 @@ from memplane.domain.models import ApiKeyRecord
 from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError, NotFoundError
 from memplane.storage.database import Database
 
+# Arbitrary constant identifying the admin-key installation lock (ASCII "mpadmink").
+ADMIN_KEY_LOCK_ID = 0x6D7061646D696E6B
+
 
 def _hash(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
@@ -58,22 +61,43 @@ class ApiKeyStore:
             )
         return key_id, api_key
 
-    async def install_admin_key(self, api_key: str, display_name: str = "admin") -> str:
-        """Register the configured admin key, replacing the stored secret of an admin key
-        with the same key id and un-revoking it (configuration is the authority over admin
-        keys). Returns the key id. Raises `ValueError` for a malformed key and
-        `AlreadyExistsError` if the key id belongs to a workspace key."""
+    async def install_admin_key(self, api_key: str, display_name: str = "admin", *, replace: bool = False) -> list[str]:
+        """Register an admin key: a new key id, or a new secret for an unrevoked admin key
+        id. With *replace* (a key from configuration, the authority over admin keys) every
+        other unrevoked admin key is revoked in the same transaction; workspace keys are
+        never touched. Installs serialise on `pg_advisory_xact_lock(ADMIN_KEY_LOCK_ID)`, so
+        servers starting with different keys leave exactly one valid: the last started.
+        Returns the key ids revoked. Raises `ValueError` for a malformed key,
+        `AlreadyExistsError` if the key id belongs to a workspace key, `KeyRevokedError` if
+        it was revoked (replaced): a replaced admin key is never valid again."""
         key_id, secret = _parts(api_key)
         async with self._db.admin() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADMIN_KEY_LOCK_ID,))
             cur = await conn.execute(
+                "SELECT workspace_key, revoked_at FROM api_keys WHERE key_id = %s FOR UPDATE", (key_id,)
+            )
+            row = await cur.fetchone()
+            if row is not None and row["workspace_key"] is not None:
+                raise AlreadyExistsError("api key", key_id)
+            if row is not None and row["revoked_at"] is not None:
+                raise KeyRevokedError(
+                    f"the configured admin key {key_id!r} was replaced by another at"
+                    f" {row['revoked_at']:%Y-%m-%d %H:%M %Z} and is never valid again: configure the current"
+                    " admin key, or a new one"
+                )
+            await conn.execute(
                 "INSERT INTO api_keys (key_id, workspace_key, secret_hash, display_name) VALUES (%s, NULL, %s, %s)"
-                " ON CONFLICT (key_id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash, revoked_at = NULL"
-                " WHERE api_keys.workspace_key IS NULL RETURNING key_id",
+                " ON CONFLICT (key_id) DO UPDATE SET secret_hash = EXCLUDED.secret_hash",
                 (key_id, _hash(secret), display_name),
             )
-            if await cur.fetchone() is None:
-                raise AlreadyExistsError("api key", key_id)
-        return key_id
+            if not replace:
+                return []
+            cur = await conn.execute(
+                "UPDATE api_keys SET revoked_at = now() WHERE workspace_key IS NULL AND key_id <> %s"
+                " AND revoked_at IS NULL RETURNING key_id",
+                (key_id,),
+            )
+            return sorted(r["key_id"] for r in await cur.fetchall())
 
     async def import_key(self, workspace_key: int, api_key: str, display_name: str = "") -> str:
         """Register a key made by the caller (checked by `apikeys.importable` first) for a
