@@ -3,7 +3,8 @@
 `killable_postgres` is a PostgreSQL cluster of its own (initdb'd from the embedded
 server's binaries, on a free loopback port, migrated) that a test may SIGKILL and start
 again on the same port, so a server's DSN stays valid across the outage. `serve` starts
-`memplane serve` as a process of its own over a DSN, with the session's admin key.
+`memplane serve` as a process of its own over a DSN (or on the embedded default, with a
+data directory of its own or one given again), with the session's admin key.
 """
 
 from __future__ import annotations
@@ -96,29 +97,38 @@ class ServerProcess:
     target: str
     log: Path
     process: asyncio.subprocess.Process
+    data_dir: Path
 
 
 @pytest.fixture
 async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ServerProcess]]]:
     """`await serve(dsn, **env)` starts `memplane serve` on a free port over *dsn* (extra
-    MEMPLANE_* settings in *env*) and waits until it is SERVING; every one is killed after."""
+    MEMPLANE_* settings in *env*) and waits until it is SERVING; every one is killed after.
+    `await serve(None, data_dir=...)` runs it on the embedded default (migrating on start)
+    in *data_dir* (a fresh one under tmp_path when not given: give a server's `data_dir`
+    again to restart on the same embedded PostgreSQL)."""
     started: list[asyncio.subprocess.Process] = []
 
-    async def start(dsn: str, **env: str) -> ServerProcess:
+    async def start(dsn: str | None, *, data_dir: Path | None = None, **env: str) -> ServerProcess:
         port = free_port()
-        data_dir = tmp_path / f"server-{port}"
-        data_dir.mkdir()
+        if data_dir is None:
+            data_dir = tmp_path / f"server-{port}"
+            data_dir.mkdir()
+        database = (
+            {"MEMPLANE_DATABASE__DSN": dsn, "MEMPLANE_DATABASE__MIGRATE_ON_START": "false"}
+            if dsn is not None
+            else {"MEMPLANE_DATABASE__MIGRATE_ON_START": "true"}
+        )
         environment = {
-            **os.environ,
-            "MEMPLANE_DATABASE__DSN": dsn,
+            **{k: v for k, v in os.environ.items() if k != "MEMPLANE_DATABASE__DSN"},
+            **database,
             "MEMPLANE_AUTH__ADMIN_KEY": admin_key,
             "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false",
             "MEMPLANE_DATA_DIR": str(data_dir),
             "MEMPLANE_GRPC__PORT": str(port),
-            "MEMPLANE_DATABASE__MIGRATE_ON_START": "false",
             **env,
         }
-        log = data_dir / "serve.log"
+        log = data_dir / f"serve-{port}.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "memplane", "serve", env=environment, stdout=out, stderr=subprocess.STDOUT
@@ -129,7 +139,7 @@ async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., A
             await wait_serving(target, process, SERVICES_START_SECONDS)
         except (RuntimeError, TimeoutError) as error:
             pytest.fail(f"{error}\n{log.read_text(errors='replace')[-4000:]}", pytrace=False)
-        return ServerProcess(target, log, process)
+        return ServerProcess(target, log, process, data_dir)
 
     yield start
     for process in started:
