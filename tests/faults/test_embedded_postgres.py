@@ -54,7 +54,7 @@ async def _eventually(check: Callable[[], bool], what: str) -> None:
     """Poll *check* until it holds; fail naming *what* after WAIT_SECONDS."""
     try:
         async with asyncio.timeout(WAIT_SECONDS):
-            while not check():
+            while not check():  # noqa: ASYNC110  # the process table raises no event
                 await asyncio.sleep(POLL)
     except TimeoutError:
         pytest.fail(f"not within {WAIT_SECONDS} s: {what}", pytrace=False)
@@ -75,7 +75,11 @@ async def _until_status(statuses: AsyncIterator[int], wanted: int, log: Path) ->
                 if status == wanted:
                     return
     except TimeoutError:
-        pytest.fail(f"health never {wanted}\n{log.read_text(errors='replace')[-3000:]}", pytrace=False)
+        pytest.fail(f"health never {wanted}\n{_tail(log)}", pytrace=False)
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
 
 
 async def _check(target: str, service: str) -> int:
