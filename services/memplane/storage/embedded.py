@@ -110,7 +110,10 @@ def pg_ctl(pgdata: Path, *args: str) -> None:
     argv = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-t", str(PG_CTL_SECONDS), *args]
     if _RUN_AS is not None:
         argv = ["runuser", "-u", _RUN_AS, "--", *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=PG_CTL_SECONDS + 10, check=False)  # noqa: S603
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PG_CTL_SECONDS + 10, check=False)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as error:  # runuser missing, pg_ctl hung past its own -t
+        raise EmbeddedPostgresError(f"pg_ctl {' '.join(args[-1:])} failed: {error}") from error
     if done.returncode != 0:
         raise EmbeddedPostgresError(
             f"pg_ctl {' '.join(args[-1:])} failed: {_last_log_line(pgdata) or done.stderr.strip()}"

@@ -65,6 +65,11 @@ def _signalable(pid: int) -> bool:
     return True
 
 
+def _report_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("embedded PostgreSQL no longer supervised", exc_info=task.exception())
+
+
 class EmbeddedSupervisor:
     """Keeps the embedded PostgreSQL of *server* running for this process; `start()`,
     then `await close()` at shutdown (which also releases *server*)."""
@@ -77,6 +82,7 @@ class EmbeddedSupervisor:
     def start(self) -> None:
         """Start watching (in the running event loop)."""
         self._task = asyncio.get_running_loop().create_task(self._watch(), name="embedded-postgres-supervisor")
+        self._task.add_done_callback(_report_end)
 
     async def _watch(self) -> None:
         while True:
