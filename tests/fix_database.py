@@ -19,6 +19,6 @@ from memplane.storage.migrate import apply_migrations
 @pytest.fixture(scope="session")
 async def pg_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
     """libpq DSN of a migrated database (MEMPLANE_TEST_DSN or the embedded server)."""
-    dsn = os.environ.get("MEMPLANE_TEST_DSN") or start_embedded(tmp_path_factory.mktemp("postgres") / "pgdata")
+    dsn = os.environ.get("MEMPLANE_TEST_DSN") or start_embedded(tmp_path_factory.mktemp("postgres") / "pgdata").dsn
     await apply_migrations(dsn)
     return dsn

@@ -7,6 +7,7 @@ collaborators or reads settings from the environment.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,7 +30,8 @@ from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
-from memplane.storage.embedded import start_embedded
+from memplane.storage.embedded import EmbeddedPostgres, start_embedded
+from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
@@ -63,9 +65,11 @@ class App:
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
     chat_model: ChatModel | None = None
+    embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
 
     async def close(self) -> None:
-        """Stop the sweepers, close the LLM client and the connection pool."""
+        """Stop the sweepers, close the LLM client and the connection pool, and stop the
+        embedded PostgreSQL (if this process was its last holder)."""
         await self.blob_cleaner.stop()
         await self.retention_sweeper.stop()
         await self.idempotency_sweeper.stop()
@@ -73,13 +77,17 @@ class App:
             await self.chat_model.close()
         await self.db.close()
         await self.reads.close()
+        if self.embedded is not None:
+            await self.embedded.close()
 
 
-def resolve_dsn(settings: Settings) -> str:
-    """The configured DSN, or the embedded server's (started under data_dir/pgdata)."""
+def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
+    """The configured DSN, or the embedded server's (started under data_dir/pgdata) with
+    this process's hold on it."""
     if settings.database.dsn:
-        return settings.database.dsn
-    return start_embedded(settings.data_dir / "pgdata")
+        return settings.database.dsn, None
+    embedded = start_embedded(settings.data_dir / "pgdata")
+    return embedded.dsn, embedded
 
 
 async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
@@ -117,13 +125,18 @@ def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
 
 async def migrate(settings: Settings) -> list[str]:
     """Apply pending migrations (under the advisory lock); return their names."""
-    return await apply_migrations(resolve_dsn(settings))
+    dsn, embedded = start_database(settings)
+    try:
+        return await apply_migrations(dsn)
+    finally:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.release)
 
 
 async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> App:
     """Start everything the services need. *embedder* overrides the configured one
     (tests share one loaded model across servers)."""
-    dsn = resolve_dsn(settings)
+    dsn, embedded = start_database(settings)
     if settings.database.migrate_on_start:
         await apply_migrations(dsn)
     else:
@@ -141,6 +154,10 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         statement_timeout=settings.database.statement_timeout,
     )
     await db.open()
+    supervisor = None
+    if embedded is not None:
+        supervisor = EmbeddedSupervisor(embedded, db.availability)
+        supervisor.start()
     reads = await build_reads(db, settings)
     embedder = embedder or await build_embedder(settings.embedding)
     meter = EmbeddingMeter(db, embedder)
@@ -183,6 +200,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         retention_sweeper=retention_sweeper(db, settings),
         idempotency_sweeper=idempotency_sweeper(db, settings),
         chat_model=chat_model,
+        embedded=supervisor,
     )
     await bootstrap(app, keys)
     return app

@@ -4,7 +4,8 @@
 server's binaries, on a free loopback port, migrated) that a test may SIGKILL and start
 again on the same port, so a server's DSN stays valid across the outage;
 `fresh_postgres` is the same cluster left empty (no migration applied). `serve` starts
-`memplane serve` as a process of its own over a DSN, with the session's admin key.
+`memplane serve` as a process of its own over a DSN (or on the embedded default, with a
+data directory of its own or one given again), with the session's admin key.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class ServerProcess:
     target: str
     log: Path
     process: asyncio.subprocess.Process
+    data_dir: Path
 
 
 @pytest.fixture
@@ -128,28 +130,41 @@ async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., A
     """`await serve(dsn, **env)` starts `memplane serve` on a free port over *dsn* (extra
     MEMPLANE_* settings in *env*; *unset* names variables to leave out, *args* are added
     to the command line, *cwd* is its working directory) and waits until it is SERVING;
-    every one is killed after."""
+    every one is killed after. `await serve(None, data_dir=...)` runs it on the embedded
+    default (migrating on start) in *data_dir* (a fresh one under tmp_path when not given:
+    give a server's `data_dir` again to restart on the same embedded PostgreSQL)."""
     started: list[asyncio.subprocess.Process] = []
 
     async def start(
-        dsn: str, *, args: Sequence[str] = (), unset: Sequence[str] = (), cwd: Path | None = None, **env: str
+        dsn: str | None,
+        *,
+        data_dir: Path | None = None,
+        args: Sequence[str] = (),
+        unset: Sequence[str] = (),
+        cwd: Path | None = None,
+        **env: str,
     ) -> ServerProcess:
         port = free_port()
-        data_dir = tmp_path / f"server-{port}"
-        data_dir.mkdir()
+        if data_dir is None:
+            data_dir = tmp_path / f"server-{port}"
+            data_dir.mkdir()
+        database = (
+            {"MEMPLANE_DATABASE__DSN": dsn, "MEMPLANE_DATABASE__MIGRATE_ON_START": "false"}
+            if dsn is not None
+            else {"MEMPLANE_DATABASE__MIGRATE_ON_START": "true"}
+        )
         environment = {
-            **os.environ,
-            "MEMPLANE_DATABASE__DSN": dsn,
+            **{k: v for k, v in os.environ.items() if k != "MEMPLANE_DATABASE__DSN"},
+            **database,
             "MEMPLANE_AUTH__ADMIN_KEY": admin_key,
             "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false",
             "MEMPLANE_DATA_DIR": str(data_dir),
             "MEMPLANE_GRPC__PORT": str(port),
-            "MEMPLANE_DATABASE__MIGRATE_ON_START": "false",
             **env,
         }
         for name in unset:
             environment.pop(name, None)
-        log = data_dir / "serve.log"
+        log = data_dir / f"serve-{port}.log"
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "memplane", "serve", *args,
@@ -161,7 +176,7 @@ async def serve(admin_key: str, tmp_path: Path) -> AsyncIterator[Callable[..., A
             await wait_serving(target, process, SERVICES_START_SECONDS)
         except (RuntimeError, TimeoutError) as error:
             pytest.fail(f"{error}\n{log.read_text(errors='replace')[-4000:]}", pytrace=False)
-        return ServerProcess(target, log, process)
+        return ServerProcess(target, log, process, data_dir)
 
     yield start
     for process in started:
