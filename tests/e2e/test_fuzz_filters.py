@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
 
 import pytest
-from google.protobuf import struct_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +19,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError
 from memplane.v1 import filter_pb2, retrieval_pb2
 from tests.fix_server import TestWorkspace
+from tests.strategies import json_values, texts, timestamps, to_value
 from tests.support import mem, unit_vectors
 
 EXAMPLES = 120
@@ -36,42 +34,8 @@ SEEDED = (
     {},
 )
 
-_TEXT = st.characters(exclude_categories=("Cs",))  # protobuf strings cannot hold lone surrogates
-_TRICKY = ("", "%", "%s", "%%", "_", "'", "\\", "a%b", "\x00", "topic", "n", "tags", "nested.k", "é", "中文")
-texts = st.one_of(st.sampled_from(_TRICKY), st.text(_TEXT, max_size=24))
 keys = st.one_of(st.sampled_from(("topic", "n", "tags", "nested.k", "s", "flag", "a.b", ".", "a..b", "")), texts)
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.integers(-(2**63), 2**63),
-    texts,
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(texts, inner, max_size=4)),
-    max_leaves=8,
-)
 operators = st.one_of(st.sampled_from(list(filter_pb2.ConditionOperator.values())), st.integers(0, 99))
-
-
-def to_value(data: Any) -> struct_pb2.Value:
-    """A google.protobuf.Value of a JSON-like value (numbers as doubles, as on the wire)."""
-    out = struct_pb2.Value()
-    if data is None:
-        out.null_value = struct_pb2.NULL_VALUE
-    elif isinstance(data, bool):
-        out.bool_value = data
-    elif isinstance(data, int | float):
-        out.number_value = float(data)
-    elif isinstance(data, str):
-        out.string_value = data
-    elif isinstance(data, list):
-        out.list_value.values.extend(to_value(v) for v in data)
-    else:
-        for k, v in data.items():
-            out.struct_value.fields[k].CopyFrom(to_value(v))
-    return out
 
 
 @st.composite
@@ -92,7 +56,6 @@ def _group(children: st.SearchStrategy[filter_pb2.MetadataFilter]) -> st.SearchS
 
 
 expressions = st.recursive(st.one_of(conditions(), st.just(filter_pb2.MetadataFilter())), _group, max_leaves=10)
-timestamps = st.builds(Timestamp, seconds=st.integers(-(2**40), 2**40), nanos=st.integers(-5, 10**9 + 5))
 
 
 @st.composite
