@@ -51,6 +51,8 @@ class _CorruptError(Exception):
 def _describe(error: Exception) -> str:
     if _DEPTH_MARK in str(error) or isinstance(error, RecursionError):
         return "nests too deeply to decode (protobuf's limit is 100 message levels)"
+    if "UTF-8" in str(error):  # upb: "String field had bad UTF-8"
+        return "must be valid UTF-8"
     return "is not valid protobuf (truncated or corrupt wire format)"
 
 
@@ -126,7 +128,10 @@ def locate_violation(
         field = descriptor.fields_by_number.get(number)
         index = counts.get(number, 0)
         counts[number] = index + 1
-        path = _field_path(prefix, field, index) if field is not None else prefix or _WHOLE
+        if field is None or descriptor.GetOptions().map_entry:  # a map's key and value: the map's field
+            path = prefix or _WHOLE
+        else:
+            path = _field_path(prefix, field, index)
         try:
             payload, pos = _skip(data, pos, wire_type, number)
         except _CorruptError:
@@ -143,7 +148,7 @@ def locate_violation(
             if inner is None:
                 continue
             if field.message_type.full_name.startswith(_WELL_KNOWN):
-                return FieldViolation(path, f"{_describe(inner)}")
+                return FieldViolation(path, _describe(inner))
             kind = field.message_type.full_name
             if kind in outer and _DEPTH_MARK in str(inner):  # a type nesting itself: name its outermost field
                 return FieldViolation(outer[kind], _describe(inner))
