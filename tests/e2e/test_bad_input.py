@@ -213,6 +213,8 @@ CASES: list[tuple[str, Call, list[str]]] = [
     ),
     ("messages over 256", lambda c, _: c.write_conversation(SCOPE, [msg() for _ in range(257)]), ["messages"]),
     ("delete by empty scope", lambda c, _: c.delete_memories_by_scope(memory_pb2.Scope()), ["scope"]),
+    # valid_from_time unset means now: a valid_to_time in the past broke a CHECK (INTERNAL; found by fuzzing)
+    ("valid_to before the default valid_from", add(mem("x", valid_to_time=ts(T0))), ["memories[0].valid_to_time"]),
 ]
 
 

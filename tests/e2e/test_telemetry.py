@@ -1,5 +1,6 @@
 """OpenTelemetry: an RPC span per call, psycopg spans for its database work under it,
-and no memory text or query text in any span.
+and nothing private in any span: no word of the memory or the query (not even one
+stemmed lexeme), no scope id, no metadata value.
 
 The global tracer provider can be set once per process, so this module installs it once
 (or reuses an SDK provider already installed), runs its own small server whose pool is
@@ -8,6 +9,8 @@ created after psycopg was instrumented, and uninstruments psycopg when it is don
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -25,11 +28,19 @@ from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.telemetry import setup_telemetry
-from memplane.v1 import memory_pb2
+from memplane.v1 import filter_pb2
 from tests.fix_server import random_workspace_name, settings_for
+from tests.support import cond, mem
 
 SECRET_CONTENT = "Ada keeps her spare house key under the blue flowerpot"
 SECRET_QUERY = "where is the spare house key hidden"
+# Single words of both, as the text search stems them (english: "house" -> "hous"), that
+# no SQL statement or span name could hold by chance ("key" could: workspace_key).
+SECRET_WORDS = ("ada", "spare", "hous", "flowerpot", "blue", "hidden")
+# Scope ids and a metadata value, unique to this run; the search filters on each.
+USER_ID = f"usr-{secrets.token_hex(6)}"
+SESSION_ID = f"ses-{secrets.token_hex(6)}"
+ROOM = f"room-{secrets.token_hex(6)}"
 
 
 @dataclass
@@ -82,9 +93,18 @@ async def test_search_is_traced_without_memory_text(traced: Traced, admin_key: s
         try:
             key = (await admin.create_api_key(name)).api_key
             async with AsyncMemplaneClient(traced.target, key) as client:
-                [stored] = await client.add_memories([memory_pb2.MemoryInput(content=SECRET_CONTENT)])
+                [stored] = await client.add_memories(
+                    [mem(SECRET_CONTENT, user_id=USER_ID, session_id=SESSION_ID, metadata={"room": ROOM})]
+                )
                 traced.exporter.clear()
-                reply = await client.search(SECRET_QUERY)
+                reply = await client.search(
+                    SECRET_QUERY,
+                    filter=filter_pb2.MemoryFilter(
+                        user_id=USER_ID,
+                        session_id=SESSION_ID,
+                        metadata=cond("room", filter_pb2.CONDITION_OPERATOR_EQ, ROOM),
+                    ),
+                )
                 assert reply.hits[0].memory.id == stored.id
                 spans = traced.exporter.get_finished_spans()
         finally:
@@ -107,6 +127,8 @@ async def test_search_is_traced_without_memory_text(traced: Traced, admin_key: s
     assert any("ts_" in st or "tsquery" in st for st in statements)  # and the lexical one
 
     for span in spans:
-        text = _all_attribute_text(span)
-        for secret in ("spare house key", "flowerpot", "Ada keeps", SECRET_QUERY):
-            assert secret not in text, f"span {span.name!r} carries memory or query text"
+        text = _all_attribute_text(span).lower()
+        for word in SECRET_WORDS:  # at the start of a word: "hous" finds 'hous' and "house", not "metadata"
+            assert not re.search(rf"\b{word}", text), f"span {span.name!r} carries the word {word!r}"
+        for secret in (USER_ID, SESSION_ID, ROOM):
+            assert secret not in text, f"span {span.name!r} carries {secret!r}"

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from memplane.api.admin import AdminServicer
 from memplane.api.compaction import CompactionServicer
+from memplane.api.decoding import DecodingInterceptor
 from memplane.api.retrieval import RetrievalServicer
 from memplane.api.tls import ReloadingCertificates, TlsFiles
 from memplane.api.writeback import WriteBackServicer
@@ -79,7 +80,9 @@ async def start_server(
         raise ValueError(f"unknown services {sorted(unknown)}; choose from {SERVICES}")
     max_bytes = app.settings.grpc.max_message_bytes
     server = grpc.aio.server(
-        interceptors=list(interceptors),
+        # Innermost: a request that does not decode is INVALID_ARGUMENT (not grpcio's UNKNOWN),
+        # and the telemetry interceptors around it see that status.
+        interceptors=[*interceptors, DecodingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.max_send_message_length", max_bytes),

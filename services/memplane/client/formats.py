@@ -484,7 +484,9 @@ def to_agentscope(messages: Sequence[ContextMessage], *, version: Literal[1, 2] 
         if message.HasField("create_time"):
             when = message.create_time.ToDatetime(tzinfo=UTC).replace(tzinfo=None)
             if version == 1:
-                d["timestamp"] = when.strftime(_AGENTSCOPE1_TIME)[:-3]
+                # = strftime(_AGENTSCOPE1_TIME)[:-3], but with the year zero-padded: glibc's %Y
+                # writes year 999 as "999", which no reader (ours included) parses back.
+                d["timestamp"] = when.isoformat(" ", "milliseconds")
             else:
                 d["created_at"] = when.isoformat()
         out.append(d)

@@ -130,8 +130,16 @@ def check_metadata(v: Violations, field: str, metadata: dict[str, Any], limits: 
         v.add(field, "must not contain NUL characters")
 
 
-def check_new_memory(v: Violations, field: str, memory: NewMemory, limits: LimitsSettings, dimensions: int) -> None:
-    """Every field of one memory to store."""
+def check_new_memory(
+    v: Violations,
+    field: str,
+    memory: NewMemory,
+    limits: LimitsSettings,
+    dimensions: int,
+    *,
+    now: datetime | None = None,
+) -> None:
+    """Every field of one memory to store; *now* is the `valid_from` it gets when unset."""
     check_scope(v, f"{field}.scope", memory.scope, limits)
     check_text(v, f"{field}.content", memory.content, limits.max_content_bytes, required=True)
     check_text(v, f"{field}.name", memory.name, limits.max_name_bytes)
@@ -142,6 +150,8 @@ def check_new_memory(v: Violations, field: str, memory: NewMemory, limits: Limit
     check_time(v, f"{field}.expire_time", memory.expires_at)
     if memory.valid_from and memory.valid_to and memory.valid_to <= memory.valid_from:
         v.add(f"{field}.valid_to_time", "must be after valid_from_time")
+    elif not memory.valid_from and memory.valid_to and now and memory.valid_to <= now:
+        v.add(f"{field}.valid_to_time", "must be after valid_from_time (now, when valid_from_time is unset)")
     check_text(v, f"{field}.provenance.session_id", memory.provenance.session_id, limits.max_id_bytes)
     if len(memory.provenance.message_ids) > limits.max_batch_size:
         v.add(f"{field}.provenance.message_ids", f"at most {limits.max_batch_size} ids")

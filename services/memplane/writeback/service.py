@@ -209,11 +209,12 @@ class WriteBackService:
         Raises `InvalidArgumentError` (fields named `memories[i].…`), `QuotaExceededError`,
         `EmbeddingMismatchError`.
         """
+        now = datetime.now(UTC)  # the stored valid_from of items without one, checked against valid_to
         v = Violations()
         check_batch(v, "memories", len(items), self._limits)
         check_request_id(v, "request_id", request_id, self._limits)
         for i, item in enumerate(items[: self._limits.max_batch_size]):
-            check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions)
+            check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions, now=now)
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
         # embeddings included: another vector is another request
@@ -222,7 +223,6 @@ class WriteBackService:
         if replayed is not None:
             return replayed[1]
         prepared = await self._prepare(workspace, items)
-        now = datetime.now(UTC)
 
         stored: list[Memory] = []
 
