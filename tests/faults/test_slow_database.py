@@ -90,6 +90,8 @@ async def _serve(serve: object, dsn: str) -> ServerProcess:
         MEMPLANE_DATABASE__POOL_MIN_SIZE="1",
         MEMPLANE_DATABASE__POOL_MAX_SIZE=str(POOL_SIZE),
         MEMPLANE_DATABASE__STATEMENT_TIMEOUT=STATEMENT_TIMEOUT,
+        # one workspace sends more calls at once than the pool holds: no per-workspace cap here
+        MEMPLANE_QUOTA__MAX_CONCURRENT_REQUESTS_PER_WORKSPACE="0",
     )
 
 
