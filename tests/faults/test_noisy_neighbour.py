@@ -89,12 +89,8 @@ async def _workspace(server: ServerProcess, admin_key: str, name: str) -> str:
         return (await admin.create_api_key(name, "test")).api_key
 
 
-async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_keeps_its_deadline(
-    killable_postgres: KillablePostgres, serve: object, admin_key: str
-) -> None:
-    server: ServerProcess = await serve(  # type: ignore[operator]
-        killable_postgres.dsn, MEMPLANE_QUOTA__MAX_CONCURRENT_REQUESTS_PER_WORKSPACE=str(LIMIT)
-    )
+async def _seeded(server: ServerProcess, admin_key: str) -> tuple[str, str]:
+    """Keys of workspaces "quiet" (20 short memories) and "noisy" (50 long ones)."""
     key_a = await _workspace(server, admin_key, "quiet")
     key_b = await _workspace(server, admin_key, "noisy")
     rng = random.Random(10)
@@ -103,6 +99,22 @@ async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_
     async with AsyncMemplaneClient(server.target, key_b, timeout=B_DEADLINE) as b:
         vectors = unit_vectors(50, seed=10)  # precomputed: seeding B costs no embedding
         await b.add_memories([mem(_heavy_query(rng)[:2_000], embedding=v) for v in vectors])
+    return key_a, key_b
+
+
+def _percentiles(latencies: list[float]) -> tuple[float, float]:
+    """(p50, p99) in milliseconds (nearest rank)."""
+    ordered = sorted(latencies)
+    return ordered[len(ordered) // 2] * 1000, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_keeps_its_deadline(
+    killable_postgres: KillablePostgres, serve: object, admin_key: str
+) -> None:
+    server: ServerProcess = await serve(  # type: ignore[operator]
+        killable_postgres.dsn, MEMPLANE_QUOTA__MAX_CONCURRENT_REQUESTS_PER_WORKSPACE=str(LIMIT)
+    )
+    key_a, key_b = await _seeded(server, admin_key)
 
     refused: list[QuotaExceededError] = []
     served = expired = 0
@@ -140,10 +152,9 @@ async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_
             for client in flooders:
                 await client.close()
         assert not [r for r in results if isinstance(r, Exception)], results
-        latencies.sort()
-        p50, p99 = latencies[len(latencies) // 2], latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        p50, p99 = _percentiles(latencies)
         print(
-            f"\nA under B's flood: {len(latencies)} searches, p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; "
+            f"\nA under B's flood: {len(latencies)} searches, p50 {p50:.0f} ms, p99 {p99:.0f} ms; "
             f"B: {served} served, {expired} past their deadline, {len(refused)} refused"
         )
         assert refused, "the flooding workspace was never refused"
@@ -151,3 +162,7 @@ async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_
         assert all(e.subject == "workspace:noisy" for e in refused)
         after = await a.search("harbour lantern note 0", top_k=5)  # nothing still runs for B's gone callers
         assert after.hits
+    async with AsyncMemplaneClient(server.target, key_b, timeout=A_DEADLINE) as b:
+        # every slot of B's cancelled and expired calls was given back: LIMIT calls at once are admitted
+        light = await asyncio.gather(*(b.search(f"anchor{i}", top_k=1) for i in range(LIMIT)))
+        assert len(light) == LIMIT
