@@ -169,7 +169,9 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         keys,
         workspaces,
         settings.auth.key_cache_seconds,
-        concurrency=ConcurrencyLimiter(settings.quota.max_concurrent_requests_per_workspace),
+        concurrency=ConcurrencyLimiter(
+            settings.quota.max_concurrent_requests_per_workspace, settings.quota.max_queued_requests_per_workspace
+        ),
     )
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()

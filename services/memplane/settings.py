@@ -180,9 +180,16 @@ class QuotaSettings(BaseModel):
     max_concurrent_requests_per_workspace: int = Field(
         default=8,
         ge=0,
-        description="RPCs one workspace may have running at once on one server process; one more is "
-        "RESOURCE_EXHAUSTED (QuotaFailure quota_id max_concurrent_requests). Half the default pool "
+        description="RPCs one workspace may have running at once on one server process; more wait in "
+        "line (max_queued_requests_per_workspace), holding nothing shared. Half the default pool "
         "(database.pool_max_size 16), so one tenant never holds every connection. 0: unlimited.",
+    )
+    max_queued_requests_per_workspace: int = Field(
+        default=56,
+        ge=0,
+        description="RPCs of one workspace that may wait for one of its running slots on one server "
+        "process; one more is RESOURCE_EXHAUSTED at once (QuotaFailure quota_id max_concurrent_requests). "
+        "With the 8 running: 64 callers of one workspace are served in turn, a larger flood is refused.",
     )
 
 

@@ -24,6 +24,7 @@ from tests.support import mem, unit_vectors
 
 FLOOD_CALLERS = 16
 LIMIT = 4  # the server's quota.max_concurrent_requests_per_workspace in this test
+QUEUE = 4  # and its quota.max_queued_requests_per_workspace: 8 of B's 16 callers are refused at any time
 A_SEARCHES = 5
 A_DEADLINE = 60.0  # seconds: generous, and the only time bound asserted
 B_DEADLINE = 30.0  # B's heavy searches often pass it: their remaining work is then dropped
@@ -112,7 +113,9 @@ async def test_a_flooding_workspace_is_refused_past_its_share_and_its_neighbour_
     killable_postgres: KillablePostgres, serve: object, admin_key: str
 ) -> None:
     server: ServerProcess = await serve(  # type: ignore[operator]
-        killable_postgres.dsn, MEMPLANE_QUOTA__MAX_CONCURRENT_REQUESTS_PER_WORKSPACE=str(LIMIT)
+        killable_postgres.dsn,
+        MEMPLANE_QUOTA__MAX_CONCURRENT_REQUESTS_PER_WORKSPACE=str(LIMIT),
+        MEMPLANE_QUOTA__MAX_QUEUED_REQUESTS_PER_WORKSPACE=str(QUEUE),
     )
     key_a, key_b = await _seeded(server, admin_key)
 

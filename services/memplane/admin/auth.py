@@ -62,10 +62,11 @@ class Authenticator:
             self._limiter.admit(principal.workspace)
         return principal
 
-    def hold(self, workspace: Workspace) -> Release:
-        """A call slot of *workspace* (`ConcurrencyLimiter.acquire`): release it when the call
-        ends. Raises `QuotaExceededError` (quota_id ``max_concurrent_requests``) when all are taken."""
-        return self._concurrency.acquire(workspace)
+    async def hold(self, workspace: Workspace) -> Release:
+        """A call slot of *workspace* (`ConcurrencyLimiter.acquire`, waiting in line for one
+        when all are taken): release it when the call ends. Raises `QuotaExceededError`
+        (quota_id ``max_concurrent_requests``) when the line is full too."""
+        return await self._concurrency.acquire(workspace)
 
     def forget_key(self, key_id: str) -> None:
         """Evict a key from the cache (after a revoke)."""

@@ -72,7 +72,7 @@ async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[
     principal = await authenticator.authenticate(bearer_token(context))
     if principal.workspace is None:
         raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
-    slots.append(authenticator.hold(principal.workspace))
+    slots.append(await authenticator.hold(principal.workspace))
     return principal, principal.workspace
 
 
