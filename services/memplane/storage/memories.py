@@ -7,6 +7,7 @@ commit or roll back together) and under row-level security.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,23 @@ from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_s
 # segmented into space-separated words (memplane.text.segment), which 'english' keeps
 # as-is (the Snowball stemmer leaves non-Latin words alone).
 TS_CONFIG = "english"
+
+# Events of one write: their ids continue the workspace's count (0008_tenant_isolation.sql);
+# the LEFT JOIN turns a missing stats row into a NOT NULL violation, never events dropped.
+_RECORD_EVENTS = """
+WITH c AS (
+    UPDATE workspace_stats SET last_event_id = last_event_id + %(n)s WHERE workspace_key = %(ws)s
+    RETURNING last_event_id - %(n)s AS base)
+INSERT INTO memory_events (workspace_key, id, memory_id, kind, before, after, actor, request_id,
+    scope_user_id, scope_agent_id, scope_session_id, created_at)
+SELECT %(ws)s, c.base + e.ord, e.memory_id, e.kind, e.before::jsonb, e.after::jsonb, %(actor)s, %(request_id)s,
+    e.user_id, e.agent_id, e.session_id, %(now)s
+FROM unnest(%(memory_ids)s::uuid[], %(kinds)s::text[], %(befores)s::text[], %(afters)s::text[],
+            %(user_ids)s::text[], %(agent_ids)s::text[], %(session_ids)s::text[])
+     WITH ORDINALITY AS e(memory_id, kind, before, after, user_id, agent_id, session_id, ord)
+LEFT JOIN c ON true
+ORDER BY e.ord
+"""
 
 
 @dataclass(frozen=True)
@@ -166,30 +184,29 @@ class MemoryStore:
         request_id: str,
         now: datetime,
     ) -> None:
+        """Insert *events* (memory id, kind, before, after, scope) in one statement, with ids
+        that continue the workspace's own count (`workspace_stats.last_event_id`, advanced
+        here under its row lock: ids order the workspace's history and say nothing about
+        other workspaces). A workspace without a stats row fails on the NOT NULL id."""
         if not events:
             return
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memory_events (workspace_key, memory_id, kind, before, after, actor,"
-                " request_id, scope_user_id, scope_agent_id, scope_session_id, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        workspace.key,
-                        memory_id,
-                        kind.value,
-                        Jsonb(snapshot(before)) if before is not None else None,
-                        Jsonb(snapshot(after)) if after is not None else None,
-                        actor,
-                        request_id,
-                        scope.user_id,
-                        scope.agent_id,
-                        scope.session_id,
-                        now,
-                    )
-                    for memory_id, kind, before, after, scope in events
-                ],
-            )
+        await conn.execute(
+            _RECORD_EVENTS,
+            {
+                "ws": workspace.key,
+                "n": len(events),
+                "memory_ids": [e[0] for e in events],
+                "kinds": [e[1].value for e in events],
+                "befores": [json.dumps(snapshot(e[2])) if e[2] is not None else None for e in events],
+                "afters": [json.dumps(snapshot(e[3])) if e[3] is not None else None for e in events],
+                "user_ids": [e[4].user_id for e in events],
+                "agent_ids": [e[4].agent_id for e in events],
+                "session_ids": [e[4].session_id for e in events],
+                "actor": actor,
+                "request_id": request_id,
+                "now": now,
+            },
+        )
 
     async def get_many(self, conn: Connection, workspace: Workspace, ids: Sequence[str]) -> dict[str, Memory]:
         """The memories among *ids* that exist in the workspace, by id."""
