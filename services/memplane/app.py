@@ -30,6 +30,7 @@ from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.embedded import start_embedded
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
+from memplane.storage.invalidation import InvalidationListener
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
@@ -61,10 +62,13 @@ class App:
     blob_cleaner: BlobCleaner
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
+    invalidations: InvalidationListener
     chat_model: ChatModel | None = None
 
     async def close(self) -> None:
-        """Stop the sweepers, close the LLM client and the connection pool."""
+        """Stop the sweepers and the invalidation listener, close the LLM client and the
+        connection pool."""
+        await self.invalidations.stop()
         await self.blob_cleaner.stop()
         await self.retention_sweeper.stop()
         await self.idempotency_sweeper.stop()
@@ -147,6 +151,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     workspaces = WorkspaceStore(db)
     keys = ApiKeyStore(db)
     authenticator = Authenticator(keys, workspaces, settings.auth.key_cache_seconds)
+    invalidations = InvalidationListener(dsn, authenticator)  # revokes made by other processes
+    invalidations.start()
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
     writeback = WriteBackService(
@@ -181,6 +187,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
         retention_sweeper=retention_sweeper(db, settings),
         idempotency_sweeper=idempotency_sweeper(db, settings),
+        invalidations=invalidations,
         chat_model=chat_model,
     )
     await bootstrap(app, keys)
