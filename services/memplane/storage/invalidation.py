@@ -71,6 +71,7 @@ class InvalidationListener:
         self._cache = cache
         self._heartbeat = heartbeat_seconds
         self._task: asyncio.Task[None] | None = None
+        self._listened = False  # whether the current connection got as far as LISTEN
 
     def start(self) -> None:
         """Pause the cache and start listening in the background (no-op when running)."""
@@ -90,17 +91,22 @@ class InvalidationListener:
 
     async def _run(self) -> None:
         delay = RECONNECT_FIRST_SECONDS
+        quiet = False
         while True:
+            self._listened = False
             try:
                 await self._listen()
             except psycopg.Error as error:
-                _log.warning(
-                    "credential invalidation listener lost its connection (%s); cache paused, reconnecting in %.2f s",
-                    type(error).__name__,
-                    delay,
+                if self._listened:  # it had been listening: a fresh loss, reconnect quickly
+                    delay, quiet = RECONNECT_FIRST_SECONDS, False
+                # The first failure since the last LISTEN is news; each retry while the database is down is not.
+                level = logging.DEBUG if quiet else logging.WARNING
+                _log.log(
+                    level, "credential invalidation listener not listening (%s); key cache paused", type(error).__name__
                 )
+                quiet = True
             except Exception:  # a bug must not end invalidation: the cache stays paused, and we retry
-                _log.exception("credential invalidation listener failed; cache paused, restarting in %.2f s", delay)
+                _log.exception("credential invalidation listener failed; cache paused, restarting")
             finally:
                 self._cache.pause_cache()
             await asyncio.sleep(delay)
@@ -117,6 +123,7 @@ class InvalidationListener:
         ) as conn:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
             self._cache.resume_cache()  # whatever was cached before this moment may have missed a notification
+            self._listened = True
             _log.debug("listening for credential changes on %s", CHANNEL)
             while True:
                 async for notify in conn.notifies(timeout=self._heartbeat):
