@@ -5,8 +5,7 @@ and the idempotency record agree.
 
 "In the middle" is made certain, not hoped for: the test holds the workspace's
 `workspace_stats` row (FOR UPDATE) from its own connection, so the server's transaction
-has inserted every memory (or transcript message) and waits at a counter update (its
-history events' ids, or the counts); the test waits until that
+has inserted every row and waits at its counter update; the test waits until that
 backend is seen waiting for the lock, kills the server, lets go of the row, and waits
 until the orphaned backend has gone."""
 
@@ -93,13 +92,13 @@ async def _kill_mid_write(
         call = asyncio.ensure_future(write())
         waiting = (
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%%UPDATE workspace_stats%%' AND pid <> %s)"
+            " AND query LIKE 'UPDATE workspace_stats%%' AND pid <> %s)"
         )
         await _until(pg_dsn, waiting, (holder,), "the server's transaction waits at the counter row")
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
             cur = await conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%UPDATE workspace_stats%%' AND pid <> %s",
+                " AND query LIKE 'UPDATE workspace_stats%%' AND pid <> %s",
                 (holder,),
             )
             [(orphan,)] = await cur.fetchall()
