@@ -5,7 +5,7 @@
 -- 1. Per-workspace event ids. One sequence shared by every workspace let a tenant count
 -- the others' writes from the gaps between its own ids. Each workspace now numbers its
 -- events 1, 2, 3... from workspace_stats.last_event_id, advanced in the writing
--- transaction (MemoryStore._record_events): that row is already updated by every write,
+-- transaction (memplane.storage.history): that row is already updated by every write,
 -- so its row lock adds no serialisation that was not there.
 ALTER TABLE workspace_stats ADD COLUMN last_event_id bigint NOT NULL DEFAULT 0 CHECK (last_event_id >= 0);
 ALTER TABLE memory_events ALTER COLUMN id DROP DEFAULT;  -- recurses to every partition
