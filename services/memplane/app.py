@@ -34,6 +34,7 @@ from memplane.storage.database import Database
 from memplane.storage.embedded import EmbeddedPostgres, start_embedded
 from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
+from memplane.storage.invalidation import InvalidationListener
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
@@ -65,12 +66,15 @@ class App:
     blob_cleaner: BlobCleaner
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
+    invalidations: InvalidationListener
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
 
     async def close(self) -> None:
-        """Stop the sweepers, close the LLM client and the connection pool, and stop the
-        embedded PostgreSQL (if this process was its last holder)."""
+        """Stop the sweepers and the invalidation listener, close the LLM client and the
+        connection pool, and stop the embedded PostgreSQL (if this process was its last
+        holder)."""
+        await self.invalidations.stop()
         await self.blob_cleaner.stop()
         await self.retention_sweeper.stop()
         await self.idempotency_sweeper.stop()
@@ -173,6 +177,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
             settings.quota.max_concurrent_requests_per_workspace, settings.quota.max_queued_requests_per_workspace
         ),
     )
+    invalidations = InvalidationListener(dsn, authenticator)  # revokes made by other processes
+    invalidations.start()
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
     writeback = WriteBackService(
@@ -207,6 +213,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
         retention_sweeper=retention_sweeper(db, settings),
         idempotency_sweeper=idempotency_sweeper(db, settings),
+        invalidations=invalidations,
         chat_model=chat_model,
         embedded=supervisor,
     )

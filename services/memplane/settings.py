@@ -140,8 +140,9 @@ class AuthSettings(BaseModel):
     key_cache_seconds: float = Field(
         default=30.0,
         ge=0,
-        description="Seconds a verified key is cached; a revoke in another "
-        "process takes at most this long to apply (in the same process it applies at once).",
+        description="Seconds a verified key is cached. A revoke or workspace deletion evicts it "
+        "at once in this process and, by PostgreSQL LISTEN/NOTIFY, in every other one within "
+        "a second; this bounds a stale entry only if a listener connection dies silently.",
     )
     bootstrap_default_workspace: bool = Field(
         default=True,

@@ -94,3 +94,27 @@ async def test_request_ids_are_per_workspace(pair: tuple[TestWorkspace, TestWork
     [in_b] = await b.client.add_memories([mem("same body")], request_id="req-1")
     assert in_a.id != in_b.id
     assert [m.id for m in await list_all(b.client)] == [in_b.id]
+
+
+async def test_event_ids_do_not_move_with_another_workspaces_writes(
+    pair: tuple[TestWorkspace, TestWorkspace],
+) -> None:
+    # A shared id sequence would let B count A's writes live: the gap between B's two
+    # event ids was exactly the number of A's events in between (37).
+    a, b = pair
+    [first] = await b.client.add_memories([mem("B's first memory")])
+    [added] = await b.client.list_memory_events(first.id)
+    await a.client.add_memories([mem(f"A's memory number {i}") for i in range(37)])
+    [second] = await b.client.add_memories([mem("B's second memory")])
+    [added_next] = await b.client.list_memory_events(second.id)
+    assert added_next.id - added.id == 1
+    assert added.id == 1  # a workspace's history starts at 1: it says nothing of other tenants
+    # Ids still order a memory's history, and the whole workspace's, as they happened.
+    await b.client.update_memory(first.id, memory_pb2.MemoryInput(content="B's first memory, amended"), ["content"])
+    await b.client.delete_memory(first.id)
+    events = await b.client.list_memory_events(first.id)
+    assert [(e.id, e.kind) for e in events] == [
+        (1, memory_pb2.EVENT_KIND_ADD),
+        (3, memory_pb2.EVENT_KIND_UPDATE),
+        (4, memory_pb2.EVENT_KIND_DELETE),
+    ]

@@ -85,3 +85,44 @@ async def test_a_server_that_does_not_migrate_refuses_a_database_lacking_migrati
     await app.close()
     # A configured admin key and no default workspace: nothing written to disk.
     assert not (tmp_path / "data").exists()
+
+
+async def test_0008_renumbers_existing_events_per_workspace_keeping_their_order(empty_database: str) -> None:
+    await apply_migrations(empty_database, up_to=7)
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        keys = {}
+        for name in ("a", "b", "quiet"):
+            cur = await conn.execute(
+                "INSERT INTO workspaces (name, embedding_model, embedding_dimensions)"
+                " VALUES (%s, 'm', 3) RETURNING key",
+                (name,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            keys[name] = row[0]
+            await conn.execute("INSERT INTO workspace_stats (workspace_key) VALUES (%s)", (row[0],))
+            await conn.execute(
+                sql.SQL("CREATE TABLE {} PARTITION OF memory_events FOR VALUES IN ({})").format(
+                    sql.Identifier(f"memory_events_w{row[0]}"), sql.Literal(row[0])
+                )
+            )
+        # Interleaved as two tenants' writes were, on the one shared sequence.
+        for name, actor in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a3"), ("b", "b2")]:
+            await conn.execute(
+                "INSERT INTO memory_events (workspace_key, memory_id, kind, actor)"
+                " VALUES (%s, gen_random_uuid(), 'ADD', %s)",
+                (keys[name], actor),
+            )
+    assert await apply_migrations(empty_database) == ["0008_tenant_isolation.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database) as conn:
+        for name, expected in [("a", [(1, "a1"), (2, "a2"), (3, "a3")]), ("b", [(1, "b1"), (2, "b2")]), ("quiet", [])]:
+            cur = await conn.execute(
+                "SELECT id, actor FROM memory_events WHERE workspace_key = %s ORDER BY id", (keys[name],)
+            )
+            assert await cur.fetchall() == expected, name
+            cur = await conn.execute(
+                "SELECT last_event_id FROM workspace_stats WHERE workspace_key = %s", (keys[name],)
+            )
+            assert await cur.fetchone() == (len(expected),), name
+        cur = await conn.execute("SELECT to_regclass('memory_events_id_seq')")
+        assert await cur.fetchone() == (None,)  # nothing can take an id from a shared sequence any more

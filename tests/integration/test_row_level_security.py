@@ -145,7 +145,7 @@ async def test_a_tenant_cannot_write_rows_of_another_workspace(app: App, tenant_
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
         async with app.db.tenant(a.key) as conn:
             await conn.execute(
-                "INSERT INTO memory_events (workspace_key, memory_id, kind, actor) VALUES (%s, %s, 'ADD', 'x')",
+                "INSERT INTO memory_events (workspace_key, id, memory_id, kind, actor) VALUES (%s, 1, %s, 'ADD', 'x')",
                 (b.key, str(uuid.uuid4())),
             )
     with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):

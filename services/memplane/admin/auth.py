@@ -1,9 +1,11 @@
 """From an API key to a `Principal`: the workspace always comes from the credential.
 
 Verified keys are cached for `key_cache_seconds` (a hash lookup per RPC otherwise costs a
-database round trip); a revoke, workspace update or deletion in this process evicts at
-once. Every call of a workspace key passes the workspace's `max_requests_per_second`,
-and holds one of its `quota.max_concurrent_requests_per_workspace` slots while it runs.
+database round trip); a revoke, workspace update or deletion evicts at once in this
+process, and in every other one when PostgreSQL's notification arrives
+(`memplane.storage.invalidation`, which pauses the cache while it cannot listen). Every
+call of a workspace key passes the workspace's `max_requests_per_second`, and holds one
+of its `quota.max_concurrent_requests_per_workspace` slots while it runs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 
 from memplane.domain.apikeys import split_key
 from memplane.domain.models import Principal, Workspace
-from memplane.errors import UnauthenticatedError
+from memplane.errors import NotFoundError, UnauthenticatedError
 from memplane.quota.concurrency import ConcurrencyLimiter, Release
 from memplane.quota.rate import RateLimiter
 from memplane.storage.keys import ApiKeyStore
@@ -36,6 +38,10 @@ class Authenticator:
         self._workspaces = workspaces
         self._ttl = cache_seconds
         self._cache: dict[str, tuple[float, Principal]] = {}
+        self._caching = True
+        # Bumped by every eviction: a verification that began before one is not cached
+        # (it may have read the key just before the revoke committed).
+        self._generation = 0
 
     async def authenticate(self, api_key: str) -> Principal:
         """The principal of *api_key*. Raises `UnauthenticatedError` for a missing,
@@ -43,17 +49,21 @@ class Authenticator:
         `QuotaExceededError` past the workspace's `max_requests_per_second`."""
         if not api_key:
             raise UnauthenticatedError("missing credential: send 'authorization: Bearer <API key>'")
-        cached = self._cache.get(api_key)
+        cached = self._cache.get(api_key) if self._caching else None
         if cached is not None and cached[0] > time.monotonic():
             return self._admitted(cached[1])
+        generation = self._generation
         record = await self._keys.verify(api_key)
         if record is None:
             raise UnauthenticatedError("unknown or revoked API key")
         workspace = None
         if record.workspace_key is not None:
-            workspace = await self._workspaces.get_by_key(record.workspace_key)
+            try:
+                workspace = await self._workspaces.get_by_key(record.workspace_key)
+            except NotFoundError:  # deleted between the two reads
+                raise UnauthenticatedError("unknown or revoked API key") from None
         principal = Principal(actor=f"key:{record.key_id}", workspace=workspace)
-        if self._ttl > 0:
+        if self._ttl > 0 and self._caching and generation == self._generation:
             self._cache[api_key] = (time.monotonic() + self._ttl, principal)
         return self._admitted(principal)
 
@@ -70,10 +80,27 @@ class Authenticator:
 
     def forget_key(self, key_id: str) -> None:
         """Evict a key from the cache (after a revoke)."""
+        self._generation += 1
         for api_key in [k for k in self._cache if (split_key(k) or ("", ""))[0] == key_id]:
             del self._cache[api_key]
 
     def forget_workspace(self, name: str) -> None:
-        """Evict every key of a workspace (after its deletion)."""
+        """Evict every key of a workspace (after its update or deletion)."""
+        self._generation += 1
         for api_key in [k for k, (_, p) in self._cache.items() if p.workspace is not None and p.workspace.name == name]:
             del self._cache[api_key]
+
+    def pause_cache(self) -> None:
+        """Evict everything and cache nothing until `resume_cache` (while revocations from
+        other processes could go unheard)."""
+        self._caching = False
+        self._evict_all()
+
+    def resume_cache(self) -> None:
+        """Evict everything and cache again (revocations are heard from now on)."""
+        self._caching = True
+        self._evict_all()
+
+    def _evict_all(self) -> None:
+        self._generation += 1
+        self._cache.clear()

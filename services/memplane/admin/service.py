@@ -99,8 +99,8 @@ class AdminService:
     ) -> Workspace:
         """Replace the fields named in *mask* (`policy.UPDATE_PATHS`) with the given
         values; return the workspace as stored. This process's key cache forgets the
-        workspace at once; other processes see the change within
-        `auth.key_cache_seconds` for the rate quota and retention (memory and byte quotas
+        workspace at once, other processes when PostgreSQL's notification reaches them
+        (`memplane.storage.invalidation`) for the rate quota and retention (memory and byte quotas
         are read in each write's transaction, the token quota in each charge).
         Raises `InvalidArgumentError` (workspace.name, update_mask, the values), `NotFoundError`."""
         v = Violations()

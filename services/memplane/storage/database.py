@@ -21,12 +21,16 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from memplane.errors import DeadlineExceededError, UnavailableError
+from memplane.errors import DeadlineExceededError, UnauthenticatedError, UnavailableError
 from memplane.storage.availability import Availability
 
 _log = logging.getLogger(__name__)
 
 Connection = psycopg.AsyncConnection[dict[str, Any]]
+
+# Raised by memplane_enter_workspace() (0008_tenant_isolation.sql) when a tenant
+# transaction names a deleted workspace: a credential cached before the deletion.
+WORKSPACE_GONE_SQLSTATE = "MPW01"
 
 _REPLAY_POLL_SECONDS = 0.005  # between checks of a standby's replay position while a read waits for it
 
@@ -167,6 +171,9 @@ class Database:
         that WAL position, on the connection that then runs the transaction (so a DSN that
         balances over several standbys is judged per connection); raises
         `ReplicaBehindError` past the wait.
+
+        Raises `UnauthenticatedError` when the workspace no longer exists (its key was
+        verified before the deletion), at entry or, in pipeline mode, at the first fetch.
         """
         async with (
             self._connection(after_lsn, wait_seconds) as conn,
@@ -174,8 +181,9 @@ class Database:
             conn.transaction(),
         ):
             await conn.execute(
-                "SELECT set_config('role', 'memplane_tenant', true), set_config('memplane.workspace_key', %s, true)",
-                (str(workspace_key),),
+                "SELECT set_config('role', 'memplane_tenant', true),"
+                " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
+                (workspace_key,),
             )
             yield conn
 
@@ -188,11 +196,13 @@ class Database:
         statements and COMMIT go to the server together, in one round trip. Read the
         cursors' results after the block (they arrive when it exits). *after_lsn* and
         *wait_seconds* as in `tenant()`."""
-        names = ["role", "memplane.workspace_key", *settings]
-        values = ["memplane_tenant", str(workspace_key), *settings.values()]
-        setting = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
+        names = ["role", *settings]
+        values = ["memplane_tenant", *settings.values()]
+        setting = "SELECT set_config('memplane.workspace_key', memplane_enter_workspace(%s), true), " + ", ".join(
+            "set_config(%s, %s, true)" for _ in names
+        )
         async with self._connection(after_lsn, wait_seconds) as conn, conn.pipeline(), conn.transaction():
-            await conn.execute(setting, [v for pair in zip(names, values, strict=True) for v in pair])
+            await conn.execute(setting, [workspace_key, *(v for pair in zip(names, values, strict=True) for v in pair)])
             yield conn
 
     @asynccontextmanager
@@ -216,6 +226,10 @@ class Database:
             if exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P")):  # connection lost, server shut down
                 self.availability.lost(str(exc).splitlines()[0] if str(exc) else "connection lost")
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
+        except psycopg.DatabaseError as exc:
+            if exc.sqlstate != WORKSPACE_GONE_SQLSTATE:
+                raise
+            raise UnauthenticatedError("the workspace of this API key was deleted") from exc
 
 
 _REPLICA_STATE = """

@@ -22,8 +22,9 @@ from memplane.domain.models import EventKind, Memory, MemoryEvent, NewMemory, Sc
 from memplane.errors import QuotaExceededError, VersionConflictError
 from memplane.storage.database import Connection, fetch_one
 from memplane.storage.filters import Params, compile_filter
+from memplane.storage.history import load_events, record_events
 from memplane.storage.lexemes import count_added, count_changed, removal_cte
-from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row, memory_from_snapshot, snapshot
+from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
 
 # Full-text configuration: English stemming and stop words; CJK text arrives already
 # segmented into space-separated words (memplane.text.segment), which 'english' keeps
@@ -133,14 +134,6 @@ class MemoryStore:
                 ).format(cfg=sql.Literal(TS_CONFIG)),
                 params,
             )
-        await self._record_events(
-            conn,
-            workspace,
-            [(m.id, EventKind.ADD, None, m, m.scope) for m in memories],
-            actor=actor,
-            request_id=request_id,
-            now=now,
-        )
         ids = [m.id for m in memories]
         await count_added(conn, workspace.key, ids)
         cur = await conn.execute(
@@ -154,42 +147,18 @@ class MemoryStore:
             (workspace.key, ids, workspace.key),
         )
         _check_quotas(workspace, await fetch_one(cur), added=len(ids))  # raising rolls all of it back
+        # Only now that the update above holds the stats row: an insert takes the lexeme counters
+        # and then that row, as a delete's one statement may; taking the row first (for the
+        # event ids) deadlocked with concurrent deletes (test_concurrent_writers_of_shared_lexemes).
+        await record_events(
+            conn,
+            workspace.key,
+            [(m.id, EventKind.ADD, None, m, m.scope) for m in memories],
+            actor=actor,
+            request_id=request_id,
+            now=now,
+        )
         return memories
-
-    async def _record_events(
-        self,
-        conn: Connection,
-        workspace: Workspace,
-        events: Sequence[tuple[str, EventKind, Memory | None, Memory | None, Scope]],
-        *,
-        actor: str,
-        request_id: str,
-        now: datetime,
-    ) -> None:
-        if not events:
-            return
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memory_events (workspace_key, memory_id, kind, before, after, actor,"
-                " request_id, scope_user_id, scope_agent_id, scope_session_id, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        workspace.key,
-                        memory_id,
-                        kind.value,
-                        Jsonb(snapshot(before)) if before is not None else None,
-                        Jsonb(snapshot(after)) if after is not None else None,
-                        actor,
-                        request_id,
-                        scope.user_id,
-                        scope.agent_id,
-                        scope.session_id,
-                        now,
-                    )
-                    for memory_id, kind, before, after, scope in events
-                ],
-            )
 
     async def get_many(self, conn: Connection, workspace: Workspace, ids: Sequence[str]) -> dict[str, Memory]:
         """The memories among *ids* that exist in the workspace, by id."""
@@ -308,9 +277,9 @@ class MemoryStore:
         _check_quotas(workspace, await fetch_one(cur), added=0)
         if change.lexical_text is not None:
             await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
-        await self._record_events(
+        await record_events(
             conn,
-            workspace,
+            workspace.key,
             [(current.id, EventKind.UPDATE, current, updated, current.scope)],
             actor=actor,
             request_id=request_id,
@@ -338,9 +307,9 @@ class MemoryStore:
         )
         if not deleted:
             raise await self._conflict(conn, workspace, current)
-        await self._record_events(
+        await record_events(
             conn,
-            workspace,
+            workspace.key,
             [(current.id, EventKind.DELETE, current, None, current.scope)],
             actor=actor,
             request_id=request_id,
@@ -372,9 +341,9 @@ class MemoryStore:
                 " WHERE workspace_key = %s AND memory_id = ANY(%s::uuid[])",
                 (workspace.key, ids),
             )
-            await self._record_events(
+            await record_events(
                 conn,
-                workspace,
+                workspace.key,
                 [(i, EventKind.DELETE, None, None, s) for i, s in deleted],
                 actor=actor,
                 request_id=request_id,
@@ -408,23 +377,7 @@ class MemoryStore:
 
     async def events(self, conn: Connection, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
         """History of one memory, oldest first (empty if the workspace never had it)."""
-        cur = await conn.execute(
-            "SELECT * FROM memory_events WHERE workspace_key = %s AND memory_id = %s ORDER BY id",
-            (workspace.key, memory_id),
-        )
-        return [
-            MemoryEvent(
-                id=r["id"],
-                memory_id=str(r["memory_id"]),
-                kind=EventKind(r["kind"]),
-                before=memory_from_snapshot(r["before"]),
-                after=memory_from_snapshot(r["after"]),
-                actor=r["actor"],
-                request_id=r["request_id"],
-                created_at=r["created_at"],
-            )
-            for r in await cur.fetchall()
-        ]
+        return await load_events(conn, workspace.key, memory_id)
 
     async def memory_count(self, conn: Connection, workspace: Workspace) -> int:
         """All memories of the workspace (from workspace_stats, no row scan)."""

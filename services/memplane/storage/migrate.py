@@ -28,8 +28,9 @@ def _migrations() -> list[tuple[int, str, str]]:
     return sorted(found)
 
 
-async def apply_migrations(dsn: str) -> list[str]:
-    """Apply pending migrations to the database at *dsn*; return the names applied.
+async def apply_migrations(dsn: str, *, up_to: int | None = None) -> list[str]:
+    """Apply pending migrations to the database at *dsn* (those numbered at most *up_to*,
+    if given: a test of a migration's backfill); return the names applied.
 
     Each migration runs in its own transaction with its version row, so a failing one
     leaves the schema at the previous version. Raises `psycopg.Error` on SQL failure.
@@ -46,7 +47,7 @@ async def apply_migrations(dsn: str) -> list[str]:
             cur = await conn.execute("SELECT version FROM schema_migrations")
             done = {row[0] for row in await cur.fetchall()}
             for version, name, text in _migrations():
-                if version in done:
+                if version in done or (up_to is not None and version > up_to):
                     continue
                 async with conn.transaction():
                     await conn.execute(text.encode())

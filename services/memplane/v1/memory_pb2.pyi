@@ -378,7 +378,9 @@ class MemoryEvent(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.int
-    """Event id, increasing within the workspace."""
+    """Event id: 1, 2, 3, ... within the workspace, in the order its events happened
+    (counted per workspace: it tells nothing of other workspaces' activity).
+    """
     memory_id: _builtins.str
     """Memory the event is about."""
     kind: Global___EventKind.ValueType
