@@ -151,3 +151,44 @@ async def test_a_malformed_token_is_invalid_argument_naming_it(replicated: Repli
     with pytest.raises(InvalidArgumentError) as caught:
         await replicated.writer.search("anything", top_k=1)
     assert "memplane-lsn" in str(caught.value)
+
+
+async def test_tokens_tell_a_tenant_nothing_of_other_tenants_writes(
+    replicated: ReplicatedServer, admin_key: str
+) -> None:
+    """Between two of B's writes another workspace writes 37 memories: B's tokens show only
+    B's own progress (its event counter moves by 1), never the WAL position all tenants share
+    (sealed, and 36 random-looking bytes of fixed length whatever the position)."""
+    await _add(replicated.writer, "first note of tenant B")
+    first = replicated.writer.lsn
+    async with AsyncMemplaneClient(replicated.target, admin_key) as admin:
+        other = random_workspace_name()
+        await admin.create_workspace(other)
+        try:
+            other_key = (await admin.create_api_key(other, "neighbour")).api_key
+            async with AsyncMemplaneClient(replicated.target, other_key) as neighbour:
+                for i in range(37):
+                    await _add(neighbour, f"neighbour's note {i}")
+                neighbours_token = neighbour.lsn
+        finally:
+            await admin.delete_workspace(other)
+    await _add(replicated.writer, "second note of tenant B")
+    second = replicated.writer.lsn
+
+    counter_1, dot_1, sealed_1 = first.partition(".")
+    counter_2, dot_2, sealed_2 = second.partition(".")
+    assert dot_1, f"not a '<counter>.<sealed>' token: {first!r}"
+    assert dot_2, f"not a '<counter>.<sealed>' token: {second!r}"
+    assert int(counter_2) - int(counter_1) == 1  # one ADD event of B's own, nothing of the neighbour's 37
+    assert len(sealed_1) == len(sealed_2) == 48  # base64url of nonce 12 + position 8 + tag 16 bytes
+    assert "/" not in first + second  # no "X/Y" WAL position in the clear
+    assert neighbours_token.partition(".")[0] == "37"  # the neighbour's counter is its own too
+
+    # a token opens only for the workspace it was sealed for, and only as it was sealed
+    for foreign in (neighbours_token, f"{int(counter_2) + 5}.{sealed_2}", f"{counter_2}.{sealed_1}"):
+        replicated.writer.lsn = foreign
+        with pytest.raises(InvalidArgumentError) as caught:
+            await replicated.writer.search("note", top_k=1)
+        assert "memplane-lsn" in str(caught.value)
+    replicated.writer.lsn = second
+    assert (await replicated.writer.search("second note", top_k=1)).hits

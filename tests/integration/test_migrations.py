@@ -113,7 +113,7 @@ async def test_0008_renumbers_existing_events_per_workspace_keeping_their_order(
                 " VALUES (%s, gen_random_uuid(), 'ADD', %s)",
                 (keys[name], actor),
             )
-    assert await apply_migrations(empty_database) == ["0008_tenant_isolation.sql"]
+    assert await apply_migrations(empty_database, up_to=8) == ["0008_tenant_isolation.sql"]
     async with await psycopg.AsyncConnection.connect(empty_database) as conn:
         for name, expected in [("a", [(1, "a1"), (2, "a2"), (3, "a3")]), ("b", [(1, "b1"), (2, "b2")]), ("quiet", [])]:
             cur = await conn.execute(
@@ -126,3 +126,15 @@ async def test_0008_renumbers_existing_events_per_workspace_keeping_their_order(
             assert await cur.fetchone() == (len(expected),), name
         cur = await conn.execute("SELECT to_regclass('memory_events_id_seq')")
         assert await cur.fetchone() == (None,)  # nothing can take an id from a shared sequence any more
+
+
+async def test_0009_generates_a_read_token_key_the_tenant_role_cannot_read(empty_database: str) -> None:
+    await apply_migrations(empty_database)
+    async with await psycopg.AsyncConnection.connect(empty_database) as conn:
+        cur = await conn.execute("SELECT secret FROM server_secrets WHERE name = 'read_token'")
+        row = await cur.fetchone()
+        assert row is not None
+        assert len(bytes(row[0])) == 32
+        await conn.execute("SET ROLE memplane_tenant")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await conn.execute("SELECT secret FROM server_secrets")

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from memplane.admin.auth import Authenticator
 from memplane.api import convert
 from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
-from memplane.api.handler import Context, WalPosition, rpc, stamp_lsn, workspace_of
+from memplane.api.handler import Context, rpc, workspace_of
+from memplane.api.read_tokens import ReadYourWrites
 from memplane.compaction.knobs import OFFLOAD_MESSAGES  # the same size moves counting off the loop
 from memplane.compaction.service import CompactionService, PrepareOptions
 from memplane.domain.context import CompactionOutcome, ContextMessage, SummarizerChoice, SummaryMethod, ToolResultLimits
@@ -59,10 +60,10 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
         authenticator: Authenticator,
         limits: LimitsSettings,
         max_messages: int,
-        wal_position: WalPosition,
+        consistency: ReadYourWrites,
     ) -> None:
         self._service = service
-        self._wal_position = wal_position
+        self._consistency = consistency
         self._auth = authenticator
         self._limits = limits
         self._max_messages = max_messages
@@ -234,7 +235,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
             summarizer=_choice(request.summarizer, "summarizer"),
             request_id=request.request_id,
         )
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return compaction_pb2.SummarizeSessionResponse(
             memories=[convert.memory_to_proto(m) for m in written.memories],
             summary_method=written.summary_method,

@@ -12,7 +12,6 @@ import grpc
 
 from memplane.admin.auth import Authenticator
 from memplane.api.errors import abort_with
-from memplane.domain.consistency import LSN_METADATA_KEY
 from memplane.domain.models import Principal, Workspace
 from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError
 
@@ -41,24 +40,6 @@ def bearer_token(context: Context) -> str:
     if scheme.lower() != "bearer":
         raise UnauthenticatedError("authorization metadata must read 'Bearer <API key>'")
     return token.strip()
-
-
-WalPosition = Callable[[], Awaitable[str]]
-
-
-def read_after(context: Context) -> str:
-    """The read-your-writes token of the `memplane-lsn` request metadata ("" if absent;
-    the newest if several). The service validates it."""
-    values = [value for key, value in context.invocation_metadata() or () if key == LSN_METADATA_KEY]
-    return str(values[-1]) if values else ""
-
-
-async def stamp_lsn(context: Context, wal_position: WalPosition) -> None:
-    """After a successful write: put the primary's WAL position in the trailing metadata
-    `memplane-lsn` (nothing when the server reads from no replica: the position is "")."""
-    lsn = await wal_position()
-    if lsn:
-        context.set_trailing_metadata(((LSN_METADATA_KEY, lsn),))
 
 
 async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from memplane.admin.auth import Authenticator
 from memplane.api import convert
-from memplane.api.handler import Context, read_after, rpc, workspace_of
+from memplane.api.handler import Context, rpc, workspace_of
+from memplane.api.read_tokens import ReadYourWrites
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.retrieval.service import RetrievalService, SearchMode, SearchRequest
@@ -31,11 +32,13 @@ def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
 
 class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
     """Search, get and list; the workspace comes from the API key. Each honours a
-    `memplane-lsn` request metadata entry (read-your-writes: see memplane.storage.replica)."""
+    `memplane-lsn` request metadata entry (read-your-writes: `memplane.api.read_tokens`,
+    `memplane.storage.replica`)."""
 
-    def __init__(self, service: RetrievalService, authenticator: Authenticator) -> None:
+    def __init__(self, service: RetrievalService, authenticator: Authenticator, consistency: ReadYourWrites) -> None:
         self._service = service
         self._auth = authenticator
+        self._consistency = consistency
 
     @rpc
     async def SearchMemories(
@@ -58,7 +61,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 vector_weight=request.vector_weight or None,
                 rrf_k=request.rrf_k or None,
             ),
-            after_lsn=read_after(context),
+            after_lsn=self._consistency.after(context, workspace),
         )
         return retrieval_pb2.SearchMemoriesResponse(
             hits=[
@@ -83,7 +86,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.GetMemoryRequest, context: Context
     ) -> retrieval_pb2.GetMemoryResponse:
         _, workspace = await workspace_of(self._auth, context)
-        memory = await self._service.get(workspace, request.id, after_lsn=read_after(context))
+        memory = await self._service.get(workspace, request.id, after_lsn=self._consistency.after(context, workspace))
         return retrieval_pb2.GetMemoryResponse(memory=convert.memory_to_proto(memory))
 
     @rpc
@@ -96,7 +99,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             convert.filter_from_proto(request.filter),
             request.page_size,
             request.page_token,
-            after_lsn=read_after(context),
+            after_lsn=self._consistency.after(context, workspace),
         )
         return retrieval_pb2.ListMemoriesResponse(
             memories=[convert.memory_to_proto(m) for m in page.memories],

@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from memplane.api.admin import AdminServicer
 from memplane.api.compaction import CompactionServicer
 from memplane.api.decoding import DecodingInterceptor
+from memplane.api.read_tokens import ReadTokens, ReadYourWrites
 from memplane.api.retrieval import RetrievalServicer
 from memplane.api.tls import ReloadingCertificates, TlsFiles
 from memplane.api.writeback import WriteBackServicer
@@ -91,15 +92,15 @@ async def start_server(
             ("grpc.so_reuseport", 0),
         ],
     )
+    tokens = ReadTokens(await app.db.read_token_key()) if app.reads.has_replica else None
+    consistency = ReadYourWrites(tokens, app.reads.write_position)
     if "retrieval" in services:
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            RetrievalServicer(app.retrieval, app.authenticator), server
+            RetrievalServicer(app.retrieval, app.authenticator, consistency), server
         )
     if "writeback" in services:
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
-            WriteBackServicer(
-                app.writeback, app.authenticator, app.settings.limits.max_batch_size, app.reads.write_lsn
-            ),
+            WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size, consistency),
             server,
         )
         app.retention_sweeper.start()  # expired memories are erased by the servers that write them
@@ -111,7 +112,7 @@ async def start_server(
                 app.authenticator,
                 app.settings.limits,
                 app.settings.compaction.max_messages,
-                app.reads.write_lsn,
+                consistency,
             ),
             server,
         )

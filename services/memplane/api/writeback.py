@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from memplane.admin.auth import Authenticator
 from memplane.api import convert
-from memplane.api.handler import Context, WalPosition, rpc, stamp_lsn, workspace_of
+from memplane.api.handler import Context, rpc, workspace_of
+from memplane.api.read_tokens import ReadYourWrites
 from memplane.domain.models import MemoryType, NewMemory
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.v1 import writeback_pb2, writeback_pb2_grpc
@@ -13,18 +14,18 @@ from memplane.writeback.service import WriteBackService
 
 class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
     """Writes; the workspace comes from the API key, the actor is the key id. Every write
-    RPC's trailing metadata carries `memplane-lsn` (the primary's WAL position after it)
-    when *wal_position* gives one: the read-your-writes token for a replica's reads."""
+    RPC's trailing metadata carries `memplane-lsn` when a replica serves reads: the
+    read-your-writes token (`memplane.api.read_tokens`)."""
 
     def __init__(
         self,
         service: WriteBackService,
         authenticator: Authenticator,
         max_batch_size: int,
-        wal_position: WalPosition,
+        consistency: ReadYourWrites,
     ) -> None:
         self._service = service
-        self._wal_position = wal_position
+        self._consistency = consistency
         self._auth = authenticator
         self._max_batch = max_batch_size
 
@@ -41,7 +42,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         self._check_batch("memories", len(request.memories))
         items = [convert.new_memory_from_proto(m, f"memories[{i}]") for i, m in enumerate(request.memories)]
         stored = await self._service.add(principal, workspace, items, request.request_id)
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return writeback_pb2.AddMemoriesResponse(memories=[convert.memory_to_proto(m) for m in stored])
 
     @rpc
@@ -54,7 +55,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         result = await self._service.write_conversation(
             principal, workspace, convert.scope_from_proto(request.scope), messages, request.request_id
         )
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return writeback_pb2.WriteConversationResponse(
             memories=[convert.memory_to_proto(m) for m in result.memories],
             transcript_message_count=result.transcript_message_count,
@@ -89,7 +90,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
             expected_version=request.expected_version,
             request_id=request.request_id,
         )
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return writeback_pb2.UpdateMemoryResponse(memory=convert.memory_to_proto(updated))
 
     @rpc
@@ -100,7 +101,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         deleted = await self._service.delete(
             principal, workspace, request.id, expected_version=request.expected_version, request_id=request.request_id
         )
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return writeback_pb2.DeleteMemoryResponse(id=deleted)
 
     @rpc
@@ -111,7 +112,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         memories, messages = await self._service.delete_by_scope(
             principal, workspace, convert.scope_from_proto(request.scope), request.request_id
         )
-        await stamp_lsn(context, self._wal_position)
+        await self._consistency.stamp(context, workspace)
         return writeback_pb2.DeleteMemoriesByScopeResponse(deleted_count=memories, deleted_message_count=messages)
 
     @rpc

@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memplane.client.channels import TlsOptions, open_channel, parse_target
 from memplane.client.errors import from_rpc_error
 from memplane.client.retry import new_request_id
-from memplane.domain.consistency import LSN_METADATA_KEY, newest_lsn
+from memplane.domain.consistency import LSN_METADATA_KEY, newest_token
 from memplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -140,9 +140,11 @@ class AsyncMemplaneClient:
             await channel.close(None)
 
     def observe_lsn(self, lsn: str) -> None:
-        """Remember WAL position *lsn* ("X/Y", e.g. another client's `lsn`) if it is newer
-        than the one kept; later reads see every write up to it. A malformed one is ignored."""
-        self.lsn = newest_lsn(self.lsn, lsn)
+        """Remember read-your-writes token *lsn* (e.g. another client's `lsn` of the same
+        workspace) if it is newer than the one kept; later reads see every write up to it.
+        The token is opaque: a counter of the workspace's own writes, then the WAL position
+        sealed (`memplane.api.read_tokens`). One that is not a token is ignored."""
+        self.lsn = newest_token(self.lsn, lsn)
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
         metadata = (*self._metadata, (LSN_METADATA_KEY, self.lsn)) if self.lsn else self._metadata

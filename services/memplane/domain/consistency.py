@@ -1,8 +1,10 @@
-"""Read-your-writes tokens: PostgreSQL WAL positions ("LSN", text "X/Y" in hex).
+"""Read-your-writes: PostgreSQL WAL positions ("LSN", text "X/Y" in hex) and the tokens
+that carry them sealed.
 
-A write RPC's response carries the primary's WAL position after its commit in the
-trailing metadata entry `memplane-lsn` (when the server reads from a replica,
-`database.read_dsn`). A client sends the newest position it has seen in the request
+A write RPC's response carries a token in the trailing metadata entry `memplane-lsn`
+(when the server reads from a replica, `database.read_dsn`): the primary's WAL position
+after its commit, encrypted, behind the workspace's own event counter
+(`memplane.api.read_tokens`). A client sends the newest token it has seen in the request
 metadata entry of the same name; a retrieval read then sees every write up to it
 (`memplane.storage.replica.ReadRouter` says how).
 """
@@ -25,12 +27,14 @@ def parse_lsn(text: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
-def newest_lsn(current: str, seen: str) -> str:
-    """The later of two positions ("" is before every position); *seen* is ignored if malformed."""
-    try:
-        later = parse_lsn(seen)
-    except ValueError:
+def newest_token(current: str, seen: str) -> str:
+    """The later of two read-your-writes tokens ("<counter>.<sealed position>", see
+    `memplane.api.read_tokens`; "" is before every token): the one with the higher counter,
+    *seen* on a tie (both cover the same memories). A *seen* that is not a token is
+    ignored."""
+    counter, dot, _ = seen.partition(".")
+    if not dot or not counter.isdigit():
         return current
-    if not current or later > parse_lsn(current):
+    if not current or int(counter) >= int(current.partition(".")[0] or 0):
         return seen
     return current

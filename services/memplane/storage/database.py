@@ -135,15 +135,30 @@ class Database:
             if count < batch_size:
                 return deleted
 
-    async def wal_lsn(self) -> str:
-        """The server's current WAL write position (`pg_current_wal_lsn()`, "X/Y" hex) as
-        seen after the caller's commits: a standby that has replayed up to it shows them.
-        Raises `UnavailableError` / `DeadlineExceededError` as every call."""
+    async def write_position(self, workspace_key: int) -> tuple[str, int]:
+        """(the server's current WAL write position, `pg_current_wal_lsn()` "X/Y" hex; the
+        workspace's history-event counter, `workspace_stats.last_event_id`), both read after
+        the caller's commits: a standby that has replayed up to the position shows every
+        event up to the counter. Raises `UnavailableError` / `DeadlineExceededError` as
+        every call."""
         async with self._connection() as conn:
-            cur = await conn.execute("SELECT pg_current_wal_lsn()::text AS lsn")
+            cur = await conn.execute(
+                "SELECT pg_current_wal_lsn()::text AS lsn,"
+                " (SELECT last_event_id FROM workspace_stats WHERE workspace_key = %(ws)s) AS counter",
+                {"ws": workspace_key},
+            )
             row = await fetch_one(cur)
             await conn.rollback()
-        return str(row["lsn"])
+        return str(row["lsn"]), int(row["counter"] or 0)
+
+    async def read_token_key(self) -> bytes:
+        """The 32-byte key that seals read-your-writes tokens (`server_secrets`, migration
+        0009). Raises `UnavailableError` as every call."""
+        async with self._connection() as conn:
+            cur = await conn.execute("SELECT secret FROM server_secrets WHERE name = %(name)s", {"name": "read_token"})
+            row = await fetch_one(cur)
+            await conn.rollback()
+        return bytes(row["secret"])
 
     async def replica_state(self) -> tuple[bool, float]:
         """(streaming, lag seconds) of a standby: whether a WAL receiver runs, and the age of

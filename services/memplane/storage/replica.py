@@ -87,13 +87,19 @@ class ReadRouter:
         if self._replica is not None:
             await self._replica.close()
 
-    async def write_lsn(self) -> str:
-        """The primary's WAL position after the caller's committed writes, as a
-        read-your-writes token; "" without a replica (every read sees every write).
-        Raises `UnavailableError` if the primary cannot be reached."""
+    async def write_position(self, workspace_key: int) -> tuple[str, int] | None:
+        """The primary's WAL position and *workspace_key*'s event counter after the
+        caller's committed writes (`Database.write_position`: what a read-your-writes token
+        seals); None without a replica (every read sees every write). Raises
+        `UnavailableError` if the primary cannot be reached."""
         if self._replica is None:
-            return ""
-        return await self._primary.wal_lsn()
+            return None
+        return await self._primary.write_position(workspace_key)
+
+    @property
+    def has_replica(self) -> bool:
+        """Whether reads may run on a replica (`database.read_dsn` set)."""
+        return self._replica is not None
 
     async def read(
         self,
