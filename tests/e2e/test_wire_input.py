@@ -247,3 +247,32 @@ async def test_a_key_of_a_re_created_workspace_is_unauthenticated(
             await call()
     async with AsyncMemplaneClient(server, new_key) as fresh:
         assert await list_all(fresh) == []  # the new workspace sees nothing of the old one
+
+
+REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+
+
+async def _read_to_the_end(stream: grpc.aio.StreamStreamCall[bytes, bytes]) -> None:
+    while await stream.read() is not grpc.aio.EOF:
+        pass
+
+
+async def test_an_undecodable_message_in_a_request_stream_is_invalid_argument(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reflection, the one method with a request stream: the first message decodes (a
+    # list_services request, field 7) and is answered, the second is not protobuf.
+    caplog.set_level(logging.DEBUG)
+    caplog.clear()
+    async with grpc.aio.insecure_channel(server) as channel:
+        call = channel.stream_stream(REFLECTION, request_serializer=_identity, response_deserializer=_identity)
+        stream = call(timeout=30)
+        await stream.write(_len_field(7, b""))
+        assert await stream.read()  # the well-formed request got its answer
+        await stream.write(b"\xff\xff\xff")
+        await stream.done_writing()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _read_to_the_end(stream)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (caught.value.code(), caught.value.details())
+    assert "request" in (caught.value.details() or "")
+    assert _tracebacks(caplog) == []

@@ -4,12 +4,13 @@ gRPC decodes a request with the method's generated `FromString` before any servi
 runs; a `DecodeError` there (malformed protobuf, invalid UTF-8 in a proto3 string field,
 nesting past upb's limit of 100 message levels — metadata nested 40 levels is 120) would
 reach grpcio's own handler: UNKNOWN, and a traceback logged per request.
-`DecodingInterceptor` wraps the request deserializer of every unary-request method (health
-included) so such a body becomes a marker the wrapped behaviour turns into
+`DecodingInterceptor` wraps the request deserializer of every method (health and
+reflection included) so such a body becomes a marker the wrapped behaviour turns into
 INVALID_ARGUMENT with a `BadRequest` violation. protobuf reports no position, so
 `locate_violation` walks the wire format (https://protobuf.dev/programming-guides/encoding/)
 to name the field: the deepest length-delimited field that fails to decode on its own.
-Streaming-request methods (reflection) are passed through unchanged.
+A request stream (reflection's) is aborted when the handler reads the message that does
+not decode; the ones before it were answered.
 """
 
 from __future__ import annotations
@@ -195,8 +196,33 @@ def _refusing(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
+def _refusing_stream(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    """*behaviour* (a request-streaming handler) reading a request stream that aborts with
+    INVALID_ARGUMENT at the first message that did not decode. Keeps the handler's kind."""
+
+    async def requests(iterator: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+        async for request in iterator:
+            if isinstance(request, _Undecodable):
+                await abort_with(context, request.error)
+            yield request
+
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def stream(iterator: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+            async for reply in behaviour(requests(iterator, context), context):
+                yield reply
+
+        return stream
+
+    async def unary(iterator: AsyncIterator[Any], context: Context) -> Any:
+        return await behaviour(requests(iterator, context), context)
+
+    return unary
+
+
 class DecodingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Guards the request deserializer of every unary-request method (see the module)."""
+    """Guards the request deserializer of every method (see the module): a unary request
+    is refused before the handler runs, a streamed one when the handler reads it."""
 
     async def intercept_service(
         self,
@@ -204,9 +230,21 @@ class DecodingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
         deserializer = guarded(handler.request_deserializer)
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                _refusing_stream(handler.stream_stream),
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                _refusing_stream(handler.stream_unary),
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _refusing(handler.unary_unary),
