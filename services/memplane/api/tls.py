@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
+from memplane.errors import FailedPreconditionError
 from memplane.settings import GrpcSettings
 
 _log = logging.getLogger(__name__)
 
-_PEM_MARKER = b"-----BEGIN "
+_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True)
@@ -52,33 +55,38 @@ class ReloadingCertificates:
     """The state behind a `dynamic_ssl_server_credentials` fetcher: the PEM bytes last
     handed to gRPC.
 
-    Raises `ValueError` (from the constructor) naming the file when the initial files
-    are missing, unreadable or hold no PEM block: a server must not start without a
-    usable certificate.
+    Raises `FailedPreconditionError` (from the constructor) naming the file when the
+    initial files are missing or unreadable, do not parse, or the key is not the
+    certificate's: a server must not start without a usable certificate.
     """
 
     def __init__(self, files: TlsFiles) -> None:
         self._files = files
         loaded = self._read()
         if isinstance(loaded, str):
-            raise ValueError(f"TLS: {loaded}")
+            raise FailedPreconditionError(f"TLS: {loaded}")
         self._current: _Pem = loaded
         self._last_problem = ""
 
     def _read(self) -> _Pem | str:
-        """The files' bytes, or a sentence saying which one is not usable."""
+        """The files' bytes, or a sentence saying which one is not usable: unreadable, not
+        PEM certificates (chain, client CA) or a PEM private key, or a key that is not the
+        one of the chain's first certificate (checked with `cryptography`, so a bad pair
+        never reaches gRPC, which would refuse it only in its own C log)."""
         paths = [("grpc.tls_cert_file", self._files.cert_file), ("grpc.tls_key_file", self._files.key_file)]
         if self._files.client_ca_file is not None:
             paths.append(("grpc.tls_client_ca_file", self._files.client_ca_file))
         contents: list[bytes] = []
         for setting, path in paths:
             try:
-                data = path.read_bytes()
+                contents.append(path.read_bytes())
             except OSError as exc:
                 return f"{setting} {path} cannot be read: {exc.strerror or exc}"
-            if _PEM_MARKER not in data:
-                return f"{setting} {path} holds no PEM block"
-            contents.append(data)
+        problem = _check_pair(contents[0], contents[1], self._files)
+        if problem is None and len(contents) > 2:
+            problem = _check_certificates(contents[2], "grpc.tls_client_ca_file", self._files.client_ca_file)
+        if problem is not None:
+            return problem
         return contents[0], contents[1], contents[2] if len(contents) > 2 else None
 
     def configuration(self) -> grpc.ServerCertificateConfiguration:
@@ -111,3 +119,28 @@ class ReloadingCertificates:
             self.fetch,  # type: ignore[arg-type]  # grpc-stubs omit the None that grpc documents
             require_client_authentication=self._files.client_ca_file is not None,
         )
+
+
+def _check_certificates(pem: bytes, setting: str, path: Path | None) -> str | None:
+    """None if *pem* holds at least one certificate, else a sentence naming the file."""
+    try:
+        x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        return f"{setting} {path} holds no usable PEM certificate ({exc})"
+    return None
+
+
+def _check_pair(cert: bytes, key: bytes, files: TlsFiles) -> str | None:
+    """None if *key* is the private key of the first certificate of chain *cert*, else a
+    sentence naming the file at fault."""
+    try:
+        leaf = x509.load_pem_x509_certificates(cert)[0]
+    except ValueError as exc:
+        return f"grpc.tls_cert_file {files.cert_file} holds no usable PEM certificate ({exc})"
+    try:
+        private = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as exc:  # TypeError: an encrypted key (no password is given)
+        return f"grpc.tls_key_file {files.key_file} holds no usable unencrypted PEM private key ({exc})"
+    if private.public_key().public_bytes(*_SPKI) != leaf.public_key().public_bytes(*_SPKI):
+        return f"grpc.tls_key_file {files.key_file} does not match the certificate in {files.cert_file}"
+    return None
