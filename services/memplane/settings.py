@@ -291,8 +291,9 @@ class CompactionSettings(BaseModel):
         default=0.8,
         gt=0,
         le=1,
-        description="PrepareContext: the recent tool outputs together keep at most this share of max_input_tokens, "
-        "read as bytes (a token of a byte-level BPE encoding is at least one byte, so B bytes are at most B tokens); "
+        description="PrepareContext: the recent tool outputs together keep at most this share of max_input_tokens "
+        "less the system prompt and previous summary (at least 256 bytes each), read as bytes (a token of a "
+        "byte-level BPE encoding is at least one byte, so B bytes are at most B tokens); "
         "the byte limits are lowered to it. 0.8 keeps ReMe's 100 KB at its 128,000-token window.",
     )
     keep_last_messages: int = Field(default=3, ge=0, description="Last messages never cut below the recent limit.")

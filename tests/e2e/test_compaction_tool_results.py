@@ -375,3 +375,18 @@ async def test_prepare_context_shares_the_window_between_several_recent_tool_out
     reply = await workspace.client.prepare_context(messages, max_input_tokens=window)
     assert reply.truncated_tool_results == 3
     assert await reply_tokens(workspace.client, reply, "") <= window
+
+
+async def test_a_long_system_prompt_leaves_the_tool_output_less_of_the_window(workspace: TestWorkspace) -> None:
+    # 4,096 tokens of window, ~3,000 of them a system prompt: the current turn's 150 KB tool
+    # output gets what the system prompt and summary leave, not 0.8 of the whole window.
+    window = 4_096
+    system = " ".join(f"Rule {i}: check the worker's health, then its queue, then report." for i in range(220))
+    messages = [
+        text_message("user", "Find the failing worker in today's log."),
+        tool_call("c1", "read_log", '{"day": "today"}'),
+        tool_output("c1", log_lines(150 * KB, seed=5), tool="read_log"),
+    ]
+    reply = await workspace.client.prepare_context(messages, system_prompt=system, max_input_tokens=window)
+    assert reply.truncated_tool_results == 1
+    assert await reply_tokens(workspace.client, reply, system) <= window

@@ -51,6 +51,11 @@ from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
 
 __all__ = ["CompactionService", "PrepareOptions", "Prepared"]
 
+MIN_TOOL_OUTPUT_BYTES = 256
+"""The least of each recent tool output PrepareContext keeps in the context, however full
+the window is: its first lines and the reference to the rest (a marker alone tells the
+model nothing it can act on)."""
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -121,14 +126,17 @@ class CompactionService:
         return max(1, min(s.reserve_tokens, int(window_tokens * s.reserve_ratio), threshold_tokens // 2))
 
     def _window_tool_limits(
-        self, limits: ToolResultLimits, messages: Sequence[ContextMessage], window_tokens: int
+        self, limits: ToolResultLimits, messages: Sequence[ContextMessage], window_tokens: int, fixed_tokens: int
     ) -> ToolResultLimits:
         """*limits* lowered so that the recent tool outputs (the current turn's and the
         last messages', which compaction cannot take out of the context) fit together in
-        `tool_result_window_share` of the window: that many tokens read as bytes, shared
-        equally by the recent outputs (B bytes are at most B tokens in a byte-level BPE:
-        every token stands for at least one byte). The old limit never exceeds the recent
-        one. Unchanged when the limits already fit (ReMe's 100 KB at a 128,000 window) or
+        `tool_result_window_share` of the window less *fixed_tokens* (the system prompt and
+        previous summary, which stay whatever is compacted): that many tokens read as
+        bytes, shared equally by the recent outputs (B bytes are at most B tokens in a
+        byte-level BPE: every token stands for at least one byte), and never below
+        MIN_TOOL_OUTPUT_BYTES each (a window the fixed parts already fill is reported by
+        the split's problems, not hidden by cutting outputs to nothing). The old limit
+        never exceeds the recent one. Unchanged when the limits already fit (ReMe's 100 KB at a 128,000 window) or
         no recent message holds a tool output (older ones are compacted away when the
         context is over the threshold)."""
         per_message = tool_output.plan_limits(
@@ -143,7 +151,8 @@ class CompactionService:
             if limit == limits.recent_max_bytes
             for block in message.blocks
         )
-        share = max(1, int(window_tokens * self._settings.tool_result_window_share) // max(1, recent))
+        budget = int(window_tokens * self._settings.tool_result_window_share) - fixed_tokens
+        share = max(MIN_TOOL_OUTPUT_BYTES, budget // max(1, recent))
         if recent == 0 or limits.recent_max_bytes <= share:
             return limits  # older outputs are bounded by compaction, which summarises them away
         return dataclasses.replace(limits, recent_max_bytes=share, old_max_bytes=min(limits.old_max_bytes, share))
@@ -252,7 +261,12 @@ class CompactionService:
             tools = await self.compact_tool_results(
                 workspace,
                 current,
-                limits=self._window_tool_limits(o.tool_result_limits or self.default_tool_limits(), current, window),
+                limits=self._window_tool_limits(
+                    o.tool_result_limits or self.default_tool_limits(),
+                    current,
+                    window,
+                    sum(counter.count_texts([o.system_prompt, o.previous_summary])),
+                ),
                 scope=o.scope,
                 limits_field="tool_result_limits",
             )
