@@ -23,27 +23,12 @@ import pytest
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
 from memplane.v1 import memory_pb2, writeback_pb2
-from tests.faults.conftest import ServerProcess
+from tests.faults.conftest import ServerProcess, wait_for_sql
 from tests.fix_server import random_workspace_name
 from tests.support import mem, ts, unit_vectors
 
 BATCH = 500
 SETTINGS = {"MEMPLANE_LIMITS__MAX_BATCH_SIZE": str(BATCH)}
-POLL = 0.01  # seconds between looks at pg_stat_activity (the state waited for lives there)
-
-
-async def _until(pg_dsn: str, query: str, params: tuple[Any, ...], what: str) -> None:
-    """Poll *query* (one boolean) until true; fail naming *what* after 60 s."""
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        try:
-            async with asyncio.timeout(60):
-                while True:
-                    row = await (await conn.execute(query, params)).fetchone()
-                    if row is not None and row[0]:
-                        return
-                    await asyncio.sleep(POLL)
-        except TimeoutError:
-            pytest.fail(f"timed out waiting until {what}")
 
 
 @asynccontextmanager
@@ -94,7 +79,7 @@ async def _kill_mid_write(
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             " AND query LIKE 'UPDATE workspace_stats%%' AND pid <> %s)"
         )
-        await _until(pg_dsn, waiting, (holder,), "the server's transaction waits at the counter row")
+        await wait_for_sql(pg_dsn, waiting, (holder,), "the server's transaction waits at the counter row")
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
             cur = await conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
@@ -107,7 +92,7 @@ async def _kill_mid_write(
         with pytest.raises(UnavailableError):
             await call
     gone = "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)"
-    await _until(pg_dsn, gone, (orphan,), "the killed server's backend has exited")
+    await wait_for_sql(pg_dsn, gone, (orphan,), "the killed server's backend has exited")
 
 
 async def test_a_500_memory_batch_killed_mid_write_is_stored_once_by_its_retry(
