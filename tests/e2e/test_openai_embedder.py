@@ -5,6 +5,8 @@ that answers float lists is read too; a failing endpoint is UNAVAILABLE, never a
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
@@ -22,6 +24,8 @@ from memplane.v1 import retrieval_pb2
 from tests.fake_llm import FakeLLM
 from tests.fix_server import random_workspace_name, settings_for
 from tests.support import mem
+
+HEALTH_SECONDS = 30.0  # the probe's backoff reaches the endpoint well within this
 
 TEXTS = [f"sentence number {i} about the lake" for i in range(7)]
 
@@ -109,8 +113,47 @@ async def test_a_server_on_the_endpoint_writes_and_searches_over_grpc(
                 endpoint.fail_embeddings(3, status=503)
                 assert (await client.search("anything new")).hits
             async with AsyncMemplaneClient(openai_server, key, retry_reads=False) as once:
+                # The failure above marked the endpoint down; its probe must be done before
+                # the next failures are scripted, or it would take them.
+                await _health_until(once, {"memplane.v1.RetrievalService": "SERVING"}, "after the first failure")
                 endpoint.fail_embeddings(3, status=503)
                 with pytest.raises(UnavailableError):
                     await once.search("anything else new")
+        finally:
+            await admin.delete_workspace(name)
+
+
+async def _health_until(client: AsyncMemplaneClient, expected: dict[str, str], what: str) -> None:
+    """Poll the health service until every service in *expected* reports its status."""
+    deadline = time.monotonic() + HEALTH_SECONDS
+    while True:
+        seen = {service: await client.check_health(service) for service in expected}
+        if seen == expected:
+            return
+        assert time.monotonic() < deadline, f"{what}: health is {seen}"
+        await asyncio.sleep(0.05)  # between looks at the health service
+
+
+async def test_an_unreachable_endpoint_makes_the_embedding_services_not_serving_until_it_answers(
+    openai_server: str, endpoint: FakeLLM, admin_key: str
+) -> None:
+    retrieval, writeback = "memplane.v1.RetrievalService", "memplane.v1.WriteBackService"
+    others = {"": "SERVING", "memplane.v1.CompactionService": "SERVING", "memplane.v1.AdminService": "SERVING"}
+    name = random_workspace_name()
+    async with AsyncMemplaneClient(openai_server, admin_key) as admin:
+        await admin.create_workspace(name)
+        try:
+            key = (await admin.create_api_key(name)).api_key
+            async with AsyncMemplaneClient(openai_server, key, retry_reads=False) as client:
+                await _health_until(client, {retrieval: "SERVING", writeback: "SERVING", **others}, "before")
+                endpoint.fail_embeddings(10_000, status=503)  # down until healed
+                with pytest.raises(UnavailableError):
+                    await client.search("a question nobody asked before")
+                down = {retrieval: "NOT_SERVING", writeback: "NOT_SERVING", **others}
+                await _health_until(client, down, "while the endpoint fails")
+                endpoint.heal_embeddings()
+                await _health_until(client, {retrieval: "SERVING", writeback: "SERVING", **others}, "once it answers")
+                [stored] = await client.add_memories([mem("the endpoint answers again")])
+                assert (await client.search("does the endpoint answer again")).hits[0].memory.id == stored.id
         finally:
             await admin.delete_workspace(name)

@@ -45,6 +45,9 @@ _FULL_NAMES = {
     "compaction": compaction_pb2.DESCRIPTOR.services_by_name["CompactionService"].full_name,
     "admin": admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 }
+EMBEDDING_SERVICES = frozenset({_FULL_NAMES["retrieval"], _FULL_NAMES["writeback"]})
+"""The services that cannot answer without the embedder (every search and every write
+embeds); compaction embeds only for SummarizeSession and PrepareContext's write_memories."""
 
 
 @dataclass
@@ -137,14 +140,21 @@ async def start_server(
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-    async def follow_database(up: bool) -> None:
-        # Readiness: each service is NOT_SERVING while its database is unreachable; "" (the
-        # process, liveness) stays SERVING, so a database outage does not restart pods.
-        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
-        for name in names:
-            await health_servicer.set(name, status)
+    embedder = app.embedder_health
 
-    app.db.availability.listen(follow_database)
+    async def follow(_: bool) -> None:
+        # Readiness: each service is NOT_SERVING while its database is unreachable, and the
+        # services that embed (EMBEDDING_SERVICES) while an embedding endpoint is; "" (the
+        # process, liveness) stays SERVING, so an outage does not restart pods.
+        for name in names:
+            up = app.db.availability.up and (name not in EMBEDDING_SERVICES or embedder is None or embedder.up)
+            await health_servicer.set(
+                name, health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+
+    app.db.availability.listen(follow)
+    if embedder is not None:
+        embedder.listen(follow)
     _log.info(
         "memplane listening on %s:%d (%s; services: %s)",
         host,

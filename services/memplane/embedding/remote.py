@@ -16,7 +16,12 @@ import numpy as np
 import openai
 
 from memplane.embedding.base import normalize
+from memplane.embedding.health import EndpointHealth
 from memplane.errors import UnavailableError
+
+# Failures that say the endpoint is unreachable or overloaded (after the client's retries);
+# a 5xx status is one too. Other 4xx answers are the request's fault, not the endpoint's.
+_ENDPOINT_DOWN = (openai.APIConnectionError, openai.RateLimitError)
 
 
 class OpenAIEmbedder:
@@ -31,6 +36,8 @@ class OpenAIEmbedder:
         self._model = model
         self._dims = dimensions
         self._batch_size = batch_size
+        self.health = EndpointHealth(lambda: self._call(["health probe"]))
+        """Whether the endpoint answers (`memplane.embedding.health`): the health service's view."""
 
     @classmethod
     async def connect(
@@ -63,6 +70,8 @@ class OpenAIEmbedder:
         try:
             reply = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="base64")
         except openai.OpenAIError as exc:
+            if isinstance(exc, _ENDPOINT_DOWN) or (isinstance(exc, openai.APIStatusError) and exc.status_code >= 500):
+                self.health.lost(type(exc).__name__)
             raise UnavailableError(f"embedding endpoint failed: {type(exc).__name__}") from exc
         ordered = sorted(reply.data, key=lambda d: d.index)
         if len(ordered) != len(texts):
