@@ -15,16 +15,16 @@ tries the endpoint and fails fast with UNAVAILABLE if it is still gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+
+from memplane.background import Listener, Listeners, cancel
 
 _log = logging.getLogger(__name__)
 
 PROBE_FIRST_SECONDS = 0.2
 PROBE_MAX_SECONDS = 5.0
 
-Listener = Callable[[bool], Awaitable[None]]
 Probe = Callable[[], Awaitable[object]]
 
 
@@ -35,7 +35,7 @@ class EndpointHealth:
     def __init__(self, probe: Probe) -> None:
         self._probe = probe
         self._up = True
-        self._listeners: list[Listener] = []
+        self._listeners = Listeners("embedder health")
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -45,7 +45,7 @@ class EndpointHealth:
 
     def listen(self, listener: Listener) -> None:
         """Call `await listener(up)` on every change (not for the current state)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def lost(self, reason: str) -> None:
         """A call failed for the endpoint's sake: mark it down (once) and start the probe."""
@@ -56,7 +56,7 @@ class EndpointHealth:
         self._task = asyncio.get_running_loop().create_task(self._recover(), name="memplane-embedder-probe")
 
     async def _recover(self) -> None:
-        await self._notify(False)
+        await self._listeners.notify(False)
         delay = PROBE_FIRST_SECONDS
         while True:
             await asyncio.sleep(delay)  # backoff between probes, not a synchronisation
@@ -68,20 +68,10 @@ class EndpointHealth:
                 continue
             self._up = True
             _log.warning("embedding endpoint answers again")
-            await self._notify(True)
+            await self._listeners.notify(True)
             return
-
-    async def _notify(self, up: bool) -> None:
-        for listener in self._listeners:
-            try:
-                await listener(up)
-            except Exception:  # a listener's failure must not stop the probe
-                _log.exception("embedder health listener failed")
 
     async def close(self) -> None:
         """Stop probing."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)

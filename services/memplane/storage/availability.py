@@ -17,20 +17,19 @@ Listeners (the gRPC health service) hear every change.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from memplane.background import Listener, Listeners, cancel
+
 _log = logging.getLogger(__name__)
 
 PROBE_FIRST_SECONDS = 0.05
 PROBE_MAX_SECONDS = 0.5  # one connection attempt per half second while down: cheap, and a restart is seen soon
 RECOVERY_WAIT_SECONDS = 0.5  # a request arriving while down waits this long for the probe before UNAVAILABLE
-
-Listener = Callable[[bool], Awaitable[None]]
 
 
 class Availability:
@@ -46,7 +45,7 @@ class Availability:
         self._back = asyncio.Event()
         self._reason = ""
         self._probe: asyncio.Task[None] | None = None
-        self._listeners: list[Listener] = []
+        self._listeners = Listeners("availability")
 
     @property
     def up(self) -> bool:
@@ -71,7 +70,7 @@ class Availability:
 
     def listen(self, listener: Listener) -> None:
         """Call `await listener(up)` on every change (not for the current state)."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def lost(self, reason: str) -> None:
         """A connection-level error was seen: mark down (once) and start probing."""
@@ -84,7 +83,7 @@ class Availability:
         self._probe = asyncio.get_running_loop().create_task(self._run_probe())
 
     async def _run_probe(self) -> None:
-        await self._notify(False)
+        await self._listeners.notify(False)
         delay = PROBE_FIRST_SECONDS
         while True:
             try:
@@ -105,19 +104,9 @@ class Availability:
         self._back.set()
         self._probe = None
         _log.warning("database reachable again after %.1f s: serving", down_for)
-        await self._notify(True)
-
-    async def _notify(self, up: bool) -> None:
-        for listener in self._listeners:
-            try:
-                await listener(up)
-            except Exception:  # a listener's failure must not stop the probe
-                _log.exception("availability listener failed")
+        await self._listeners.notify(True)
 
     async def close(self) -> None:
         """Stop probing (at shutdown)."""
-        if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
-            self._probe = None
+        probe, self._probe = self._probe, None
+        await cancel(probe)

@@ -21,7 +21,6 @@ HEARTBEAT_SECONDS without a notification; until then the cache's own time-to-liv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -29,6 +28,8 @@ from typing import Protocol
 
 import psycopg
 from psycopg import sql
+
+from memplane.background import cancel
 
 _log = logging.getLogger(__name__)
 
@@ -83,11 +84,7 @@ class InvalidationListener:
     async def stop(self) -> None:
         """Stop listening and close the connection."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel(task)
 
     async def _run(self) -> None:
         delay = RECONNECT_FIRST_SECONDS

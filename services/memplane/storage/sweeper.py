@@ -4,10 +4,11 @@ expired memories), logging counts and surviving errors."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+
+from memplane.background import cancel
 
 _log = logging.getLogger(__name__)
 
@@ -61,11 +62,7 @@ class Sweeper:
     async def stop(self) -> None:
         """Cancel the background task and wait for it to end."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel(task)
 
     async def run_once(self) -> int:
         """One pass now; return the number deleted. Errors propagate."""

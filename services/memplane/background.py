@@ -1,0 +1,44 @@
+"""What every background task of the server shares: stopping one, and telling listeners
+of an up/down change (the database's availability, an embedding endpoint's health)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+_log = logging.getLogger(__name__)
+
+Listener = Callable[[bool], Awaitable[None]]
+"""`await listener(up)` on every change of an up/down state."""
+
+
+async def cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel *task* (None: nothing to do) and wait until it has ended."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+class Listeners:
+    """The listeners of one up/down state, each told of every change in order; one that
+    raises is logged and does not stop the others (nor the probe that called)."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._listeners: list[Listener] = []
+
+    def add(self, listener: Listener) -> None:
+        """Call `await listener(up)` on every change (not for the current state)."""
+        self._listeners.append(listener)
+
+    async def notify(self, up: bool) -> None:
+        """Tell every listener that the state is now *up*."""
+        for listener in self._listeners:
+            try:
+                await listener(up)
+            except Exception:
+                _log.exception("%s listener failed", self._what)
