@@ -191,8 +191,7 @@ class CompactionService:
         split = await self._split(
             counter=counter,
             messages=messages,
-            system_prompt=system_prompt,
-            previous_summary=previous_summary,
+            fixed_tokens=_fixed_tokens(counter, system_prompt, previous_summary),
             threshold=threshold,
             reserve=reserve_tokens or self._default_reserve(threshold / (s.compact_ratio * s.safety_factor), threshold),
         )
@@ -203,12 +202,13 @@ class CompactionService:
         *,
         counter: TokenCounter,
         messages: Sequence[ContextMessage],
-        system_prompt: str,
-        previous_summary: str,
+        fixed_tokens: tuple[int, int],
         threshold: int,
         reserve: int,
     ) -> ContextSplit:
-        system_tokens, summary_tokens = counter.count_texts([system_prompt, previous_summary])
+        """The split of *messages* beside the system prompt's and previous summary's
+        token counts *fixed_tokens* (counted once per request by `_fixed_tokens`)."""
+        system_tokens, summary_tokens = fixed_tokens
         return split_context(
             messages,
             await count_messages(counter, messages),
@@ -257,6 +257,7 @@ class CompactionService:
         # destroyed when a blob expires), and a retry maps to the same rows whatever the
         # cut outputs' markers say by then.
         as_sent = with_content_ids(current)
+        fixed = _fixed_tokens(counter, o.system_prompt, o.previous_summary)
         if not o.skip_tool_result_compaction:
             tools = await self.compact_tool_results(
                 workspace,
@@ -265,7 +266,7 @@ class CompactionService:
                     o.tool_result_limits or self.default_tool_limits(),
                     current,
                     window,
-                    sum(counter.count_texts([o.system_prompt, o.previous_summary])),
+                    sum(fixed),
                 ),
                 scope=o.scope,
                 limits_field="tool_result_limits",
@@ -274,8 +275,7 @@ class CompactionService:
         split = await self._split(
             counter=counter,
             messages=current,
-            system_prompt=o.system_prompt,
-            previous_summary=o.previous_summary,
+            fixed_tokens=fixed,
             threshold=threshold,
             reserve=o.reserve_tokens or self._default_reserve(window, threshold),
         )
@@ -417,3 +417,10 @@ class CompactionService:
             request_id=request_id,
             clip=clip,
         )
+
+
+def _fixed_tokens(counter: TokenCounter, system_prompt: str, previous_summary: str) -> tuple[int, int]:
+    """Tokens of the system prompt and of the previous summary: the parts of a context
+    that stay whatever is compacted."""
+    system_tokens, summary_tokens = counter.count_texts([system_prompt, previous_summary])
+    return system_tokens, summary_tokens
