@@ -16,7 +16,12 @@ from memplane.settings import Settings
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default=None, help=f"server host:port (default {DEFAULT_TARGET})")
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="server host:port (default: MEMPLANE_TARGET, else MEMPLANE_GRPC__HOST:MEMPLANE_GRPC__PORT, "
+        f"else {DEFAULT_TARGET})",
+    )
     parser.add_argument("--api-key", default=None, help="workspace or admin API key")
     parser.add_argument(
         "--ca-file",

@@ -13,6 +13,9 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC
+
+from google.protobuf import timestamp_pb2
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.errors import MemplaneError
@@ -75,7 +78,7 @@ async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
             ws = await client.create_workspace(ns.name, quotas=admin_pb2.WorkspaceQuotas(max_memories=ns.max_memories))
             print(f"created workspace {ws.name} ({ws.embedding_model}, {ws.embedding_dimensions}-d)")
             key = await client.create_api_key(ws.name, "created by the CLI")
-            print(f"API key (shown once): {key.api_key}")
+            print(f"key id {key.key_id}\nAPI key (shown once): {key.api_key}")
         elif ns.action == "delete":
             n = await client.delete_workspace(ns.name)
             print(f"deleted workspace {ns.name} and its {n} memories")
@@ -95,10 +98,23 @@ async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_key(ns: argparse.Namespace, settings: Settings) -> int:
+    """`key create WORKSPACE` prints the key id and the key (shown once); `key list
+    WORKSPACE` one line per key: id, state (valid, or revoked with its time), creation
+    time, label; `key revoke KEY_ID`."""
     async with admin_client(ns, settings) as client:
         if ns.action == "create":
             reply = await client.create_api_key(ns.workspace, ns.display_name)
             print(f"key id {reply.key_id}\nAPI key (shown once): {reply.api_key}")
+        elif ns.action == "list":
+            token = ""
+            while True:
+                page = await client.list_api_keys(ns.workspace, page_token=token)
+                for k in page.api_keys:
+                    state = f"revoked {_utc(k.revoke_time)}" if k.HasField("revoke_time") else "valid"
+                    print(f"{k.key_id}\t{state}\tcreated {_utc(k.create_time)}\t{k.display_name}")
+                token = page.next_page_token
+                if not token:
+                    break
         else:
             await client.revoke_api_key(ns.key_id)
             print(f"revoked {ns.key_id}")
@@ -137,16 +153,57 @@ async def cmd_health(ns: argparse.Namespace, settings: Settings) -> int:
     return 0 if status == "SERVING" else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _utc(ts: timestamp_pb2.Timestamp) -> str:
+    return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`workspace create|delete|list` and `key create|list|revoke` (admin key)."""
+    p = sub.add_parser("workspace", help="create, delete or list workspaces (admin key)")
+    wsub = p.add_subparsers(dest="action", required=True)
+    c = wsub.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--max-memories", type=int, default=0, help="quota; 0 = unlimited")
+    d = wsub.add_parser("delete")
+    d.add_argument("name")
+    wsub.add_parser("list")
+    for q in (c, d, wsub.choices["list"]):
+        add_connection_flags(q)
+    p.set_defaults(func=cmd_workspace)
+
+    p = sub.add_parser("key", help="create, list or revoke API keys (admin key)")
+    ksub = p.add_subparsers(dest="action", required=True)
+    c = ksub.add_parser("create")
+    c.add_argument("workspace")
+    c.add_argument("--display-name", default="")
+    k = ksub.add_parser("list", help="a workspace's keys, revoked ones included")
+    k.add_argument("workspace")
+    r = ksub.add_parser("revoke")
+    r.add_argument("key_id")
+    for q in (c, k, r):
+        add_connection_flags(q)
+    p.set_defaults(func=cmd_key)
+
+
+def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; help texts show the defaults *settings* (the environment's)
+    give, e.g. the port of MEMPLANE_GRPC__PORT."""
     from memplane.cli import compact, locomo
+
+    settings = settings or Settings()
 
     parser = argparse.ArgumentParser(prog="memplane", description="Multi-tenant long-term memory for LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the gRPC server (embedded PostgreSQL unless MEMPLANE_DATABASE__DSN is set)")
     p.add_argument("--services", default="retrieval,writeback,compaction,admin", help="comma-separated subset to serve")
-    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default 50051; 0 picks a free one)")
+    p.add_argument("--host", default=None, help=f"address to bind (default {settings.grpc.host}: MEMPLANE_GRPC__HOST)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port (default {settings.grpc.port}: MEMPLANE_GRPC__PORT; 0 picks a free one)",
+    )
     p.add_argument(
         "--no-migrate",
         action="store_true",
@@ -163,28 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_flags(p)
     p.set_defaults(func=cmd_health)
 
-    p = sub.add_parser("workspace", help="create, delete or list workspaces (admin key)")
-    wsub = p.add_subparsers(dest="action", required=True)
-    c = wsub.add_parser("create")
-    c.add_argument("name")
-    c.add_argument("--max-memories", type=int, default=0, help="quota; 0 = unlimited")
-    d = wsub.add_parser("delete")
-    d.add_argument("name")
-    wsub.add_parser("list")
-    for q in (c, d, wsub.choices["list"]):
-        add_connection_flags(q)
-    p.set_defaults(func=cmd_workspace)
-
-    p = sub.add_parser("key", help="create or revoke API keys (admin key)")
-    ksub = p.add_subparsers(dest="action", required=True)
-    c = ksub.add_parser("create")
-    c.add_argument("workspace")
-    c.add_argument("--display-name", default="")
-    r = ksub.add_parser("revoke")
-    r.add_argument("key_id")
-    for q in (c, r):
-        add_connection_flags(q)
-    p.set_defaults(func=cmd_key)
+    _add_admin_parsers(sub)
 
     for name, func, helptext in (("add", cmd_add, "store one memory"), ("search", cmd_search, "hybrid search")):
         p = sub.add_parser(name, help=helptext)
@@ -210,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `memplane` script."""
-    ns = build_parser().parse_args(argv)
     settings = Settings()
+    ns = build_parser(settings).parse_args(argv)
     _setup_logging(settings)
     try:
         return int(asyncio.run(ns.func(ns, settings)))
