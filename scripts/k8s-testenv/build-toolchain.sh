@@ -90,11 +90,14 @@ t=$(date +%s); GOFLAGS= GOBIN="$OUT" $NICE go install -trimpath -ldflags "$HLD" 
 echo "built helm in $(( $(date +%s)-t ))s" >&2
 
 # --- check what was built, then stamp -----------------------------------------------------------------
-"$OUT/kube-apiserver" --version | grep -qx "Kubernetes v$K" || { echo "kube-apiserver version mismatch" >&2; exit 1; }
-"$OUT/etcd" --version 2>&1 | grep -q "etcd Version: $E" \
+# Each version is captured before it is matched: `cmd | grep -q` under pipefail fails when grep
+# exits at its first match while cmd still writes (SIGPIPE) — etcd prints several lines.
+version_is() { local out; out=$("$@" 2>&1) || return 1; grep -qE -- "$VERSION_RE" <<<"$out"; }
+VERSION_RE="^Kubernetes v$K\$" version_is "$OUT/kube-apiserver" --version || { echo "kube-apiserver version mismatch" >&2; exit 1; }
+VERSION_RE="etcd Version: $E\$" version_is "$OUT/etcd" --version \
   || { echo "etcd version mismatch: $("$OUT/etcd" --version 2>&1 | sed -n 1p)" >&2; exit 1; }
-"$OUT/helm" version --short | grep -q "^v$H" || { echo "helm version mismatch" >&2; exit 1; }
-if [ -n "$KCM" ]; then "$OUT/kube-controller-manager" --version | grep -qx "Kubernetes v$K" \
+VERSION_RE="^v$H" version_is "$OUT/helm" version --short || { echo "helm version mismatch" >&2; exit 1; }
+if [ -n "$KCM" ]; then VERSION_RE="^Kubernetes v$K\$" version_is "$OUT/kube-controller-manager" --version \
   || { echo "kube-controller-manager version mismatch" >&2; exit 1; }; fi
 "$OUT/kubectl" version --client=true >&2
 touch "$OUT/.complete"
