@@ -45,7 +45,9 @@ if [ ! -f "$PKI/tokens.csv" ]; then
 fi
 TOKEN=$(cut -d, -f1 "$PKI/tokens.csv")
 ETCD_DATA=$(mktemp -d /dev/shm/etcd.XXXXXX 2>/dev/null || mktemp -d -t etcd.XXXXXX)
-NOFSYNC=""; "$BIN/etcd" --help 2>&1 | grep -q -- --unsafe-no-fsync && NOFSYNC=--unsafe-no-fsync  # etcd >= 3.5 only
+# etcd >= 3.5 only; the help is captured first (`| grep -q` under pipefail fails on SIGPIPE).
+NOFSYNC=""; ETCD_HELP=$("$BIN/etcd" --help 2>&1 || true)
+if grep -q -- --unsafe-no-fsync <<<"$ETCD_HELP"; then NOFSYNC=--unsafe-no-fsync; fi
 
 # Anything that fails from here on stops what was started (kube-down.sh reads RUN_DIR/env).
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
