@@ -24,7 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 INSTALL_TIMEOUT_SECONDS = 600
 
 # What the bare install must import, and what only `memplane[server]` may bring.
-CLIENT_MODULES = ("memplane.client", "memplane.client.aio", "memplane.client.sync", "memplane.client.formats")
+CLIENT_MODULES = (
+    "memplane.client",
+    "memplane.client.aio",
+    "memplane.client.sync",
+    "memplane.client.formats",
+    "memplane.compat.mem0",
+)
 SERVER_ONLY = (
     "psycopg",
     "psycopg_pool",
@@ -96,8 +102,8 @@ def test_the_client_imports_without_the_server_dependencies(bare_venv: Path) -> 
 
 
 async def test_the_bare_client_talks_to_a_real_server(bare_venv: Path, server: str, workspace: TestWorkspace) -> None:
-    """Health (grpc.health.v1 without grpcio-health-checking), a write, a search, and a
-    typed error read from the status details (without grpcio-status)."""
+    """Health (grpc.health.v1 without grpcio-health-checking), a write, a search, typed
+    errors read from the status details (without grpcio-status), and the mem0 facade."""
     script = (
         "import sys\n"
         "from memplane.client import MemplaneClient\n"
@@ -115,6 +121,10 @@ async def test_the_bare_client_talks_to_a_real_server(bare_venv: Path, server: s
         "        c.search('x', top_k=-1)\n"
         "    except InvalidArgumentError as e:\n"
         "        print('InvalidArgumentError', e.violations[0].field)\n"
+        "from memplane.compat.mem0 import MemoryClient\n"
+        "with MemoryClient(api_key=sys.argv[2], host=sys.argv[1]) as m:\n"
+        "    m.add('Bo takes the 8:15 train', user_id='bo')\n"
+        "    print(m.search('when does Bo travel?', filters={'user_id': 'bo'})['results'][0]['memory'])\n"
     )
     # The server runs on this test's event loop: the child is awaited, never waited on.
     child = await asyncio.create_subprocess_exec(
@@ -127,6 +137,7 @@ async def test_the_bare_client_talks_to_a_real_server(bare_venv: Path, server: s
         "Ana drinks green tea every morning",
         "NotFoundError memory",
         "InvalidArgumentError top_k",
+        "Bo takes the 8:15 train",
     ]
 
 
