@@ -4,6 +4,7 @@ ValueErrors where mem0 raises them."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from datetime import datetime
 
@@ -186,3 +187,21 @@ async def test_construction_reads_memplane_settings(
     monkeypatch.setenv("MEMPLANE_API_KEY", workspace.key)
     async with AsyncMemory() as m:
         assert len((await m.get_all(user_id="c"))["results"]) == 1
+
+
+async def test_a_client_made_before_the_loop_works_inside_it(server: str, workspace: TestWorkspace) -> None:
+    """mem0 code makes its client at import time, then runs `asyncio.run(main())`: the
+    gRPC channel is opened on the loop that uses it (a grpc.aio channel made before
+    would fail with "attached to a different loop")."""
+
+    def script() -> list[str]:
+        client = AsyncMemoryClient(api_key=workspace.key, host=server)  # no running loop in this thread
+
+        async def main() -> list[str]:
+            async with client:
+                await client.add("made before the loop", user_id="early")
+                return [h["memory"] for h in (await client.search("loop", user_id="early"))["results"]]
+
+        return asyncio.run(main())
+
+    assert await asyncio.to_thread(script) == ["made before the loop"]

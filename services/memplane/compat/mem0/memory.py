@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -30,12 +30,14 @@ SERVER_OWNED_CONFIG = frozenset(
 )
 
 
-def client_from_config(config: Mapping[str, Any] | None) -> AsyncMemplaneClient:
-    """The memplane client of a mem0-style config: {"target": "host:port",
+def client_from_config(config: Mapping[str, Any] | None) -> Callable[[], AsyncMemplaneClient]:
+    """What makes the memplane client of a mem0-style config: {"target": "host:port",
     "api_key": "mp_...", "timeout": seconds}; missing keys come from MEMPLANE_TARGET /
     MEMPLANE_API_KEY (and TLS from MEMPLANE_TLS_CA_FILE). mem0's own keys (vector_store,
-    llm, embedder, ...) are ignored with a warning. Raises `ValueError` for an unknown key
-    or when no target or key is given either way."""
+    llm, embedder, ...) are ignored with a warning. Raises `ValueError` at once for an
+    unknown key or when no target or key is given either way; the client itself is made
+    by calling the result, on the event loop that will use it (a grpc.aio channel made
+    outside it, e.g. at import time before `asyncio.run`, fails on first use)."""
     given = dict(config or {})
     ignored = sorted(SERVER_OWNED_CONFIG & set(given))
     if ignored:
@@ -48,10 +50,11 @@ def client_from_config(config: Mapping[str, Any] | None) -> AsyncMemplaneClient:
         env["MEMPLANE_TARGET"] = str(given["target"])
     if given.get("api_key"):
         env["MEMPLANE_API_KEY"] = str(given["api_key"])
-    try:
-        return AsyncMemplaneClient.from_env(env, timeout=float(given.get("timeout", 60.0)))
-    except KeyError as exc:
-        raise ValueError(exc.args[0]) from None
+    missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
+    if missing:
+        raise ValueError(f"set {' and '.join(missing)} (or give target / api_key in the config)")
+    timeout = float(given.get("timeout", 60.0))
+    return lambda: AsyncMemplaneClient.from_env(env, timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -76,7 +79,8 @@ class AsyncMemory:
     delete → DeleteMemory, delete_all → DeleteMemoriesByScope, history → ListMemoryEvents."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, client: AsyncMemplaneClient | None = None) -> None:
-        self._client = client if client is not None else client_from_config(config)
+        self._made: AsyncMemplaneClient | None = client
+        self._make: Callable[[], AsyncMemplaneClient] = client_from_config(config) if client is None else _never
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> AsyncMemory:
@@ -84,13 +88,21 @@ class AsyncMemory:
         return cls(config_dict)
 
     @property
+    def _client(self) -> AsyncMemplaneClient:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    @property
     def client(self) -> AsyncMemplaneClient:
-        """The memplane client underneath (for what mem0's API has no call for)."""
+        """The memplane client underneath (for what mem0's API has no call for); made on
+        first use, on the running event loop."""
         return self._client
 
     async def close(self) -> None:
-        """Close the gRPC channels."""
-        await self._client.close()
+        """Close the gRPC channels (if any call opened them)."""
+        if self._made is not None:
+            await self._made.close()
 
     async def __aenter__(self) -> AsyncMemory:
         return self
@@ -312,6 +324,10 @@ class AsyncMemory:
         await self.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
 
+def _never() -> AsyncMemplaneClient:
+    raise AssertionError("the client was given at construction")
+
+
 def _top_k(top_k: int | None, limit: int | None) -> int:
     k = top_k if top_k is not None else limit if limit is not None else DEFAULT_TOP_K
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -347,8 +363,9 @@ class AsyncMemoryClient(AsyncMemory):
             config: dict[str, Any] = {"api_key": key, "timeout": timeout}
             if host:
                 config["target"] = host
-            client = client_from_config(config)
-        super().__init__(client=client)
+            super().__init__(config)
+        else:
+            super().__init__(client=client)
 
     async def get(self, memory_id: str) -> dict[str, Any]:
         """One memory as an item; raises `MemoryNotFoundError` for an unknown id."""
