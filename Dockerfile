@@ -11,14 +11,15 @@ FROM ${BASE_IMAGE} AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3-venv \
  && rm -rf /var/lib/apt/lists/*
-# Dependencies first, from pyproject.toml alone: this layer is rebuilt only when they change.
+# Dependencies first, from pyproject.toml alone (the client's, the server extra's and the
+# operator's): this layer is rebuilt only when they change.
 COPY pyproject.toml /src/
 # The build machine's CA bundle, as a build secret (a TLS-intercepting proxy in front of
 # PyPI): used by pip here, never copied into an image layer.
 RUN --mount=type=secret,id=ca-bundle \
     python3 -m venv /opt/memplane \
  && export PIP_CERT=$(test -s /run/secrets/ca-bundle && echo /run/secrets/ca-bundle || echo /etc/ssl/certs/ca-certificates.crt) \
- && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["operator"]))' > /tmp/requirements.txt \
+ && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["server"] + x["operator"]))' > /tmp/requirements.txt \
  && /opt/memplane/bin/pip install --no-cache-dir --no-compile -r /tmp/requirements.txt
 # Then memplane itself (no dependency resolution: all are there).
 COPY README.md /src/

@@ -2,6 +2,6 @@
 
 import sys
 
-from memplane.cli.main import main
+from memplane.cli.entry import main
 
 sys.exit(main())

