@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from memplane.compaction.language import Language
 from memplane.compaction.summary import SummaryFormatError, parse_answer, render
 from memplane.domain.context import ContextMessage, TextBlock, ToolUseBlock
 from memplane.llm.chat import ChatModel, LLMError
 from memplane.llm.repair import parse_object
+from memplane.text.language import Language
 
 MemoryKind = Literal["user", "procedural", "tool"]
 
