@@ -38,6 +38,8 @@ from memplane.storage.embedded import EmbeddedPostgres, start_embedded
 from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.invalidation import InvalidationListener
+from memplane.storage.job_listener import JobListener
+from memplane.storage.jobs import ExtractionJobStore
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
@@ -46,6 +48,7 @@ from memplane.storage.retention import delete_expired_memories
 from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
 from memplane.storage.workspaces import WorkspaceStore
+from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.service import WriteBackService
 
 _log = logging.getLogger(__name__)
@@ -70,6 +73,8 @@ class App:
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
     invalidations: InvalidationListener
+    extraction: ExtractionRunner
+    job_listener: JobListener
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
     embedder_health: EndpointHealth | None = None  # an embedding endpoint's; None for a local model
@@ -79,6 +84,8 @@ class App:
         connection pool, and stop the embedded PostgreSQL (if this process was its last
         holder)."""
         await self.invalidations.stop()
+        await self.job_listener.stop()
+        await self.extraction.stop()
         if self.embedder_health is not None:
             await self.embedder_health.close()
         await self.blob_cleaner.stop()
@@ -199,6 +206,20 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     invalidations.start()
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
+    chat_model = build_chat_model(settings.llm)
+    jobs = ExtractionJobStore()
+    extraction = ExtractionRunner(
+        db=db,
+        jobs=jobs,
+        memories=memories,
+        workspaces=workspaces,
+        meter=meter,
+        chat=chat_model,
+        settings=settings.extraction,
+        retrieval=settings.retrieval,
+        limits=settings.limits,
+    )
+    job_listener = JobListener(dsn, on_new=extraction.wake, on_done=extraction.finished)  # started with write-back
     writeback = WriteBackService(
         db=db,
         memories=memories,
@@ -207,8 +228,10 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         idempotency=IdempotencyStore(),
         meter=meter,
         limits=settings.limits,
+        jobs=jobs,
+        extraction=extraction,
+        wait_seconds=settings.extraction.wait_timeout,
     )
-    chat_model = build_chat_model(settings.llm)
     app = App(
         settings=settings,
         db=db,
@@ -232,6 +255,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         retention_sweeper=retention_sweeper(db, settings),
         idempotency_sweeper=idempotency_sweeper(db, settings),
         invalidations=invalidations,
+        extraction=extraction,
+        job_listener=job_listener,
         chat_model=chat_model,
         embedded=supervisor,
         embedder_health=embedder_health,
