@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memplane.compaction.llm import LLMSummarizer, SummarizerError
 from memplane.domain.models import Workspace
 from memplane.errors import QuotaExceededError
 from memplane.llm.chat import ChatModel, LLMError
@@ -178,3 +179,26 @@ def test_a_good_answer_is_read_as_sent_and_garbage_is_none() -> None:
     assert parsed.value == {"a": "C:\\x"}
     assert parse_object("I could not find anything worth remembering.") is None
     assert parse_object('{"memories": [') is None
+
+
+async def test_compaction_uses_the_workspace_model_and_reports_its_rate_limit(fake: FakeLLM) -> None:
+    clock = Clock()
+    limiter = LLMRateLimiter(1, max_wait_seconds=5.0, clock=clock, sleep=clock.sleep)
+    model = ChatModel(
+        base_url=fake.base_url,
+        api_key="k",
+        model="default-model",
+        timeout_seconds=5.0,
+        workspace_models={"acme": "acme-model"},
+        rate_limiter=limiter,
+    )
+    acme = workspace("acme")
+    fake.script('{"memories": []}')
+    try:
+        summarizer = LLMSummarizer(model)
+        assert await summarizer.extract_memories([], summary="", language="en", workspace=acme) == []
+        with pytest.raises(SummarizerError, match="rate limited: llm_requests_per_minute"):
+            await summarizer.extract_memories([], summary="", language="en", workspace=acme)
+    finally:
+        await model.close()
+    assert [r["model"] for r in fake.requests] == ["acme-model"]

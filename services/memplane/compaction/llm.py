@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from memplane.compaction.summary import SummaryFormatError, parse_answer, render
 from memplane.domain.context import ContextMessage, TextBlock, ToolUseBlock
+from memplane.domain.models import Workspace
+from memplane.errors import QuotaExceededError
 from memplane.llm.chat import ChatModel, LLMError
 from memplane.llm.repair import parse_object
 from memplane.text.language import Language
@@ -81,6 +83,7 @@ class LLMSummarizer:
         previous_summary: str,
         language: Language,
         max_summary_tokens: int,
+        workspace: Workspace | None = None,
     ) -> str:
         """The structured summary of *messages* (oldest first) as Markdown: six `##`
         sections in *language* ("zh" or "en"), asked of the model as one JSON object.
@@ -88,9 +91,11 @@ class LLMSummarizer:
         superseded ones) rather than summarising the messages alone, so the running
         summary covers everything compacted so far. The prompt asks for at most
         *max_summary_tokens* tokens; the model may overshoot, so count the result.
+        *workspace* picks its model and LLM rate-limit bucket (`ChatModel.chat`).
 
-        Raises `SummarizerError` when the call fails (see `ChatModel.complete`) or the
-        answer is not the structured summary ("answer has no sections ...").
+        Raises `SummarizerError` when the call fails (see `ChatModel.chat`; a call the
+        workspace's LLM rate limit refuses is "rate limited: ...") or the answer is not
+        the structured summary ("answer has no sections ...").
         """
         prompt = [
             {
@@ -99,7 +104,7 @@ class LLMSummarizer:
             },
             {"role": "user", "content": _summary_user_prompt(messages, previous_summary)},
         ]
-        answer = await self._model.complete(prompt, json_mode=True)
+        answer = await self._ask(prompt, workspace)
         try:
             structured = parse_answer(answer)
         except SummaryFormatError as exc:
@@ -107,7 +112,12 @@ class LLMSummarizer:
         return render(structured, language)
 
     async def extract_memories(
-        self, messages: Sequence[ContextMessage], *, summary: str, language: Language
+        self,
+        messages: Sequence[ContextMessage],
+        *,
+        summary: str,
+        language: Language,
+        workspace: Workspace | None = None,
     ) -> list[ExtractedMemory]:
         """Durable memories in *messages* (with *summary* of the span as context), in
         *language*: `user` facts and preferences (ReMe's personal memory), `procedural`
@@ -122,8 +132,14 @@ class LLMSummarizer:
             {"role": "system", "content": _extraction_system_prompt(language)},
             {"role": "user", "content": _extraction_user_prompt(messages, summary)},
         ]
-        answer = await self._model.complete(prompt, json_mode=True)
+        answer = await self._ask(prompt, workspace)
         return parse_memories(answer)
+
+    async def _ask(self, prompt: list[dict[str, str]], workspace: Workspace | None) -> str:
+        try:
+            return (await self._model.chat(prompt, json_mode=True, workspace=workspace)).text
+        except QuotaExceededError as error:
+            raise SummarizerError(f"rate limited: {error.description}") from None
 
 
 def parse_memories(text: str) -> list[ExtractedMemory]:
