@@ -87,6 +87,13 @@ FIRST_FACTS = [
 ]
 
 
+def check_cost(job: writeback_pb2.ExtractionJob, *, calls: int) -> None:
+    assert job.cost.llm_call_count == calls
+    assert job.cost.prompt_tokens > 0
+    assert job.cost.completion_tokens > 0
+    assert job.cost.llm_duration.ToTimedelta().total_seconds() > 0
+
+
 def check_extraction_prompt(request: dict[str, Any]) -> None:
     """Structured output, message ids and times, the language, the speaker rule."""
     assert request["response_format"]["type"] == "json_schema"
@@ -110,6 +117,7 @@ async def test_extraction_stores_typed_memories_with_provenance_speaker_and_audi
     assert job.attempt_count == 1
     assert list(job.message_ids) == ["m1", "m2", "m3", "m4"]
     assert job.model == "fake-model"
+    check_cost(job, calls=1)  # nothing stored nearby: no reconciliation call
     assert [op.operation for op in job.operations] == ["ADD"] * 8
     assert all(op.outcome == "applied" for op in job.operations)
     by_name = {m.name: m for m in reply.extracted_memories}
@@ -210,6 +218,7 @@ async def test_a_reconciliation_round_applies_each_operation_and_records_the_ski
     reply = await llm_client.write_conversation(scope, second, extract=True, wait=True)
     job = reply.extraction_job
     assert job.status == DONE, job.error
+    check_cost(job, calls=2)
     ops = [(op.operation, op.fact, op.memory, op.outcome) for op in job.operations]
     assert ("UPDATE", "F6", "[99]", "skipped: unknown memory ordinal [99]") in ops
     assert ("ADD", "F42", "", "skipped: unknown fact ordinal F42") in ops

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memplane.api.convert import timestamp
+from memplane.api.convert import duration, timestamp
 from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.v1 import memory_pb2, writeback_pb2
 
@@ -39,4 +39,19 @@ def job_to_proto(job: ExtractionJob) -> writeback_pb2.ExtractionJob:
         model=str(job.result.get("model") or ""),
         create_time=timestamp(job.created_at),
         update_time=timestamp(job.updated_at),
+        cost=_cost(job.result.get("cost")),
+    )
+
+
+def _cost(cost: object) -> writeback_pb2.ExtractionCost | None:
+    if not isinstance(cost, dict):
+        return None
+    return writeback_pb2.ExtractionCost(
+        llm_call_count=int(cost.get("llm_calls", 0)),
+        prompt_tokens=int(cost.get("prompt_tokens", 0)),
+        completion_tokens=int(cost.get("completion_tokens", 0)),
+        queue_duration=duration(float(cost.get("queue_seconds", 0.0))),
+        llm_duration=duration(float(cost.get("llm_seconds", 0.0))),
+        embedding_duration=duration(float(cost.get("embedding_seconds", 0.0))),
+        database_duration=duration(float(cost.get("database_seconds", 0.0))),
     )

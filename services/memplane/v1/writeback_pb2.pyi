@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -304,6 +305,7 @@ class ExtractionJob(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id (UUID)."""
     status: Global___ExtractionJobStatus.ValueType
@@ -340,6 +342,10 @@ class ExtractionJob(_message.Message):
     def update_time(self) -> _timestamp_pb2.Timestamp:
         """When it last changed state (UTC)."""
 
+    @_builtins.property
+    def cost(self) -> Global___ExtractionCost:
+        """Once done: what the attempt that finished cost."""
+
     def __init__(
         self,
         *,
@@ -354,14 +360,73 @@ class ExtractionJob(_message.Message):
         model: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        cost: Global___ExtractionCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "scope", b"scope", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "create_time", b"create_time", "scope", b"scope", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "create_time", b"create_time", "error", b"error", "id", b"id", "memory_ids", b"memory_ids", "message_ids", b"message_ids", "model", b"model", "operations", b"operations", "scope", b"scope", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cost", b"cost", "create_time", b"create_time", "error", b"error", "id", b"id", "memory_ids", b"memory_ids", "message_ids", b"message_ids", "model", b"model", "operations", b"operations", "scope", b"scope", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractionJob: _TypeAlias = ExtractionJob  # noqa: Y015
+
+@_typing.final
+class ExtractionCost(_message.Message):
+    """What one extraction job cost (its finishing attempt)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LLM_CALL_COUNT_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    QUEUE_DURATION_FIELD_NUMBER: _builtins.int
+    LLM_DURATION_FIELD_NUMBER: _builtins.int
+    EMBEDDING_DURATION_FIELD_NUMBER: _builtins.int
+    DATABASE_DURATION_FIELD_NUMBER: _builtins.int
+    llm_call_count: _builtins.int
+    """Chat calls made (1, or 2 when stored memories were near enough to reconcile)."""
+    prompt_tokens: _builtins.int
+    """Prompt tokens of those calls, as the endpoint reported them (0 when it did not)."""
+    completion_tokens: _builtins.int
+    """Completion tokens of those calls, as the endpoint reported them."""
+    @_builtins.property
+    def queue_duration(self) -> _duration_pb2.Duration:
+        """From queued to the claim of the finishing attempt (waiting for a worker, and any
+        earlier failed attempts).
+        """
+
+    @_builtins.property
+    def llm_duration(self) -> _duration_pb2.Duration:
+        """Time in chat calls (rate-limit waits and retries included)."""
+
+    @_builtins.property
+    def embedding_duration(self) -> _duration_pb2.Duration:
+        """Time embedding the extracted memories."""
+
+    @_builtins.property
+    def database_duration(self) -> _duration_pb2.Duration:
+        """Time in the database: the transcript read, the neighbour search and the job's
+        transaction.
+        """
+
+    def __init__(
+        self,
+        *,
+        llm_call_count: _builtins.int = ...,
+        prompt_tokens: _builtins.int = ...,
+        completion_tokens: _builtins.int = ...,
+        queue_duration: _duration_pb2.Duration | None = ...,
+        llm_duration: _duration_pb2.Duration | None = ...,
+        embedding_duration: _duration_pb2.Duration | None = ...,
+        database_duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "llm_duration", b"llm_duration", "queue_duration", b"queue_duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completion_tokens", b"completion_tokens", "database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "llm_call_count", b"llm_call_count", "llm_duration", b"llm_duration", "prompt_tokens", b"prompt_tokens", "queue_duration", b"queue_duration"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractionCost: _TypeAlias = ExtractionCost  # noqa: Y015
 
 @_typing.final
 class GetExtractionJobRequest(_message.Message):

@@ -24,17 +24,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from memplane.background import cancel
 from memplane.domain.extraction import ExtractionJob
 from memplane.domain.filters import MemoryFilter
-from memplane.domain.models import Memory, MemoryType, Scope, Workspace, index_text
+from memplane.domain.models import ConversationMessage, Memory, MemoryType, Scope, Workspace, index_text
 from memplane.errors import MemplaneError, NotFoundError
-from memplane.llm.chat import ChatModel, LLMError
+from memplane.llm.chat import ChatModel, Completion, LLMError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import ExtractionSettings, LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
@@ -211,47 +213,22 @@ class ExtractionRunner:
         if chat is None:
             raise LLMError("no LLM is configured on this server")
         workspace = await self._workspaces.get_by_key(job.workspace_key)
-        async with self._db.tenant(workspace.key) as conn:
-            messages = await self._jobs.messages(conn, job)
+        cost = _Cost(queue_seconds=(job.updated_at - job.created_at).total_seconds())
+        with cost.timing("database"):
+            async with self._db.tenant(workspace.key) as conn:
+                messages = await self._jobs.messages(conn, job)
         now = datetime.now(UTC)
-        limits = (self._limits.max_name_bytes, self._limits.max_description_bytes, self._limits.max_content_bytes)
-        steps: list[Step] = []
         audit = Audit(job.id, chat.model_for(workspace), [], [])
-        vectors: dict[int, np.ndarray] = {}
-        extraction = Extraction([], [], ())
-        if messages:
-            prompt = extraction_prompt(messages, now=now)
-            answer = await chat.chat(
-                prompt, json_mode=True, schema=FACTS_SCHEMA, schema_name="memories", workspace=workspace
-            )
-            audit.model = answer.model
-            audit.prompt_sha256.append(prompt_sha256(prompt))
-            extraction = parse_extraction(answer.text, limits=limits)
-            audit.repairs += extraction.repairs
-        texts = [index_text(f.name, f.description, f.content) for f in extraction.facts]
-        texts += [r.content for r in extraction.forget]
-        if texts:
-            embedded = await self._meter.for_workspace(workspace).embed_documents(texts)
-            vectors = {f.index: embedded[i] for i, f in enumerate(extraction.facts)}
-            shown = await self._neighbours(workspace, job.scope, texts, embedded)
-            audit.input_memory_ids = [m.id for m in shown]
-            steps = plan([], extraction.facts, extraction.forget, shown)
-            if shown:
-                prompt = reconciliation_prompt(extraction.facts, extraction.forget, shown)
-                answer = await chat.chat(
-                    prompt, json_mode=True, schema=OPERATIONS_SCHEMA, schema_name="operations", workspace=workspace
-                )
-                audit.prompt_sha256.append(prompt_sha256(prompt))
-                operations, repairs = parse_operations(answer.text)
-                audit.repairs += repairs
-                steps = plan(operations, extraction.facts, extraction.forget, shown)
+        extraction, steps, vectors = await self._decide(chat, workspace, job, messages, audit=audit, cost=cost, now=now)
         at = session_time(messages, now)
+        started = time.perf_counter()
         async with self._db.tenant(workspace.key) as conn:
             if not await self._jobs.hold(conn, job):
                 _log.info("extraction job %s: lease taken over; attempt %d applies nothing", job.id, job.attempts)
                 return
             ctx = JobContext(conn, workspace, job, vectors, audit, at, now)
             decisions = await self._applier.apply(ctx, steps)
+            cost.seconds["database"] += time.perf_counter() - started  # the commit's round trip aside
             result = {
                 "memory_ids": sorted({d["memory_id"] for d in decisions if d["memory_id"]}),
                 "operations": decisions,
@@ -260,8 +237,58 @@ class ExtractionRunner:
                 "repairs": audit.repairs,
                 "facts": len(extraction.facts),
                 "forget_requests": len(extraction.forget),
+                "cost": cost.as_json(),
             }
             await self._jobs.finish(conn, job, result)
+
+    async def _decide(
+        self,
+        chat: ChatModel,
+        workspace: Workspace,
+        job: ExtractionJob,
+        messages: Sequence[ConversationMessage],
+        *,
+        audit: Audit,
+        cost: _Cost,
+        now: datetime,
+    ) -> tuple[Extraction, list[Step], dict[int, np.ndarray]]:
+        """Everything before the transaction: call 1, the embeddings, the neighbours,
+        call 2; the extraction, the checked steps and each fact's vector by ordinal."""
+        limits = (self._limits.max_name_bytes, self._limits.max_description_bytes, self._limits.max_content_bytes)
+        extraction = Extraction([], [], ())
+        if messages:
+            prompt = extraction_prompt(messages, now=now)
+            with cost.timing("llm"):
+                answer = await chat.chat(
+                    prompt, json_mode=True, schema=FACTS_SCHEMA, schema_name="memories", workspace=workspace
+                )
+            cost.count(answer)
+            audit.model = answer.model
+            audit.prompt_sha256.append(prompt_sha256(prompt))
+            extraction = parse_extraction(answer.text, limits=limits)
+            audit.repairs += extraction.repairs
+        texts = [index_text(f.name, f.description, f.content) for f in extraction.facts]
+        texts += [r.content for r in extraction.forget]
+        if not texts:
+            return extraction, [], {}
+        with cost.timing("embedding"):
+            embedded = await self._meter.for_workspace(workspace).embed_documents(texts)
+        vectors = {f.index: embedded[i] for i, f in enumerate(extraction.facts)}
+        with cost.timing("database"):
+            shown = await self._neighbours(workspace, job.scope, texts, embedded)
+        audit.input_memory_ids = [m.id for m in shown]
+        if not shown:  # nothing stored nearby: every fact is new
+            return extraction, plan([], extraction.facts, extraction.forget, shown), vectors
+        prompt = reconciliation_prompt(extraction.facts, extraction.forget, shown)
+        with cost.timing("llm"):
+            answer = await chat.chat(
+                prompt, json_mode=True, schema=OPERATIONS_SCHEMA, schema_name="operations", workspace=workspace
+            )
+        cost.count(answer)
+        audit.prompt_sha256.append(prompt_sha256(prompt))
+        operations, repairs = parse_operations(answer.text)
+        audit.repairs += repairs
+        return extraction, plan(operations, extraction.facts, extraction.forget, shown), vectors
 
     async def _neighbours(
         self, workspace: Workspace, scope: Scope, texts: Sequence[str], vectors: np.ndarray
@@ -298,3 +325,36 @@ class ExtractionRunner:
                     best[row.memory.id] = (row.score, row.memory)
         ranked = sorted(best.values(), key=lambda p: (-p[0], p[1].id))
         return [m for _, m in ranked[:MAX_SHOWN]]
+
+
+@dataclass
+class _Cost:
+    """What one attempt cost: chat calls and their tokens, seconds per part."""
+
+    queue_seconds: float
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: {"llm": 0.0, "embedding": 0.0, "database": 0.0})
+
+    @contextlib.contextmanager
+    def timing(self, part: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[part] += time.perf_counter() - started
+
+    def count(self, answer: Completion) -> None:
+        self.llm_calls += 1
+        self.prompt_tokens += answer.prompt_tokens
+        self.completion_tokens += answer.completion_tokens
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "llm_calls": self.llm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "queue_seconds": self.queue_seconds,
+            **{f"{part}_seconds": value for part, value in self.seconds.items()},
+        }
