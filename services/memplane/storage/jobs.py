@@ -139,8 +139,15 @@ class ExtractionJobStore:
         return None if row["s"] is None else float(row["s"])
 
     async def hold(self, conn: Connection, job: ExtractionJob) -> bool:
-        """In the caller's tenant transaction, lock *job* if it is still running under
-        this attempt (its lease not taken over); False otherwise (apply nothing)."""
+        """In the caller's tenant transaction, wait for the workspace's other jobs'
+        transactions (a transaction-level advisory lock per workspace: two jobs never
+        interleave their writes, so they cannot deadlock on each other's lexeme counters
+        and stats row), then lock *job* if it is still running under this attempt (its
+        lease not taken over); False otherwise (apply nothing)."""
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('memplane-extraction:' || %s::text, 0))",
+            (job.workspace_key,),
+        )
         cur = await conn.execute(
             "SELECT 1 FROM extraction_jobs WHERE workspace_key = %s AND id = %s AND status = 'running'"
             " AND attempts = %s FOR UPDATE",

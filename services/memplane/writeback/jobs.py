@@ -179,6 +179,9 @@ class ExtractionRunner:
             except MemplaneError as error:  # the database is down: try again shortly
                 _log.warning("extraction worker: %s", error)
                 due = _ERROR_BACKOFF_SECONDS
+            except Exception:  # a bug must not end the worker: log it and look again shortly
+                _log.exception("extraction worker failed; continuing")
+                due = _ERROR_BACKOFF_SECONDS
             pause = self._settings.poll_seconds if due is None else min(self._settings.poll_seconds, max(due, 0.01))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), pause)

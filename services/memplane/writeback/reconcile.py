@@ -134,8 +134,24 @@ class JobContext:
     now: datetime
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A memory to add at the end of the job (all in one insert): its fact, when it
+    became true, the memory it supersedes, and where its decision is in the result."""
+
+    fact: Fact
+    valid_from: datetime | None
+    supersedes: str
+    decision: dict[str, Any]
+    index: int
+
+
 class Applier:
-    """Applies a job's steps in the caller's tenant transaction."""
+    """Applies a job's steps in the caller's tenant transaction: UPDATE, SUPERSEDE's
+    closing, DELETE and NOOP in the model's order, then every new memory (ADD and
+    SUPERSEDE's replacement) in ONE insert: each insert takes the workspace's lexeme
+    counters and then its stats row, so several inserts in one transaction could each
+    hold the row while waiting for counters another writer holds (a deadlock)."""
 
     def __init__(self, memories: MemoryStore) -> None:
         self._memories = memories
@@ -144,29 +160,37 @@ class Applier:
         """Apply *steps*; return the decisions with `memory_id` (the memory made or
         changed, None for a skipped step) for the job's result."""
         done: list[dict[str, Any]] = []
+        pending: list[_Pending] = []
         for step in steps:
             if step.skipped:
                 done.append({**ctx.audit.decision(step, f"skipped: {step.skipped}"), "memory_id": None})
                 continue
-            memory_id, outcome = await self._one(ctx, step)
+            memory_id, outcome, new = await self._one(ctx, step)
             done.append({**ctx.audit.decision(step, outcome), "memory_id": memory_id})
+            if new is not None:
+                pending.append(_Pending(new[0], new[1], new[2], ctx.audit.decision(step, outcome), len(done) - 1))
+        for item, added in zip(pending, await self._add(ctx, pending), strict=True):
+            await annotate_latest_event(ctx.conn, ctx.workspace.key, added.id, item.decision, at=ctx.now)
+            done[item.index]["memory_id"] = added.id
         return done
 
-    async def _one(self, ctx: JobContext, step: Step) -> tuple[str | None, str]:
+    async def _one(
+        self, ctx: JobContext, step: Step
+    ) -> tuple[str | None, str, tuple[Fact, datetime | None, str] | None]:
+        """Apply one step but for its new memory; (memory changed, outcome, the new
+        memory to add as (fact, valid_from, supersedes) or None)."""
         conn, workspace, job, now = ctx.conn, ctx.workspace, ctx.job, ctx.now
         current = None
         if step.memory is not None:
             current = await self._memories.get(conn, workspace, step.memory.id, lock=True)
             if current is None:
-                return None, "skipped: the memory was deleted meanwhile"
+                return None, "skipped: the memory was deleted meanwhile", None
         fact = step.fact
         decision = ctx.audit.decision(step, "applied")
         if step.operation == "ADD" and fact is not None:
-            added = await self._add(ctx, fact)
-            await annotate_latest_event(conn, workspace.key, added.id, decision, at=now)
-            return added.id, "applied"
+            return None, "applied", (fact, None, "")
         if current is None:
-            return None, "skipped: no memory"
+            return None, "skipped: no memory", None
         actor, request_id = job.actor, job.request_id
         if step.operation == "NOOP":
             await record_events(
@@ -197,35 +221,36 @@ class Applier:
             close = Change(fields={"valid_to": closing})
             await self._memories.update(conn, workspace, current, close, actor=actor, request_id=request_id, now=now)
             await annotate_latest_event(conn, workspace.key, current.id, decision, at=now)
-            added = await self._add(ctx, fact, valid_from=closing, supersedes=current.id)
-            await annotate_latest_event(conn, workspace.key, added.id, decision, at=now)
-            return added.id, "applied"
+            return None, "applied", (fact, closing, current.id)
         await annotate_latest_event(conn, workspace.key, current.id, decision, at=now)
-        return current.id, "applied"
+        return current.id, "applied", None
 
-    async def _add(
-        self, ctx: JobContext, fact: Fact, *, valid_from: datetime | None = None, supersedes: str = ""
-    ) -> Memory:
+    async def _add(self, ctx: JobContext, pending: Sequence[_Pending]) -> list[Memory]:
+        """Insert the new memories of *pending*, in order, in one `MemoryStore.insert`."""
         job = ctx.job
-        metadata = _metadata(job, fact, ctx.audit)
-        if supersedes:
-            metadata["supersedes"] = supersedes
-        ids = tuple(i for i in fact.message_ids if i in job.message_ids) or job.message_ids
-        new = NewMemory(
-            content=fact.content,
-            scope=job.scope,
-            type=fact.type,
-            name=fact.name,
-            description=fact.description,
-            metadata=metadata,
-            valid_from=valid_from or fact.valid_from or ctx.session_time,
-            provenance=Provenance(session_id=job.scope.session_id, message_ids=ids),
+        prepared = []
+        for item in pending:
+            fact = item.fact
+            metadata = _metadata(job, fact, ctx.audit)
+            if item.supersedes:
+                metadata["supersedes"] = item.supersedes
+            ids = tuple(i for i in fact.message_ids if i in job.message_ids) or job.message_ids
+            new = NewMemory(
+                content=fact.content,
+                scope=job.scope,
+                type=fact.type,
+                name=fact.name,
+                description=fact.description,
+                metadata=metadata,
+                valid_from=item.valid_from or fact.valid_from or ctx.session_time,
+                provenance=Provenance(session_id=job.scope.session_id, message_ids=ids),
+            )
+            prepared.append(
+                PreparedMemory(memory=new, lexical_text=segment(new.index_text()), embedding=ctx.vectors[fact.index])
+            )
+        return await self._memories.insert(
+            ctx.conn, ctx.workspace, prepared, actor=job.actor, request_id=job.request_id, now=ctx.now
         )
-        prepared = PreparedMemory(memory=new, lexical_text=segment(new.index_text()), embedding=ctx.vectors[fact.index])
-        [stored] = await self._memories.insert(
-            ctx.conn, ctx.workspace, [prepared], actor=job.actor, request_id=job.request_id, now=ctx.now
-        )
-        return stored
 
 
 def _metadata(job: ExtractionJob, fact: Fact, audit: Audit) -> dict[str, Any]:
