@@ -167,7 +167,11 @@ class WriteConversationRequest(_message.Message):
     """Queue an extraction job over these messages (needs an LLM on the server; without
     one the turns are stored and `method` says extraction was not done). The same
     request id, or the same message ids, is the same job: writing a conversation twice
-    yields one memory set.
+    yields one memory set. Extracted memories carry provenance (this session, the
+    message ids they came from) and metadata {"extracted_by": "llm", "speaker": "user"
+    | "assistant" (an assistant's suggestion is not a user fact), "job_id", "model",
+    "supersedes": <id> (SUPERSEDE only)}; they are scoped to this scope and reconciled
+    with the memories of the same user_id and agent_id in any session.
     """
     wait: _builtins.bool
     """With `extract`: reply once the job is done or failed (at most the server's
