@@ -207,7 +207,7 @@ class ExtractionRunner:
         else:
             self.finished(job.workspace_key, job.id)
             return
-        _log.info("extraction job %s attempt %d failed: %s", job.id, job.attempts, reason)
+        _log.warning("extraction job %s attempt %d failed: %s", job.id, job.attempts, reason)
         await self._jobs.fail(self._db, job, reason, final=final, retry_seconds=self._settings.retry_seconds)
         self.finished(job.workspace_key, job.id)
 
