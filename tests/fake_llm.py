@@ -4,7 +4,8 @@
 a free port, from a daemon thread, answering with the real response shape of OpenAI's
 Chat Completions API (id, object "chat.completion", created, model, choices[0].message,
 finish_reason, usage). Replies are scripted: `fake.script("...", Delay(3, "..."),
-HttpError(500))` queues them, one consumed per request; with the queue empty the server
+HttpError(500), Respond(fn))` queues them, one consumed per request (a `Respond` picks
+its reply from the request); with the queue empty the server
 answers HTTP 500 "no scripted reply", so a test that calls the model more often than it
 scripted fails instead of passing silently. `fake.requests` holds every parsed request
 body, so tests can check what was sent (prompt, language, previous summary,
@@ -30,6 +31,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -52,13 +54,23 @@ class Delay:
 
 @dataclass(frozen=True)
 class HttpError:
-    """Answer with HTTP *status* and *body* (an OpenAI-style error object when None)."""
+    """Answer with HTTP *status* and *body* (an OpenAI-style error object when None), and
+    *headers* (e.g. {"Retry-After": "1"} with a 429)."""
 
     status: int = 500
     body: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
-Reply = str | Delay | HttpError
+@dataclass(frozen=True)
+class Respond:
+    """Answer with what *reply(request body)* returns (a str, Delay or HttpError): a
+    reply chosen by what was asked, e.g. by the prompt's text."""
+
+    reply: Callable[[dict[str, Any]], str | Delay | HttpError]
+
+
+Reply = str | Delay | HttpError | Respond
 
 
 def error_body(message: str, error_type: str = "server_error") -> str:
@@ -77,6 +89,7 @@ class FakeLLM:
         self.embedding_requests: list[dict[str, Any]] = []
         self._embedding_failures: deque[int] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.reject_json_schema = False  # answer 400 to response_format json_schema, as servers without it
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -112,6 +125,7 @@ class FakeLLM:
         with self._lock:
             self._replies.clear()
             self.requests.clear()
+            self.reject_json_schema = False
 
     def close(self) -> None:
         """Stop serving (wakes any handler waiting in a `Delay`)."""
@@ -164,10 +178,15 @@ class FakeLLM:
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return 200, json.dumps({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
-    def _next(self, body: dict[str, Any]) -> Reply | None:
+    def _next(self, body: dict[str, Any]) -> str | Delay | HttpError | None:
         with self._lock:
             self.requests.append(body)
-            return self._replies.popleft() if self._replies else None
+            fmt = body.get("response_format")
+            if self.reject_json_schema and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+                message = "response_format json_schema is not supported by this server"
+                return HttpError(400, error_body(message, "invalid_request_error"))
+            reply = self._replies.popleft() if self._replies else None
+        return reply.reply(body) if isinstance(reply, Respond) else reply
 
     def _completion(self, content: str, body: dict[str, Any]) -> str:
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
@@ -221,17 +240,20 @@ def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if reply is None:
                 self._send(500, error_body("no scripted reply"))
             elif isinstance(reply, HttpError):
-                self._send(reply.status, reply.body if reply.body is not None else error_body("scripted error"))
+                body_text = reply.body if reply.body is not None else error_body("scripted error")
+                self._send(reply.status, body_text, reply.headers)
             elif isinstance(reply, Delay):
                 if not fake._closing.wait(reply.seconds):
                     self._send(200, fake._completion(reply.content, body))
             else:
                 self._send(200, fake._completion(reply, body))
 
-        def _send(self, status: int, text: str) -> None:
+        def _send(self, status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
             data = text.encode()
             try:
                 self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

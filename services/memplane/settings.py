@@ -260,7 +260,74 @@ class LLMSettings(BaseModel):
     timeout: float = Field(
         default=60.0, gt=0, description="Seconds one chat call may take; past it the summariser has failed."
     )
-    max_retries: int = Field(default=1, ge=0, description="Retries of a failed call (openai client's backoff).")
+    max_retries: int = Field(
+        default=1,
+        ge=0,
+        description="Retries of a call that timed out, could not connect or got HTTP 408/409/429/5xx: "
+        "0.5 s doubling to 8 s between attempts, or the server's Retry-After (at most 30 s).",
+    )
+    structured_output: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        default="auto",
+        description="How JSON answers are asked for: json_schema (OpenAI, vLLM, SGLang, Ollama >= 0.5), "
+        "json_object (JSON mode), none (neither; the prompt alone). auto: json_schema, and JSON mode for a "
+        "model whose server answers 400 naming response_format.",
+    )
+    workspace_models: dict[str, str] = Field(
+        default_factory=dict,
+        description='Model per workspace name (JSON, e.g. {"acme": "qwen-max"}); others use `model`.',
+    )
+    requests_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="LLM calls per minute per workspace in one server process (token bucket; 0: unlimited). "
+        "A call over it waits for its token; see rate_limit_max_wait.",
+    )
+    workspace_requests_per_minute: dict[str, int] = Field(
+        default_factory=dict, description="requests_per_minute per workspace name (JSON object)."
+    )
+    rate_limit_max_wait: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds a call may wait for its rate-limit token; longer is RESOURCE_EXHAUSTED "
+        "(a queued extraction job is then retried later).",
+    )
+
+
+class ExtractionSettings(BaseModel):
+    """The extraction jobs of WriteConversation(extract=true): a job table in the
+    database, claimed by workers in each write-back server (FOR UPDATE SKIP LOCKED)."""
+
+    workers: int = Field(
+        default=2,
+        ge=0,
+        description="Extraction workers per write-back server (0: this server only queues jobs). Each holds "
+        "one job at a time; its LLM calls dominate, so a few per server keep a model endpoint busy.",
+    )
+    lease_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="A claimed job belongs to its worker this long; past it (the worker died) another "
+        "worker takes it over. Longer than two LLM calls with their retries.",
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, description="Runs of a job before it is left failed (with its last error)."
+    )
+    retry_seconds: float = Field(default=5.0, ge=0, description="Wait before a failed job's next attempt.")
+    poll_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Workers are woken by LISTEN/NOTIFY at once; this slow poll finds jobs whose "
+        "notification was missed (listener reconnecting) or whose lease expired.",
+    )
+    neighbours: int = Field(
+        default=5,
+        ge=1,
+        le=20,
+        description="Stored memories of the same scope shown to the model per extracted memory for reconciliation.",
+    )
+    wait_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds WriteConversation(wait=true) waits for its job at most."
+    )
 
 
 class CompactionSettings(BaseModel):
@@ -347,5 +414,6 @@ class Settings(BaseSettings):
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)

@@ -13,7 +13,6 @@ import pytest
 
 from memplane.compaction.extractive import HEADINGS as EXTRACTIVE_HEADINGS
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.language import as_language, detect_language
 from memplane.compaction.llm import ChatModel, LLMSummarizer, SummarizerError, parse_memories
 from memplane.compaction.sentences import split_sentences
 from memplane.compaction.summary import (
@@ -27,6 +26,7 @@ from memplane.compaction.summary import (
 from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
+from memplane.text.language import as_language, detect_language
 from tests.fake_llm import Delay, FakeLLM, HttpError
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)

@@ -214,6 +214,7 @@ def event_to_proto(event: MemoryEvent) -> memory_pb2.MemoryEvent:
         actor=event.actor,
         request_id=event.request_id,
         create_time=timestamp(event.created_at),
+        decision=dict_to_struct(event.decision) if event.decision is not None else None,
     )
 
 

@@ -108,6 +108,8 @@ async def start_server(
         )
         app.retention_sweeper.start()  # expired memories are erased by the servers that write them
         app.idempotency_sweeper.start()  # and request-id records past their retention deleted
+        app.extraction.start()  # extraction jobs are run by the servers that queue them
+        app.job_listener.start()
     if "compaction" in services:
         compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
             CompactionServicer(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memplane.admin.auth import Authenticator
 from memplane.api import convert
+from memplane.api.extraction_convert import job_to_proto
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
 from memplane.domain.models import MemoryType, NewMemory
@@ -53,14 +54,30 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         self._check_batch("messages", len(request.messages))
         messages = [convert.message_from_proto(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
         result = await self._service.write_conversation(
-            principal, workspace, convert.scope_from_proto(request.scope), messages, request.request_id
+            principal,
+            workspace,
+            convert.scope_from_proto(request.scope),
+            messages,
+            request.request_id,
+            extract=request.extract,
+            wait=request.wait,
         )
         await self._consistency.stamp(context, workspace)
         return writeback_pb2.WriteConversationResponse(
             memories=[convert.memory_to_proto(m) for m in result.memories],
             transcript_message_count=result.transcript_message_count,
             method=result.method,
+            extraction_job=job_to_proto(result.job) if result.job is not None else None,
+            extracted_memories=[convert.memory_to_proto(m) for m in result.extracted],
         )
+
+    @rpc
+    async def GetExtractionJob(
+        self, request: writeback_pb2.GetExtractionJobRequest, context: Context
+    ) -> writeback_pb2.GetExtractionJobResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        job = await self._service.extraction_job(workspace, request.id)
+        return writeback_pb2.GetExtractionJobResponse(job=job_to_proto(job))
 
     @rpc
     async def UpdateMemory(

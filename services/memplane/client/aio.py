@@ -178,14 +178,23 @@ class AsyncMemplaneClient:
         messages: Sequence[writeback_pb2.ConversationMessage],
         *,
         request_id: str = "",
+        extract: bool = False,
+        wait: bool = False,
     ) -> writeback_pb2.WriteConversationResponse:
-        """Store a conversation's messages (transcript + one episodic memory each)."""
+        """Store a conversation's messages (transcript + one episodic memory each); with
+        *extract*, queue an LLM extraction job over them (`reply.extraction_job`), and
+        with *wait* reply once it is done (`reply.extracted_memories`)."""
         return await self._call(
             self.writeback.WriteConversation,
             writeback_pb2.WriteConversationRequest(
-                scope=scope, messages=messages, request_id=request_id or new_request_id()
+                scope=scope, messages=messages, request_id=request_id or new_request_id(), extract=extract, wait=wait
             ),
         )
+
+    async def get_extraction_job(self, job_id: str) -> writeback_pb2.ExtractionJob:
+        """The state of an extraction job (NotFoundError when the workspace has none such)."""
+        reply = await self._call(self.writeback.GetExtractionJob, writeback_pb2.GetExtractionJobRequest(id=job_id))
+        return reply.job
 
     async def update_memory(
         self,

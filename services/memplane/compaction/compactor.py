@@ -77,7 +77,11 @@ class MessageCompactor:
         try:
             if llm is not None:
                 summary = await llm.summarize(
-                    messages, previous_summary=previous_summary, language=lang, max_summary_tokens=budget
+                    messages,
+                    previous_summary=previous_summary,
+                    language=lang,
+                    max_summary_tokens=budget,
+                    workspace=workspace,
                 )
             else:
                 summary = await self._extractive.summarize(

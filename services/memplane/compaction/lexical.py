@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memplane.compaction.language import IDEOGRAPH
+from memplane.text.language import IDEOGRAPH
 
 _WORD = re.compile(r"[^\W_]+")
 

@@ -1,9 +1,7 @@
-"""The LLM summariser: any OpenAI-compatible /chat/completions endpoint (OpenAI, vLLM,
-llama.cpp, Ollama, SGLang, LiteLLM, ...) through the `openai` package.
+"""The LLM summariser's prompts and answer parsing, over the provider's `ChatModel`
+(`memplane.llm.chat`: the endpoint, retries, timeouts, errors as `LLMError`, which
+compaction calls `SummarizerError`).
 
-- `ChatModel.complete` makes one chat call and turns every way it can fail (timeout,
-  HTTP error, unreachable endpoint, empty or cut-off answer, refusal) into a
-  `SummarizerError` with a short reason fit for `CompactionResult.failure`.
 - `LLMSummarizer.summarize` writes ReMe's structured summary (compact_memory: Goal,
   Constraints & Preferences, Progress, Key Decisions, Next Steps, Critical Context),
   updating the previous summary when one is given (ReMe's incremental compaction), and
@@ -17,23 +15,19 @@ The prompt shows each message with its time (UTC), role and name, so the model c
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-import openai
-from openai import AsyncOpenAI
-
-from memplane.compaction.language import Language
-from memplane.compaction.summary import SummaryFormatError, extract_json_object, parse_answer, render
+from memplane.compaction.summary import SummaryFormatError, parse_answer, render
 from memplane.domain.context import ContextMessage, TextBlock, ToolUseBlock
-
-_log = logging.getLogger(__name__)
+from memplane.domain.models import Workspace
+from memplane.errors import QuotaExceededError
+from memplane.llm.chat import ChatModel, LLMError
+from memplane.llm.repair import parse_object
+from memplane.text.language import Language
 
 MemoryKind = Literal["user", "procedural", "tool"]
 
@@ -44,7 +38,6 @@ TOOL_INPUT_PROMPT_CHARS = 1_000
 """A tool call's input JSON is shown up to this many characters."""
 MAX_EXTRACTED_MEMORIES = 50
 """Memories kept from one extraction answer (the prompt asks for at most 20)."""
-_ERROR_DETAIL_CHARS = 200
 
 _LANGUAGE_NAMES: dict[Language, str] = {"en": "English", "zh": "Simplified Chinese (简体中文)"}
 _KIND_ALIASES: dict[str, MemoryKind] = {
@@ -60,13 +53,8 @@ _KIND_ALIASES: dict[str, MemoryKind] = {
 }
 
 
-class SummarizerError(Exception):
-    """The summariser failed; `reason` is short and human, e.g. "timeout after 5.0 s",
-    "HTTP 500 from the LLM endpoint", "answer has no sections (expected goal, ...)"."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+SummarizerError = LLMError
+"""Compaction's name for the provider's `LLMError` (one class: callers catch either)."""
 
 
 @dataclass(frozen=True)
@@ -79,93 +67,6 @@ class ExtractedMemory:
     name: str
     description: str
     content: str
-
-
-class ChatModel:
-    """One OpenAI-compatible chat model behind an `AsyncOpenAI` client (one HTTP
-    connection pool; close it with `close()`)."""
-
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        timeout_seconds: float,
-        max_retries: int = 0,
-        temperature: float | None = 0.2,
-    ) -> None:
-        """*base_url* ends where OpenAI's ends ("http://vllm:8000/v1"); an empty
-        *api_key* is sent as "unused" (local servers need none, and the environment is
-        never read). *timeout_seconds* bounds a whole `complete` call, openai's
-        *max_retries* (with its backoff) included. *temperature* None leaves it to the
-        server (some reasoning models accept only their default). No I/O here."""
-        self.model = model
-        self.timeout_seconds = timeout_seconds
-        self._temperature = temperature
-        self._client = AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=timeout_seconds, max_retries=max_retries
-        )
-
-    async def complete(self, messages: list[dict[str, str]], *, json_mode: bool) -> str:
-        """The assistant's answer to *messages* (`{"role", "content"}` dicts); with
-        *json_mode* the request asks for `response_format={"type": "json_object"}`.
-
-        Raises `SummarizerError`: "timeout after <t> s"; "HTTP <status> from the LLM
-        endpoint: <message>"; "cannot reach the LLM endpoint (<cause>)"; "empty answer
-        from the LLM"; "answer cut off at the model's token limit" (JSON mode);
-        "the LLM refused: <refusal>"; "bad response from the LLM endpoint: ..." (e.g.
-        a body that is not JSON or has no choices).
-        """
-        extra: dict[str, Any] = {}
-        if json_mode:
-            extra["response_format"] = {"type": "json_object"}
-        if self._temperature is not None:
-            extra["temperature"] = self._temperature
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.timeout_seconds):
-                response = await self._client.chat.completions.create(
-                    model=self.model, messages=cast(Any, messages), **extra
-                )
-        except (TimeoutError, openai.APITimeoutError):
-            raise SummarizerError(f"timeout after {self.timeout_seconds:.1f} s") from None
-        except openai.APIStatusError as exc:
-            raise SummarizerError(f"HTTP {exc.status_code} from the LLM endpoint{_detail(exc)}") from None
-        except openai.APIConnectionError as exc:
-            cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "connection error"
-            raise SummarizerError(f"cannot reach the LLM endpoint ({cause})") from None
-        except openai.OpenAIError as exc:
-            raise SummarizerError(f"bad response from the LLM endpoint: {_short(str(exc))}") from None
-        except ValueError:  # a 200 whose body is not JSON escapes openai as JSONDecodeError
-            raise SummarizerError("bad response from the LLM endpoint: body is not JSON") from None
-        usage = getattr(response, "usage", None)
-        _log.debug(
-            "chat completion: model %s, %d messages, %.2f s, %s prompt / %s completion tokens",
-            self.model,
-            len(messages),
-            time.perf_counter() - started,
-            getattr(usage, "prompt_tokens", "?"),
-            getattr(usage, "completion_tokens", "?"),
-        )
-        try:  # openai builds responses without validation: a non-conforming server gives gaps
-            choice = response.choices[0]
-            content, refusal, finish_reason = choice.message.content, choice.message.refusal, choice.finish_reason
-        except (AttributeError, IndexError, TypeError):
-            raise SummarizerError("bad response from the LLM endpoint: no choices[0].message") from None
-        if refusal:
-            raise SummarizerError(f"the LLM refused: {_short(refusal)}")
-        if finish_reason == "content_filter":
-            raise SummarizerError("the LLM's answer was stopped by its content filter")
-        if not isinstance(content, str) or not content.strip():
-            raise SummarizerError("empty answer from the LLM")
-        if json_mode and finish_reason == "length":
-            raise SummarizerError("answer cut off at the model's token limit")
-        return content
-
-    async def close(self) -> None:
-        """Close the HTTP connection pool. Idempotent."""
-        await self._client.close()
 
 
 class LLMSummarizer:
@@ -182,6 +83,7 @@ class LLMSummarizer:
         previous_summary: str,
         language: Language,
         max_summary_tokens: int,
+        workspace: Workspace | None = None,
     ) -> str:
         """The structured summary of *messages* (oldest first) as Markdown: six `##`
         sections in *language* ("zh" or "en"), asked of the model as one JSON object.
@@ -189,9 +91,11 @@ class LLMSummarizer:
         superseded ones) rather than summarising the messages alone, so the running
         summary covers everything compacted so far. The prompt asks for at most
         *max_summary_tokens* tokens; the model may overshoot, so count the result.
+        *workspace* picks its model and LLM rate-limit bucket (`ChatModel.chat`).
 
-        Raises `SummarizerError` when the call fails (see `ChatModel.complete`) or the
-        answer is not the structured summary ("answer has no sections ...").
+        Raises `SummarizerError` when the call fails (see `ChatModel.chat`; a call the
+        workspace's LLM rate limit refuses is "rate limited: ...") or the answer is not
+        the structured summary ("answer has no sections ...").
         """
         prompt = [
             {
@@ -200,7 +104,7 @@ class LLMSummarizer:
             },
             {"role": "user", "content": _summary_user_prompt(messages, previous_summary)},
         ]
-        answer = await self._model.complete(prompt, json_mode=True)
+        answer = await self._ask(prompt, workspace)
         try:
             structured = parse_answer(answer)
         except SummaryFormatError as exc:
@@ -208,7 +112,12 @@ class LLMSummarizer:
         return render(structured, language)
 
     async def extract_memories(
-        self, messages: Sequence[ContextMessage], *, summary: str, language: Language
+        self,
+        messages: Sequence[ContextMessage],
+        *,
+        summary: str,
+        language: Language,
+        workspace: Workspace | None = None,
     ) -> list[ExtractedMemory]:
         """Durable memories in *messages* (with *summary* of the span as context), in
         *language*: `user` facts and preferences (ReMe's personal memory), `procedural`
@@ -223,18 +132,24 @@ class LLMSummarizer:
             {"role": "system", "content": _extraction_system_prompt(language)},
             {"role": "user", "content": _extraction_user_prompt(messages, summary)},
         ]
-        answer = await self._model.complete(prompt, json_mode=True)
+        answer = await self._ask(prompt, workspace)
         return parse_memories(answer)
+
+    async def _ask(self, prompt: list[dict[str, str]], workspace: Workspace | None) -> str:
+        try:
+            return (await self._model.chat(prompt, json_mode=True, workspace=workspace)).text
+        except QuotaExceededError as error:
+            raise SummarizerError(f"rate limited: {error.description}") from None
 
 
 def parse_memories(text: str) -> list[ExtractedMemory]:
     """The memories in an extraction answer: `{"memories": [{type, name, description,
     content}, ...]}` (in prose or a fence too), or a bare JSON list of such items.
     Raises `SummarizerError` when there is neither."""
-    obj = extract_json_object(text, lambda o: isinstance(o.get("memories"), list))
+    parsed = parse_object(text, lambda o: isinstance(o.get("memories"), list))
     items: Any
-    if obj is not None:
-        items = obj["memories"]
+    if parsed is not None:
+        items = parsed.value["memories"]
     else:
         items = _json_list(text)
         if items is None:
@@ -409,18 +324,3 @@ def _memory(item: Any) -> ExtractedMemory | None:
     name = " ".join(str(item.get("name") or "").split()) or " ".join(content.split()[:8])
     description = " ".join(str(item.get("description") or "").split())
     return ExtractedMemory(type=kind, name=name, description=description, content=content)
-
-
-def _detail(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    message: Any = None
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        message = error.get("message") if isinstance(error, dict) else error
-    text = _short(str(message)) if message else ""
-    return f": {text}" if text else ""
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _ERROR_DETAIL_CHARS else text[: _ERROR_DETAIL_CHARS - 1] + "…"

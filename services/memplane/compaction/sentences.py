@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from memplane.compaction.language import IDEOGRAPH, ideograph_count
 from memplane.compaction.lexical import words
+from memplane.text.language import IDEOGRAPH, ideograph_count
 
 MIN_WORDS = 3
 """Shortest kept sentence without CJK, in words."""

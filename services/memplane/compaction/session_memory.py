@@ -101,7 +101,9 @@ class SessionSummarizer:
         extraction = "none: no LLM configured"
         if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
             try:
-                extracted = await self._llm.extract_memories(messages, summary=summary, language=lang)
+                extracted = await self._llm.extract_memories(
+                    messages, summary=summary, language=lang, workspace=workspace
+                )
                 extraction = "llm"
             except SummarizerError as error:
                 extraction = f"none: {error}"

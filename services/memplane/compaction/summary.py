@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from memplane.compaction.language import Language
+from memplane.text.language import Language
 
 SECTION_KEYS: tuple[str, ...] = ("goal", "constraints", "progress", "decisions", "next_steps", "critical_context")
 """JSON keys of the sections, in render order."""

@@ -129,6 +129,7 @@ class MemoryEvent:
     actor: str
     request_id: str
     created_at: datetime
+    decision: JsonObject | None = None  # the LLM path's audit record (model, prompt hash, inputs, operation, outcome)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from memplane.domain.models import EventKind, Memory, MemoryEvent, Scope
 from memplane.storage.database import Connection
@@ -87,6 +90,20 @@ async def load_events(conn: Connection, workspace_key: int, memory_id: str) -> l
             actor=r["actor"],
             request_id=r["request_id"],
             created_at=r["created_at"],
+            decision=r["decision"],
         )
         for r in await cur.fetchall()
     ]
+
+
+async def annotate_latest_event(
+    conn: Connection, workspace_key: int, memory_id: str, decision: dict[str, Any], *, at: datetime
+) -> None:
+    """Attach *decision* (the audit record of the LLM path) to the newest event of
+    *memory_id* written at *at* by this transaction."""
+    await conn.execute(
+        "UPDATE memory_events SET decision = %s WHERE workspace_key = %s AND (workspace_key, id) = ("
+        " SELECT workspace_key, max(id) FROM memory_events WHERE workspace_key = %s AND memory_id = %s"
+        " AND created_at = %s GROUP BY workspace_key)",
+        (Jsonb(decision), workspace_key, workspace_key, memory_id, at),
+    )

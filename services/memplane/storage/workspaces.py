@@ -16,7 +16,7 @@ from memplane.errors import AlreadyExistsError, NotFoundError, UnavailableError
 from memplane.storage.database import Connection, Database, fetch_one
 
 # Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
-PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df")
+PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df", "extraction_jobs")
 
 # Creating or dropping a workspace's partitions: how long one wait for the parent tables
 # may last (below PostgreSQL's deadlock_timeout, 1 s) and how many tries (~20 s in all).

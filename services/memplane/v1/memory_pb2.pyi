@@ -377,6 +377,7 @@ class MemoryEvent(_message.Message):
     ACTOR_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    DECISION_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """Event id: 1, 2, 3, ... within the workspace, in the order its events happened
     (counted per workspace: it tells nothing of other workspaces' activity).
@@ -401,6 +402,14 @@ class MemoryEvent(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When it happened (UTC)."""
 
+    @_builtins.property
+    def decision(self) -> _struct_pb2.Struct:
+        """Why, for an event of the LLM path (WriteConversation with extract): {"operation":
+        "ADD" | "UPDATE" | "SUPERSEDE" | "DELETE" | "NOOP", "job_id", "model",
+        "prompt_sha256": [hex of each prompt], "input_memory_ids": [the stored memories shown
+        to the model], "fact": "F<n>", "memory": "[<n>]", "outcome"}. Unset for other writes.
+        """
+
     def __init__(
         self,
         *,
@@ -412,10 +421,11 @@ class MemoryEvent(_message.Message):
         actor: _builtins.str = ...,
         request_id: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        decision: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "create_time", b"create_time", "decision", b"decision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "after", b"after", "before", b"before", "create_time", b"create_time", "id", b"id", "kind", b"kind", "memory_id", b"memory_id", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "after", b"after", "before", b"before", "create_time", b"create_time", "decision", b"decision", "id", b"id", "kind", b"kind", "memory_id", b"memory_id", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

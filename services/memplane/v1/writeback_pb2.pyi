@@ -5,10 +5,12 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from memplane.v1 import memory_pb2 as _memory_pb2
 import builtins as _builtins
 import sys
@@ -20,6 +22,38 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ExtractionJobStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExtractionJobStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExtractionJobStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTRACTION_JOB_STATUS_UNSPECIFIED: _ExtractionJobStatus.ValueType  # 0
+    """Not set; never stored."""
+    EXTRACTION_JOB_STATUS_QUEUED: _ExtractionJobStatus.ValueType  # 1
+    """Waiting for a worker (or for its next attempt after a failed one: see `error`)."""
+    EXTRACTION_JOB_STATUS_RUNNING: _ExtractionJobStatus.ValueType  # 2
+    """A worker holds it (a lease: a worker that dies leaves it to be taken over)."""
+    EXTRACTION_JOB_STATUS_DONE: _ExtractionJobStatus.ValueType  # 3
+    """Its memory changes are committed, all together with this status."""
+    EXTRACTION_JOB_STATUS_FAILED: _ExtractionJobStatus.ValueType  # 4
+    """Given up after the last attempt; nothing of it was applied; `error` says why."""
+
+class ExtractionJobStatus(_ExtractionJobStatus, metaclass=_ExtractionJobStatusEnumTypeWrapper):
+    """State of an extraction job."""
+
+EXTRACTION_JOB_STATUS_UNSPECIFIED: ExtractionJobStatus.ValueType  # 0
+"""Not set; never stored."""
+EXTRACTION_JOB_STATUS_QUEUED: ExtractionJobStatus.ValueType  # 1
+"""Waiting for a worker (or for its next attempt after a failed one: see `error`)."""
+EXTRACTION_JOB_STATUS_RUNNING: ExtractionJobStatus.ValueType  # 2
+"""A worker holds it (a lease: a worker that dies leaves it to be taken over)."""
+EXTRACTION_JOB_STATUS_DONE: ExtractionJobStatus.ValueType  # 3
+"""Its memory changes are committed, all together with this status."""
+EXTRACTION_JOB_STATUS_FAILED: ExtractionJobStatus.ValueType  # 4
+"""Given up after the last attempt; nothing of it was applied; `error` says why."""
+Global___ExtractionJobStatus: _TypeAlias = ExtractionJobStatus  # noqa: Y015
 
 @_typing.final
 class AddMemoriesRequest(_message.Message):
@@ -125,8 +159,25 @@ class WriteConversationRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXTRACT_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Idempotency key, at most 128 bytes."""
+    extract: _builtins.bool
+    """Queue an extraction job over these messages (needs an LLM on the server; without
+    one the turns are stored and `method` says extraction was not done). The same
+    request id, or the same message ids, is the same job: writing a conversation twice
+    yields one memory set. Extracted memories carry provenance (this session, the
+    message ids they came from) and metadata {"extracted_by": "llm", "speaker": "user"
+    | "assistant" (an assistant's suggestion is not a user fact), "job_id", "model",
+    "supersedes": <id> (SUPERSEDE only)}; they are scoped to this scope and reconciled
+    with the memories of the same user_id and agent_id in any session.
+    """
+    wait: _builtins.bool
+    """With `extract`: reply once the job is done or failed (at most the server's
+    `extraction.wait_timeout`, 120 s by default; past it the job is returned as it is,
+    still queued or running). Without: reply at once with the job queued.
+    """
     @_builtins.property
     def scope(self) -> _memory_pb2.Scope:
         """Scope; session_id is required."""
@@ -141,10 +192,12 @@ class WriteConversationRequest(_message.Message):
         scope: _memory_pb2.Scope | None = ...,
         messages: _abc.Iterable[Global___ConversationMessage] | None = ...,
         request_id: _builtins.str = ...,
+        extract: _builtins.bool = ...,
+        wait: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "request_id", b"request_id", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extract", b"extract", "messages", b"messages", "request_id", b"request_id", "scope", b"scope", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -159,13 +212,26 @@ class WriteConversationResponse(_message.Message):
     MEMORIES_FIELD_NUMBER: _builtins.int
     TRANSCRIPT_MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
     METHOD_FIELD_NUMBER: _builtins.int
+    EXTRACTION_JOB_FIELD_NUMBER: _builtins.int
+    EXTRACTED_MEMORIES_FIELD_NUMBER: _builtins.int
     transcript_message_count: _builtins.int
     """Number of messages appended to the transcript."""
     method: _builtins.str
-    """How memories were made: "episodic" (one per turn, no LLM)."""
+    """How memories were made: "episodic" (one per turn, no LLM); "episodic+llm" (and an
+    extraction job); "episodic (extraction not done: ...)" when `extract` was asked of
+    a server without an LLM.
+    """
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
         """The episodic memories stored, one per message, in order."""
+
+    @_builtins.property
+    def extraction_job(self) -> Global___ExtractionJob:
+        """The extraction job (with `extract`), as it is when the reply is sent."""
+
+    @_builtins.property
+    def extracted_memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """With `wait` and the job done: the memories it added or changed, as they are now."""
 
     def __init__(
         self,
@@ -173,14 +239,244 @@ class WriteConversationResponse(_message.Message):
         memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
         transcript_message_count: _builtins.int = ...,
         method: _builtins.str = ...,
+        extraction_job: Global___ExtractionJob | None = ...,
+        extracted_memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["extraction_job", b"extraction_job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories", "method", b"method", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extracted_memories", b"extracted_memories", "extraction_job", b"extraction_job", "memories", b"memories", "method", b"method", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WriteConversationResponse: _TypeAlias = WriteConversationResponse  # noqa: Y015
+
+@_typing.final
+class ExtractionOperation(_message.Message):
+    """One decision of an extraction job: what the model asked for and what was done."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_FIELD_NUMBER: _builtins.int
+    FACT_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    operation: _builtins.str
+    """"ADD" (a new memory), "UPDATE" (the memory rewritten: a new version), "SUPERSEDE"
+    (the old memory's valid_to closed, readable with include_superseded, and the fact
+    added as a new memory), "DELETE" (only for an explicit forget request of the user),
+    "NOOP" (already stored).
+    """
+    fact: _builtins.str
+    """The extracted fact, "F<n>" (empty for DELETE)."""
+    memory: _builtins.str
+    """The stored memory the model named, "[<n>]" (empty for ADD)."""
+    memory_id: _builtins.str
+    """The memory added or changed (empty when skipped)."""
+    outcome: _builtins.str
+    """"applied", or "skipped: <reason>" (e.g. "skipped: unknown memory ordinal [9]")."""
+    def __init__(
+        self,
+        *,
+        operation: _builtins.str = ...,
+        fact: _builtins.str = ...,
+        memory: _builtins.str = ...,
+        memory_id: _builtins.str = ...,
+        outcome: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact", "memory", b"memory", "memory_id", b"memory_id", "operation", b"operation", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractionOperation: _TypeAlias = ExtractionOperation  # noqa: Y015
+
+@_typing.final
+class ExtractionJob(_message.Message):
+    """An extraction job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    ATTEMPT_COUNT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Job id (UUID)."""
+    status: Global___ExtractionJobStatus.ValueType
+    """State."""
+    attempt_count: _builtins.int
+    """Runs so far (a retry after a failure, or after a worker was lost, is one more)."""
+    error: _builtins.str
+    """The last failed attempt's reason (empty when none failed), e.g. "LLM: timeout
+    after 60.0 s" or 'LLM: answer has no {"memories": [...]} object'.
+    """
+    model: _builtins.str
+    """Once done: the model that answered."""
+    @_builtins.property
+    def scope(self) -> _memory_pb2.Scope:
+        """Scope of the conversation."""
+
+    @_builtins.property
+    def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Transcript messages the job reads."""
+
+    @_builtins.property
+    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Once done: the memories added or changed."""
+
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractionOperation]:
+        """Once done: every decision, in order (skipped ones included)."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was queued (UTC)."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When it last changed state (UTC)."""
+
+    @_builtins.property
+    def cost(self) -> Global___ExtractionCost:
+        """Once done: what the attempt that finished cost."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        status: Global___ExtractionJobStatus.ValueType = ...,
+        attempt_count: _builtins.int = ...,
+        error: _builtins.str = ...,
+        scope: _memory_pb2.Scope | None = ...,
+        message_ids: _abc.Iterable[_builtins.str] | None = ...,
+        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        operations: _abc.Iterable[Global___ExtractionOperation] | None = ...,
+        model: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        cost: Global___ExtractionCost | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "create_time", b"create_time", "scope", b"scope", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cost", b"cost", "create_time", b"create_time", "error", b"error", "id", b"id", "memory_ids", b"memory_ids", "message_ids", b"message_ids", "model", b"model", "operations", b"operations", "scope", b"scope", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractionJob: _TypeAlias = ExtractionJob  # noqa: Y015
+
+@_typing.final
+class ExtractionCost(_message.Message):
+    """What one extraction job cost (its finishing attempt)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LLM_CALL_COUNT_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    QUEUE_DURATION_FIELD_NUMBER: _builtins.int
+    LLM_DURATION_FIELD_NUMBER: _builtins.int
+    EMBEDDING_DURATION_FIELD_NUMBER: _builtins.int
+    DATABASE_DURATION_FIELD_NUMBER: _builtins.int
+    llm_call_count: _builtins.int
+    """Chat calls made (1, or 2 when stored memories were near enough to reconcile)."""
+    prompt_tokens: _builtins.int
+    """Prompt tokens of those calls, as the endpoint reported them (0 when it did not)."""
+    completion_tokens: _builtins.int
+    """Completion tokens of those calls, as the endpoint reported them."""
+    @_builtins.property
+    def queue_duration(self) -> _duration_pb2.Duration:
+        """From queued to the claim of the finishing attempt (waiting for a worker, and any
+        earlier failed attempts).
+        """
+
+    @_builtins.property
+    def llm_duration(self) -> _duration_pb2.Duration:
+        """Time in chat calls (rate-limit waits and retries included)."""
+
+    @_builtins.property
+    def embedding_duration(self) -> _duration_pb2.Duration:
+        """Time embedding the extracted memories."""
+
+    @_builtins.property
+    def database_duration(self) -> _duration_pb2.Duration:
+        """Time in the database: the transcript read, the neighbour search and the job's
+        transaction.
+        """
+
+    def __init__(
+        self,
+        *,
+        llm_call_count: _builtins.int = ...,
+        prompt_tokens: _builtins.int = ...,
+        completion_tokens: _builtins.int = ...,
+        queue_duration: _duration_pb2.Duration | None = ...,
+        llm_duration: _duration_pb2.Duration | None = ...,
+        embedding_duration: _duration_pb2.Duration | None = ...,
+        database_duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "llm_duration", b"llm_duration", "queue_duration", b"queue_duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completion_tokens", b"completion_tokens", "database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "llm_call_count", b"llm_call_count", "llm_duration", b"llm_duration", "prompt_tokens", b"prompt_tokens", "queue_duration", b"queue_duration"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractionCost: _TypeAlias = ExtractionCost  # noqa: Y015
+
+@_typing.final
+class GetExtractionJobRequest(_message.Message):
+    """Request of GetExtractionJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Job id."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetExtractionJobRequest: _TypeAlias = GetExtractionJobRequest  # noqa: Y015
+
+@_typing.final
+class GetExtractionJobResponse(_message.Message):
+    """Response of GetExtractionJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job(self) -> Global___ExtractionJob:
+        """The job."""
+
+    def __init__(
+        self,
+        *,
+        job: Global___ExtractionJob | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetExtractionJobResponse: _TypeAlias = GetExtractionJobResponse  # noqa: Y015
 
 @_typing.final
 class UpdateMemoryRequest(_message.Message):

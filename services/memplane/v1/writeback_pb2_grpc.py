@@ -51,6 +51,11 @@ class WriteBackServiceStub:
                 request_serializer=memplane_dot_v1_dot_writeback__pb2.WriteConversationRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_writeback__pb2.WriteConversationResponse.FromString,
                 _registered_method=True)
+        self.GetExtractionJob = channel.unary_unary(
+                '/memplane.v1.WriteBackService/GetExtractionJob',
+                request_serializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.FromString,
+                _registered_method=True)
         self.UpdateMemory = channel.unary_unary(
                 '/memplane.v1.WriteBackService/UpdateMemory',
                 request_serializer=memplane_dot_v1_dot_writeback__pb2.UpdateMemoryRequest.SerializeToString,
@@ -97,8 +102,23 @@ class WriteBackServiceServicer:
 
     def WriteConversation(self, request, context):
         """Write back a conversation: store the messages in the session transcript and one
-        EPISODIC memory per message (speaker, message id and time in metadata).
-        Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list.
+        EPISODIC memory per message (speaker, message id and time in metadata). With
+        `extract`, also queue an extraction job in the same transaction: an LLM extracts
+        durable memories from the messages and reconciles them with the nearest stored ones
+        (ADD / UPDATE / SUPERSEDE / DELETE / NOOP; see ExtractionOperation), off the request
+        path; `wait` makes the reply wait for it.
+        Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list,
+        or a message id already in the transcript (unless every message of the request is:
+        with `extract`, that is the same conversation again, answered with its first job).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetExtractionJob(self, request, context):
+        """The state of one extraction job (queued by WriteConversation with `extract`).
+        Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
+        malformed id; UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,6 +172,11 @@ def add_WriteBackServiceServicer_to_server(servicer, server):
                     servicer.WriteConversation,
                     request_deserializer=memplane_dot_v1_dot_writeback__pb2.WriteConversationRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_writeback__pb2.WriteConversationResponse.SerializeToString,
+            ),
+            'GetExtractionJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExtractionJob,
+                    request_deserializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.SerializeToString,
             ),
             'UpdateMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateMemory,
@@ -235,6 +260,33 @@ class WriteBackService:
             '/memplane.v1.WriteBackService/WriteConversation',
             memplane_dot_v1_dot_writeback__pb2.WriteConversationRequest.SerializeToString,
             memplane_dot_v1_dot_writeback__pb2.WriteConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExtractionJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.WriteBackService/GetExtractionJob',
+            memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.SerializeToString,
+            memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

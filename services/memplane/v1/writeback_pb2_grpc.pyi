@@ -50,8 +50,19 @@ class WriteBackServiceStub:
     """
     WriteConversation: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.WriteConversationRequest, _writeback_pb2.WriteConversationResponse]
     """Write back a conversation: store the messages in the session transcript and one
-    EPISODIC memory per message (speaker, message id and time in metadata).
-    Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list.
+    EPISODIC memory per message (speaker, message id and time in metadata). With
+    `extract`, also queue an extraction job in the same transaction: an LLM extracts
+    durable memories from the messages and reconciles them with the nearest stored ones
+    (ADD / UPDATE / SUPERSEDE / DELETE / NOOP; see ExtractionOperation), off the request
+    path; `wait` makes the reply wait for it.
+    Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list,
+    or a message id already in the transcript (unless every message of the request is:
+    with `extract`, that is the same conversation again, answered with its first job).
+    """
+    GetExtractionJob: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.GetExtractionJobRequest, _writeback_pb2.GetExtractionJobResponse]
+    """The state of one extraction job (queued by WriteConversation with `extract`).
+    Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
+    malformed id; UNAUTHENTICATED.
     """
     UpdateMemory: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]
     """Change fields of one memory (field mask), with optimistic concurrency.
@@ -96,8 +107,19 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     """
     WriteConversation: _aio.UnaryUnaryMultiCallable[_writeback_pb2.WriteConversationRequest, _writeback_pb2.WriteConversationResponse]  # type: ignore[assignment]
     """Write back a conversation: store the messages in the session transcript and one
-    EPISODIC memory per message (speaker, message id and time in metadata).
-    Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list.
+    EPISODIC memory per message (speaker, message id and time in metadata). With
+    `extract`, also queue an extraction job in the same transaction: an LLM extracts
+    durable memories from the messages and reconciles them with the nearest stored ones
+    (ADD / UPDATE / SUPERSEDE / DELETE / NOOP; see ExtractionOperation), off the request
+    path; `wait` makes the reply wait for it.
+    Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list,
+    or a message id already in the transcript (unless every message of the request is:
+    with `extract`, that is the same conversation again, answered with its first job).
+    """
+    GetExtractionJob: _aio.UnaryUnaryMultiCallable[_writeback_pb2.GetExtractionJobRequest, _writeback_pb2.GetExtractionJobResponse]  # type: ignore[assignment]
+    """The state of one extraction job (queued by WriteConversation with `extract`).
+    Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
+    malformed id; UNAUTHENTICATED.
     """
     UpdateMemory: _aio.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]  # type: ignore[assignment]
     """Change fields of one memory (field mask), with optimistic concurrency.
@@ -151,8 +173,25 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_writeback_pb2.WriteConversationResponse, _abc.Awaitable[_writeback_pb2.WriteConversationResponse]]:
         """Write back a conversation: store the messages in the session transcript and one
-        EPISODIC memory per message (speaker, message id and time in metadata).
-        Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list.
+        EPISODIC memory per message (speaker, message id and time in metadata). With
+        `extract`, also queue an extraction job in the same transaction: an LLM extracts
+        durable memories from the messages and reconciles them with the nearest stored ones
+        (ADD / UPDATE / SUPERSEDE / DELETE / NOOP; see ExtractionOperation), off the request
+        path; `wait` makes the reply wait for it.
+        Errors: as AddMemories; INVALID_ARGUMENT for an empty session_id or message list,
+        or a message id already in the transcript (unless every message of the request is:
+        with `extract`, that is the same conversation again, answered with its first job).
+        """
+
+    @_abc_1.abstractmethod
+    def GetExtractionJob(
+        self,
+        request: _writeback_pb2.GetExtractionJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_writeback_pb2.GetExtractionJobResponse, _abc.Awaitable[_writeback_pb2.GetExtractionJobResponse]]:
+        """The state of one extraction job (queued by WriteConversation with `extract`).
+        Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
+        malformed id; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

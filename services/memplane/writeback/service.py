@@ -14,12 +14,14 @@ import asyncio
 import dataclasses
 import functools
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
+from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.domain.models import (
     ConversationMessage,
     Memory,
@@ -49,9 +51,11 @@ from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
 from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
+from memplane.storage.jobs import ExtractionJobStore
 from memplane.storage.memories import Change, MemoryStore, PreparedMemory
 from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.text.segment import segment
+from memplane.writeback.jobs import ExtractionRunner
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -70,11 +74,15 @@ _MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was give
 
 @dataclasses.dataclass(frozen=True)
 class ConversationResult:
-    """What WriteConversation stored."""
+    """What WriteConversation stored: the episodic memories, the messages appended, the
+    method; with extraction, its job (as it is when the reply is sent) and, once the job
+    is done, the memories it added or changed (`extracted`)."""
 
     memories: list[Memory]
     transcript_message_count: int
     method: str
+    job: ExtractionJob | None = None
+    extracted: list[Memory] = dataclasses.field(default_factory=list)
 
 
 def _describe_turn(message: ConversationMessage, when: datetime) -> str:
@@ -82,6 +90,52 @@ def _describe_turn(message: ConversationMessage, when: datetime) -> str:
     reads "[date] speaker: text" (see `index_text`); the exact time is in metadata."""
     speaker = message.name or message.role.value
     return f"[{when.strftime('%-d %B %Y')}] {speaker}"
+
+
+def check_conversation(
+    scope: Scope, messages: Sequence[ConversationMessage], request_id: str, limits: LimitsSettings
+) -> None:
+    """Raise one `InvalidArgumentError` naming every bad field of a WriteConversation."""
+    v = Violations()
+    check_scope(v, "scope", scope, limits)
+    if not scope.session_id:
+        v.add("scope.session_id", "is required to write a conversation")
+    check_batch(v, "messages", len(messages), limits)
+    check_request_id(v, "request_id", request_id, limits)
+    seen: set[str] = set()
+    for i, m in enumerate(messages[: limits.max_batch_size]):
+        check_text(v, f"messages[{i}].content", m.content, limits.max_content_bytes, required=True)
+        check_text(v, f"messages[{i}].name", m.name, limits.max_id_bytes)
+        check_text(v, f"messages[{i}].id", m.id, limits.max_id_bytes)
+        check_time(v, f"messages[{i}].create_time", m.created_at)
+        if m.id.startswith(AUTO_ID_PREFIX):
+            v.add(
+                f"messages[{i}].id",
+                f"must not start with {AUTO_ID_PREFIX!r} (reserved for server-numbered messages)",
+            )
+        if m.id and m.id in seen:
+            v.add(f"messages[{i}].id", f"duplicates message id {m.id!r} in this request")
+        seen.add(m.id)
+    v.raise_if_any()
+
+
+def _episodic(scope: Scope, m: ConversationMessage, now: datetime) -> NewMemory:
+    """The EPISODIC memory of one turn (speaker, role, message id and time in metadata)."""
+    when = m.created_at or now
+    metadata: dict[str, Any] = {"role": m.role.value, "turn_time": when.isoformat()}
+    if m.name:
+        metadata["speaker"] = m.name
+    if m.id:
+        metadata["message_id"] = m.id
+    return NewMemory(
+        content=m.content,
+        scope=scope,
+        type=MemoryType.EPISODIC,
+        description=_describe_turn(m, when),
+        metadata=metadata,
+        valid_from=when,
+        provenance=Provenance(session_id=scope.session_id, message_ids=(m.id,) if m.id else ()),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +182,16 @@ class WriteBackService:
         idempotency: IdempotencyStore,
         meter: EmbeddingMeter,
         limits: LimitsSettings,
+        jobs: ExtractionJobStore | None = None,
+        extraction: ExtractionRunner | None = None,
+        wait_seconds: float = 120.0,
     ) -> None:
+        """*jobs* and *extraction* (the job table and this process's runner) serve
+        WriteConversation(extract=true); *wait_seconds* bounds its `wait`."""
         self._db = db
+        self._jobs = jobs or ExtractionJobStore()
+        self._extraction = extraction
+        self._wait_seconds = wait_seconds
         self._blobs = blobs
         self._memories = memories
         self._transcripts = transcripts
@@ -243,68 +305,56 @@ class WriteBackService:
         scope: Scope,
         messages: Sequence[ConversationMessage],
         request_id: str = "",
+        *,
+        extract: bool = False,
+        wait: bool = False,
     ) -> ConversationResult:
         """Append *messages* to the session transcript and store one EPISODIC memory per
         message (speaker, role, message id and time in metadata; "speaker, date" as the
-        description so dates are searchable). No LLM: method "episodic".
+        description so dates are searchable): method "episodic".
+
+        With *extract* (and an LLM configured), an extraction job over these messages is
+        queued in the same transaction (method "episodic+llm"; `memplane.writeback.jobs`);
+        with *wait* too, the reply waits for it (run in this call when no worker holds
+        it) up to `extraction.wait_timeout`. The same messages written again (all their
+        ids already in the transcript) store nothing new and return the first write's
+        job. Without an LLM the turns are stored and method says extraction was not done.
 
         Raises `InvalidArgumentError` (empty session_id, bad or duplicate message ids, …).
         """
-        v = Violations()
-        check_scope(v, "scope", scope, self._limits)
-        if not scope.session_id:
-            v.add("scope.session_id", "is required to write a conversation")
-        check_batch(v, "messages", len(messages), self._limits)
-        check_request_id(v, "request_id", request_id, self._limits)
-        seen: set[str] = set()
-        for i, m in enumerate(messages[: self._limits.max_batch_size]):
-            check_text(v, f"messages[{i}].content", m.content, self._limits.max_content_bytes, required=True)
-            check_text(v, f"messages[{i}].name", m.name, self._limits.max_id_bytes)
-            check_text(v, f"messages[{i}].id", m.id, self._limits.max_id_bytes)
-            check_time(v, f"messages[{i}].create_time", m.created_at)
-            if m.id.startswith(AUTO_ID_PREFIX):
-                v.add(
-                    f"messages[{i}].id",
-                    f"must not start with {AUTO_ID_PREFIX!r} (reserved for server-numbered messages)",
-                )
-            if m.id and m.id in seen:
-                v.add(f"messages[{i}].id", f"duplicates message id {m.id!r} in this request")
-            seen.add(m.id)
-        v.raise_if_any()
+        check_conversation(scope, messages, request_id, self._limits)
         ensure_compatible(workspace, self._embedder)
         now = datetime.now(UTC)
-        items = []
-        for m in messages:
-            when = m.created_at or now
-            metadata: dict[str, Any] = {"role": m.role.value, "turn_time": when.isoformat()}
-            if m.name:
-                metadata["speaker"] = m.name
-            if m.id:
-                metadata["message_id"] = m.id
-            items.append(
-                NewMemory(
-                    content=m.content,
-                    scope=scope,
-                    type=MemoryType.EPISODIC,
-                    description=_describe_turn(m, when),
-                    metadata=metadata,
-                    valid_from=when,
-                    provenance=Provenance(session_id=scope.session_id, message_ids=(m.id,) if m.id else ()),
-                )
-            )
-        request = _Request.of(
-            request_id,
-            "WriteConversation",
-            lambda: {"scope": dataclasses.asdict(scope), "messages": [dataclasses.asdict(m) for m in messages]},
-        )
+        items = [_episodic(scope, m, now) for m in messages]
+        asked = extract
+        extract = asked and self._extraction is not None and self._extraction.configured
+        method = "episodic+llm" if extract else "episodic"
+        if asked and not extract:
+            method = "episodic (extraction not done: no LLM is configured on this server)"
+
+        def body() -> dict[str, Any]:
+            content: dict[str, Any] = {
+                "scope": dataclasses.asdict(scope),
+                "messages": [dataclasses.asdict(m) for m in messages],
+            }
+            if extract:  # absent otherwise: the digests of requests without it are unchanged
+                content["extract"] = True
+            return content
+
+        request = _Request.of(request_id, "WriteConversation", body)
         replayed = await self._replay(workspace, request)
         if replayed is not None:
-            return ConversationResult(replayed[1], int(replayed[0]["count"]), "episodic")
+            return await self._conversation_result(
+                workspace, replayed[1], int(replayed[0]["count"]), method, replayed[0].get("job_id"), wait=wait
+            )
         prepared = await self._prepare(workspace, items)
 
         async def work(conn: Connection) -> dict[str, Any]:
             given = [m.id for m in messages if m.id]
             clash = await self._transcripts.existing_ids(conn, workspace, scope.session_id, given) if given else []
+            if extract and clash and len(clash) == len(messages):  # the same messages again: their first job
+                job, _ = await self._jobs.enqueue(conn, workspace, scope, given, actor=principal.actor, request_id="")
+                return {"ids": [], "count": 0, "job_id": job.id}
             if clash:
                 where = [i for i, m in enumerate(messages) if m.id in set(clash)]
                 raise InvalidArgumentError(
@@ -326,11 +376,56 @@ class WriteBackService:
                 conn, workspace, final, actor=principal.actor, request_id=request_id, now=now
             )
             written.extend(rows)
-            return {"ids": [m.id for m in written], "count": len(ids)}
+            result: dict[str, Any] = {"ids": [m.id for m in written], "count": len(ids)}
+            if extract:
+                job, _ = await self._jobs.enqueue(
+                    conn, workspace, scope, ids, actor=principal.actor, request_id=request_id
+                )
+                result["job_id"] = job.id
+            return result
 
         written: list[Memory] = []
         result, stored = await self._once(workspace, request, work, written)
-        return ConversationResult(stored, int(result["count"]), "episodic")
+        return await self._conversation_result(
+            workspace, stored, int(result["count"]), method, result.get("job_id"), wait=wait
+        )
+
+    async def _conversation_result(
+        self,
+        workspace: Workspace,
+        stored: list[Memory],
+        count: int,
+        method: str,
+        job_id: str | None,
+        *,
+        wait: bool,
+    ) -> ConversationResult:
+        """The reply of WriteConversation: with a job, the job (waited for with *wait*)
+        and, once done, the memories it added or changed, as they are now."""
+        if not job_id or self._extraction is None:
+            return ConversationResult(stored, count, method)
+        if wait:
+            job = await self._extraction.run_now(workspace, str(job_id), self._wait_seconds)
+        else:
+            job = await self._extraction.get(workspace, str(job_id))
+        extracted: list[Memory] = []
+        if job.status is JobStatus.DONE:
+            async with self._db.tenant(workspace.key) as conn:
+                extracted = await self._memories_of(conn, workspace, {"ids": job.result.get("memory_ids", [])})
+        return ConversationResult(stored, count, method, job, extracted)
+
+    async def extraction_job(self, workspace: Workspace, job_id: str) -> ExtractionJob:
+        """One extraction job of the workspace. Raises `InvalidArgumentError` for a
+        malformed id, `NotFoundError` for a job the workspace does not have."""
+        try:
+            canonical = str(uuid.UUID(job_id))
+        except ValueError:
+            raise InvalidArgumentError(FieldViolation("id", "must be an extraction job id (UUID)")) from None
+        async with self._db.tenant(workspace.key) as conn:
+            job = await self._jobs.get(conn, workspace, canonical)
+        if job is None:
+            raise NotFoundError("extraction job", job_id)
+        return job
 
     async def update(
         self,

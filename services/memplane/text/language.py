@@ -1,4 +1,4 @@
-"""Which language a conversation is in, for the summary's headings and the LLM's prompt.
+"""Which language a conversation is in, for summary headings and LLM prompts (compaction and write-back).
 
 The rule: count letters (`str.isalpha`: Latin, Cyrillic, kana, ideographs, ...) and,
 among them, CJK ideographs (Unified Ideographs, extensions A-F, compatibility
