@@ -21,7 +21,9 @@ from memplane.storage.lexemes import removal_cte
 RETENTION_ACTOR = "retention"
 
 # One statement per batch: all data-modifying CTEs see one snapshot and commit together.
-_SWEEP = """
+# SWEEP_MARKER names it in pg_stat_activity (an operator, or a test, tells it from requests).
+SWEEP_MARKER = "memplane: retention sweep"
+_SWEEP = """/* memplane: retention sweep */
 WITH doomed AS (
     SELECT workspace_key, id FROM memories
     WHERE expires_at IS NOT NULL AND expires_at <= %(now)s
