@@ -68,7 +68,7 @@ class DatabaseSettings(BaseModel):
         default=0,
         ge=0,
         description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of physical memory, "
-        "between 128 and 4,096 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
+        "between 128 and 8,192 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
         "search reads its pages through the kernel's cache (at 1,000,000 memories, 2.3 GB of rows and 2 GB of "
         "HNSW index, whole-workspace search waited on buffer mapping). Applies from the next start of the "
         "embedded server. With dsn set, the server's own configuration (its administrator's) applies.",
