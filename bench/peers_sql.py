@@ -28,7 +28,10 @@ counted in "SQL errors" (its full-text leg ranks every match and does not bound 
 
     python bench/peers_sql.py                     # LoCoMo size, ~8 min (first run embeds ~2 min more)
     python bench/peers_sql.py --size 100000 --users 1000 --requests 400
-    python bench/peers_sql.py --size 1000000 --users 10000 --bulk --passes 1 --requests 300
+    python bench/peers_sql.py --size 1000000 --users 10000 --bulk --passes 1 --requests 300 --pgdata /tmp/1m
+With --pgdata DIR the data directory is kept: the first run seeds it (and writes
+DIR/bench-seed.json with the size, users, seed and --bulk), later runs with the same
+flags measure it as it is (a run with other data flags refuses it).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from _harness import (
     print_table,
     run_load,
     seed,
+    seeded_marker,
 )
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
@@ -145,26 +149,30 @@ def _memory(user: str, description: str, content: str, dia_id: str, vector: np.n
     return item
 
 
-async def seed_locomo(stack: Stack, path: Path) -> list[Question]:
+async def seed_locomo(stack: Stack, path: Path, *, write: bool = True) -> list[Question]:
+    """Seed every LoCoMo turn (unless not *write*: a kept directory seeded already); the questions."""
     conversations = load_locomo(path)
     items = _turn_items(conversations)
     vectors = await _vectors([f"{d}: {c}" for _, d, c, _ in items], queries=False)
-    result = await seed(
-        stack,
-        len(items),
-        lambda a, b: [_memory(*items[i], vectors[i]) for i in range(a, b)],
-        batch_size=256,
-        concurrency=2,
-    )
-    log(f"seeded {result.count} turns ({result.per_second:.0f}/s)")
+    if write:
+        result = await seed(
+            stack,
+            len(items),
+            lambda a, b: [_memory(*items[i], vectors[i]) for i in range(a, b)],
+            batch_size=256,
+            concurrency=2,
+        )
+        log(f"seeded {result.count} turns ({result.per_second:.0f}/s)")
     asked = [(q, c.sample_id) for c in conversations for q in c.scored_questions()]
     qvectors = await _vectors([q.question for q, _ in asked], queries=True)
     return [Question(q.question, u, q.evidence, qvectors[i]) for i, (q, u) in enumerate(asked)]
 
 
 async def seed_synthetic(
-    stack: Stack, path: Path, n: int, users: int, seed_value: int, *, bulk: bool
+    stack: Stack, path: Path, n: int, users: int, seed_value: int, *, bulk: bool, write: bool = True
 ) -> list[Question]:
+    """Seed *n* synthetic memories over *users* (unless not *write*: a kept directory seeded
+    already); the questions, asked of user u{i % users}."""
     conversations = load_locomo(path)
     turns = _turn_items(conversations)[:2000]
     pool = await _vectors([f"{d}: {c}" for _, d, c, _ in turns], queries=False)
@@ -177,7 +185,9 @@ async def seed_synthetic(
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         return [(f"u{(a + j) % users}", turns[p][1], f"{turns[p][2]} #{a + j}", vecs[j]) for j, p in enumerate(picks)]
 
-    if bulk:
+    if not write:
+        log(f"reusing the {n:,} memories seeded in {stack.data_dir}")
+    elif bulk:
         log(f"bulk-seeded {n:,} memories in {await bulk_seed(stack, n, rows):.0f} s (see bench/_bulk.py)")
     else:
         result = await seed(
@@ -279,13 +289,20 @@ async def measure(
 
 async def main(args: argparse.Namespace) -> None:
     environment_banner("peers_sql", args)
-    async with bench_server() as stack:
+    async with bench_server(keep=args.pgdata) as stack:
+        recipe = {"size": args.size, "users": args.users, "seed": args.seed, "bulk": args.bulk}
+        seeded = await seeded_marker(stack, recipe) if args.pgdata is not None else (lambda: None)
         if args.size == "locomo":
-            questions = await seed_locomo(stack, args.locomo)
+            questions = await seed_locomo(stack, args.locomo, write=seeded is not None)
         else:
-            questions = await seed_synthetic(stack, args.locomo, int(args.size), args.users, args.seed, bulk=args.bulk)
+            questions = await seed_synthetic(
+                stack, args.locomo, int(args.size), args.users, args.seed, bulk=args.bulk, write=seeded is not None
+            )
+        if seeded is not None:
+            log(f"VACUUM ANALYZE took {await stack.vacuum_analyze():.1f} s")
+            seeded()
+        log(await stack.server_info())
         modes = [(m, scoped) for m, scoped, flag in MODES if flag in args.scopes]
-        log(f"VACUUM ANALYZE took {await stack.vacuum_analyze():.1f} s; {await stack.server_info()}")
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             stack.app.db.dsn,
             min_size=4,
@@ -337,6 +354,12 @@ if __name__ == "__main__":
     parser.add_argument("--size", default="locomo", help="locomo, or a number of synthetic memories")
     parser.add_argument(
         "--bulk", action="store_true", help="seed a synthetic size by COPY and index builds (bench/_bulk.py)"
+    )
+    parser.add_argument(
+        "--pgdata",
+        type=Path,
+        default=None,
+        help="a data directory to keep: seeded on the first run (if empty), measured again as it is after",
     )
     parser.add_argument("--users", type=int, default=1000, help="users of a synthetic workspace")
     parser.add_argument("--requests", type=int, default=1536, help="requests per pass and level")

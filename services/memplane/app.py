@@ -34,7 +34,7 @@ from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
-from memplane.storage.embedded import EmbeddedPostgres, start_embedded
+from memplane.storage.embedded import EmbeddedPostgres, shared_buffers_mb, start_embedded
 from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.invalidation import InvalidationListener
@@ -104,7 +104,8 @@ def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
     this process's hold on it."""
     if settings.database.dsn:
         return settings.database.dsn, None
-    embedded = start_embedded(settings.data_dir / "pgdata")
+    config = {"shared_buffers": f"{shared_buffers_mb(settings.database.embedded_shared_buffers_mb)}MB"}
+    embedded = start_embedded(settings.data_dir / "pgdata", config)
     return embedded.dsn, embedded
 
 

