@@ -49,7 +49,8 @@ from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
 from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
-from memplane.storage.memories import Change, MemoryStore, PreparedMemory
+from memplane.storage.inserts import PreparedMemory, RequestRecord
+from memplane.storage.memories import Change, MemoryStore
 from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.text.segment import segment
 
@@ -219,22 +220,31 @@ class WriteBackService:
         ensure_compatible(workspace, self._embedder)
         # embeddings included: another vector is another request
         request = _Request.of(request_id, "AddMemories", lambda: [_memory_body(m) for m in items])
-        replayed = await self._replay(workspace, request)
-        if replayed is not None:
-            return replayed[1]
+        if any(m.embedding is None for m in items):
+            # A retry is answered before the model is called; with every vector given, the
+            # write's own claim answers it (one transaction, not two).
+            replayed = await self._replay(workspace, request)
+            if replayed is not None:
+                return replayed[1]
         prepared = await self._prepare(workspace, items)
-
-        stored: list[Memory] = []
-
-        async def work(conn: Connection) -> dict[str, Any]:
-            rows = await self._memories.insert(
-                conn, workspace, prepared, actor=principal.actor, request_id=request_id, now=now
-            )
-            stored.extend(rows)
-            return {"ids": [m.id for m in stored]}
-
-        _, memories = await self._once(workspace, request, work, stored)
-        return memories
+        if not request_id:
+            async with self._db.tenant(workspace.key, pipeline=True) as conn:
+                return await self._memories.insert(
+                    conn, workspace, prepared, actor=principal.actor, request_id="", now=now
+                )
+        record = RequestRecord(request_id, request.method, request.digest)
+        for _ in range(2):  # a second pass only if the record taken was swept meanwhile
+            # BEGIN, the tenant settings, the one statement and COMMIT in one round trip
+            async with self._db.tenant(workspace.key, pipeline=True) as conn:
+                stored, pending = await self._memories.insert_once(
+                    conn, workspace, prepared, record, actor=principal.actor, now=now
+                )
+            if await pending.claimed():
+                return stored
+            replayed = await self._replay(workspace, request)
+            if replayed is not None:
+                return replayed[1]
+        raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
 
     async def write_conversation(
         self,
