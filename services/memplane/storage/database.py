@@ -209,6 +209,25 @@ class Database:
             yield conn
 
     @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[Connection]:
+        """A pooled connection in autocommit mode: each statement is a transaction of its
+        own, which the server commits as soon as the statement ends — no COMMIT round trip,
+        and no row lock held while this process's event loop gets round to sending one.
+        Only for statements that enter their workspace themselves
+        (`memplane_insert_memories`, migration 0011); the connection leaves in transaction
+        mode (closed, so the pool drops it, if it cannot be put back). Raises as every
+        call, and `QuotaExceededError` when `memplane_check_quotas()` refused a write."""
+        async with self._connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                try:
+                    await conn.set_autocommit(False)
+                except psycopg.Error:  # a statement still running (cancelled): never reuse it
+                    await conn.close()
+
+    @asynccontextmanager
     async def tenant_pipeline(
         self, workspace_key: int, settings: Mapping[str, str], *, after_lsn: str = "", wait_seconds: float = 0.0
     ) -> AsyncIterator[Connection]:

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import AsyncCursor, sql
+from psycopg import AsyncCursor
 from psycopg.types.json import Jsonb
 
 from memplane.domain.models import Memory, NewMemory, Workspace
@@ -54,70 +54,16 @@ class RequestRecord:
     digest: bytes
 
 
-# The claim comes first: a concurrent duplicate of the request id waits on its primary
-# key until this transaction ends, then finds it (or, after a rollback, claims it). The
-# rows are inserted only if the claim succeeded (or there is none). `(SELECT count(*) FROM
-# df) >= 0` makes the stats update wait for the lexeme counters: an insert locks those
-# before the stats row, as a delete's statement does.
-_INSERT = sql.SQL("""
-WITH claim AS (
-    INSERT INTO idempotency_keys (workspace_key, request_id, method, request_hash, result)
-    SELECT %(ws)s, %(claim_id)s, %(method)s, %(digest)s, %(result)s WHERE %(claim_id)s <> ''
-    ON CONFLICT DO NOTHING
-    RETURNING 1),
-go AS (SELECT %(claim_id)s = '' OR EXISTS (SELECT FROM claim) AS ok),
-new AS MATERIALIZED (
-    SELECT r.*, to_tsvector({cfg}, r.lexical_text) AS lexical
-    FROM unnest(%(ids)s::uuid[], %(user_ids)s::text[], %(agent_ids)s::text[], %(session_ids)s::text[],
-                %(types)s::text[], %(names)s::text[], %(descriptions)s::text[], %(contents)s::text[],
-                %(metadata)s::jsonb[], %(embeddings)s::vector[], %(lexical_texts)s::text[],
-                %(content_bytes)s::int[], %(valid_froms)s::timestamptz[], %(valid_tos)s::timestamptz[],
-                %(expires)s::timestamptz[], %(source_sessions)s::text[], %(source_messages)s::text[],
-                %(afters)s::text[])
-         WITH ORDINALITY AS r(id, user_id, agent_id, session_id, type, name, description, content, metadata,
-                              embedding, lexical_text, content_bytes, valid_from, valid_to, expires_at,
-                              source_session_id, source_message_ids, after, ord)
-    WHERE (SELECT ok FROM go)),
-ins AS (
-    INSERT INTO memories (workspace_key, id, user_id, agent_id, session_id, type, name, description, content,
-        metadata, embedding, lexical, lexical_length, content_bytes, valid_from, valid_to, expires_at,
-        source_session_id, source_message_ids, version, created_at, updated_at)
-    SELECT %(ws)s, n.id, n.user_id, n.agent_id, n.session_id, n.type, n.name, n.description, n.content,
-        n.metadata, n.embedding, n.lexical,
-        (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(n.lexical) u), n.content_bytes,
-        n.valid_from, n.valid_to, n.expires_at, n.source_session_id,
-        ARRAY(SELECT jsonb_array_elements_text(n.source_message_ids::jsonb)), 1, %(now)s, %(now)s
-    FROM new n ORDER BY n.ord
-    RETURNING lexical, lexical_length, content_bytes),
-df AS (
-    INSERT INTO lexeme_df (workspace_key, lexeme, shard, df)
-    SELECT %(ws)s, u.lexeme, mod(pg_backend_pid(), 8), count(*)
-    FROM ins CROSS JOIN LATERAL unnest(ins.lexical) u
-    GROUP BY u.lexeme ORDER BY u.lexeme
-    ON CONFLICT (workspace_key, lexeme, shard) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df
-    RETURNING 1),
-st AS (
-    UPDATE workspace_stats s SET memory_count = s.memory_count + d.n, content_bytes = s.content_bytes + d.bytes,
-        lexical_length_sum = s.lexical_length_sum + d.len, last_event_id = s.last_event_id + d.n
-    FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes, coalesce(sum(lexical_length), 0) AS len
-          FROM ins) d, workspaces w
-    WHERE s.workspace_key = %(ws)s AND w.key = s.workspace_key AND d.n > 0 AND (SELECT count(*) FROM df) >= 0
-    RETURNING w.name, s.memory_count, w.max_memories, d.n AS added, s.content_bytes, w.max_bytes,
-        d.bytes AS added_bytes, s.last_event_id - d.n AS base),
-ev AS (
-    INSERT INTO memory_events (workspace_key, id, memory_id, kind, before, after, actor, request_id,
-        scope_user_id, scope_agent_id, scope_session_id, created_at)
-    SELECT %(ws)s, st.base + n.ord, n.id, 'ADD', NULL, n.after::jsonb, %(actor)s, %(request_id)s,
-        n.user_id, n.agent_id, n.session_id, %(now)s
-    FROM new n LEFT JOIN st ON true
-    ORDER BY n.ord)
-SELECT (SELECT ok FROM go) AS claimed,
-    memplane_check_quotas(st.name, st.memory_count, st.max_memories, st.added, st.content_bytes, st.max_bytes,
-                          st.added_bytes)
-FROM (SELECT) one LEFT JOIN st ON true
-""").format(cfg=sql.Literal(TS_CONFIG))
-# (ev's LEFT JOIN turns a missing stats row into a NOT NULL violation on the event id,
-# never events silently dropped.)
+# memplane_insert_memories (migration 0011) enters the workspace and runs the statement.
+_INSERT = (
+    "SELECT memplane_insert_memories(%(ws)s, %(claim_id)s, %(method)s, %(digest)s, %(result)s,"
+    " %(ids)s::uuid[], %(user_ids)s::text[], %(agent_ids)s::text[], %(session_ids)s::text[], %(types)s::text[],"
+    " %(names)s::text[], %(descriptions)s::text[], %(contents)s::text[], %(metadata)s::jsonb[],"
+    " %(embeddings)s::vector[], %(lexical_texts)s::text[], %(content_bytes)s::int[],"
+    " %(valid_froms)s::timestamptz[], %(valid_tos)s::timestamptz[], %(expires)s::timestamptz[],"
+    " %(source_sessions)s::text[], %(source_messages)s::text[], %(afters)s::text[],"
+    " %(actor)s, %(request_id)s, %(now)s) AS claimed"
+)
 
 
 def new_memories(workspace: Workspace, items: Sequence[PreparedMemory], now: datetime) -> list[Memory]:

@@ -76,19 +76,21 @@ class MemoryStore:
         conn: Connection,
         workspace: Workspace,
         items: Sequence[PreparedMemory],
-        record: RequestRecord,
+        record: RequestRecord | None,
         *,
         actor: str,
+        request_id: str,
         now: datetime,
     ) -> tuple[list[Memory], PendingInsert]:
         """`insert` together with *record*, the request's idempotency record (its reply:
-        these memories' ids), in the same statement, sent without waiting: the memories
-        it stores, and whether it did (`PendingInsert.claimed()`, False when the request
-        id was already taken and nothing was written; in a pipeline, read it after the
-        transaction block). Raises as `insert`."""
+        these memories' ids), in the same statement: the memories it stores, and whether it
+        did (`PendingInsert.claimed()`, False when the request id was already taken and
+        nothing was written; in a pipeline, read it after the transaction block). On an
+        `autocommit()` connection the statement is the whole transaction. Raises as
+        `insert`."""
         memories = new_memories(workspace, items, now)
         pending = await insert_memories(
-            conn, workspace, items, memories, actor=actor, request_id=record.request_id, now=now, record=record
+            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, record=record
         )
         return memories, pending
 

@@ -227,19 +227,15 @@ class WriteBackService:
             if replayed is not None:
                 return replayed[1]
         prepared = await self._prepare(workspace, items)
-        if not request_id:
-            async with self._db.tenant(workspace.key, pipeline=True) as conn:
-                return await self._memories.insert(
-                    conn, workspace, prepared, actor=principal.actor, request_id="", now=now
-                )
-        record = RequestRecord(request_id, request.method, request.digest)
+        record = RequestRecord(request_id, request.method, request.digest) if request_id else None
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
-            # BEGIN, the tenant settings, the one statement and COMMIT in one round trip
-            async with self._db.tenant(workspace.key, pipeline=True) as conn:
+            # One statement, committed by the server as it ends (memplane_insert_memories)
+            async with self._db.autocommit() as conn:
                 stored, pending = await self._memories.insert_once(
-                    conn, workspace, prepared, record, actor=principal.actor, now=now
+                    conn, workspace, prepared, record, actor=principal.actor, request_id=request_id, now=now
                 )
-            if await pending.claimed():
+                claimed = await pending.claimed()
+            if claimed:
                 return stored
             replayed = await self._replay(workspace, request)
             if replayed is not None:
