@@ -4,11 +4,15 @@ reply (also when the copies race); the same id with another body is INVALID_ARGU
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+import psycopg
 import pytest
 
+from memplane.api import convert
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, QuotaExceededError
+from memplane.storage.idempotency import request_hash
 from memplane.v1 import admin_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 from tests.support import fields, list_all, mem, unit_vectors
@@ -135,3 +139,26 @@ async def test_retries_of_a_write_with_given_vectors_store_once(
     await admin_client.update_workspace(admin_pb2.Workspace(name=ws.name), ["quotas"])  # unlimited
     again = await ws.client.add_memories(over, request_id="given-2")  # the refused id is free
     assert [m.content for m in again] == ["fact 0", "fact 1", "fact 2"]
+
+
+async def test_a_retry_matches_a_record_stored_by_the_earlier_digest(workspace: TestWorkspace, pg_dsn: str) -> None:
+    # AddMemories used to hash its vectors as JSON numbers; a server of that version may have
+    # stored the first copy of a request that a new server now sees retried (an upgrade).
+    vector = unit_vectors(1, seed=902)[0]
+    batch = [mem("Keeps bees", user_id="u1", embedding=vector)]
+    first = await workspace.client.add_memories(batch, request_id="upgrade-1")
+    items = [convert.new_memory_from_proto(m, "memories[0]") for m in batch]
+    old_body = [
+        {**dataclasses.asdict(dataclasses.replace(m, embedding=None)), "embedding": list(m.embedding or ())}
+        for m in items
+    ]
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "UPDATE idempotency_keys SET request_hash = %s WHERE request_id = 'upgrade-1'"
+            " AND workspace_key = (SELECT key FROM workspaces WHERE name = %s)",
+            (request_hash("AddMemories", old_body), workspace.name),
+        )
+        assert cur.rowcount == 1
+    assert await workspace.client.add_memories(batch, request_id="upgrade-1") == first
+    with pytest.raises(InvalidArgumentError):  # and another body still does not
+        await workspace.client.add_memories([mem("Keeps wasps", embedding=vector)], request_id="upgrade-1")

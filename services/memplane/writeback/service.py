@@ -48,7 +48,7 @@ from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
-from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
+from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash, request_hash_with_vectors
 from memplane.storage.inserts import PreparedMemory, RequestRecord
 from memplane.storage.memories import Change, MemoryStore
 from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
@@ -87,24 +87,39 @@ def _describe_turn(message: ConversationMessage, when: datetime) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Request:
-    """A write's idempotency identity: its request id, RPC and body digest (hashed once)."""
+    """A write's idempotency identity: its request id, RPC and body digest (hashed once),
+    and, for a body whose digest scheme changed, the digest earlier versions stored."""
 
     request_id: str
     method: str
     digest: bytes
+    earlier: Callable[[], bytes] | None = None
 
     @classmethod
     def of(cls, request_id: str, method: str, body: Callable[[], Any]) -> _Request:
         """*body* is called only with a request id (no id: nothing to hash)."""
         return cls(request_id, method, request_hash(method, body()) if request_id else b"")
 
+    @classmethod
+    def adding(cls, request_id: str, items: Sequence[NewMemory]) -> _Request:
+        """AddMemories of *items*, embeddings included (another vector is another
+        request), hashed as bytes (`request_hash_with_vectors`)."""
+        if not request_id:
+            return cls(request_id, "AddMemories", b"")
+        body = [dataclasses.asdict(dataclasses.replace(m, embedding=None)) for m in items]
+        digest = request_hash_with_vectors("AddMemories", body, [m.embedding for m in items])
+        return cls(request_id, "AddMemories", digest, lambda: request_hash("AddMemories", _earlier_bodies(items)))
 
-def _memory_body(m: NewMemory) -> dict[str, Any]:
-    """`dataclasses.asdict(m)` (the same JSON, so the same digest) without asdict's
-    element-by-element copy of the embedding tuple (a fifth of a one-memory AddMemories)."""
-    body = dataclasses.asdict(dataclasses.replace(m, embedding=None))
-    body["embedding"] = None if m.embedding is None else list(m.embedding)
-    return body
+
+def _earlier_bodies(items: Sequence[NewMemory]) -> list[dict[str, Any]]:
+    """The bodies AddMemories hashed as JSON before `request_hash_with_vectors` (records
+    such a server stored are kept a day: a retry across an upgrade must still match)."""
+    bodies = []
+    for m in items:
+        body = dataclasses.asdict(dataclasses.replace(m, embedding=None))
+        body["embedding"] = None if m.embedding is None else list(m.embedding)
+        bodies.append(body)
+    return bodies
 
 
 def _checked(claim: Claim) -> dict[str, Any] | None:
@@ -172,7 +187,7 @@ class WriteBackService:
             result: dict[str, Any] | None = None
             if request.request_id:
                 claim = await self._idempotency.claim(
-                    conn, workspace.key, request.request_id, request.method, request.digest
+                    conn, workspace.key, request.request_id, request.method, request.digest, earlier=request.earlier
                 )
                 result = _checked(claim)
             if result is None:
@@ -190,7 +205,7 @@ class WriteBackService:
             return None
         async with self._db.tenant(workspace.key) as conn:
             claim = await self._idempotency.lookup(
-                conn, workspace.key, request.request_id, request.method, request.digest
+                conn, workspace.key, request.request_id, request.method, request.digest, earlier=request.earlier
             )
             result = _checked(claim) if claim is not None else None
             if result is None:
@@ -218,8 +233,7 @@ class WriteBackService:
             check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions, now=now)
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
-        # embeddings included: another vector is another request
-        request = _Request.of(request_id, "AddMemories", lambda: [_memory_body(m) for m in items])
+        request = _Request.adding(request_id, items)
         if any(m.embedding is None for m in items):
             # A retry is answered before the model is called; with every vector given, the
             # write's own claim answers it (one transaction, not two).
