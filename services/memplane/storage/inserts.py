@@ -4,12 +4,13 @@ caller knows its reply beforehand, the request id's idempotency record.
 
 One write used to be seven statements and a second transaction (the idempotency
 lookup) — about 4 ms of a one-memory AddMemories between Python, psycopg and the round
-trips. Now it is one statement of data-modifying CTEs (every value a bound parameter,
-the text the same for any number of rows, so psycopg prepares it), fetched once, then
-COMMIT. The CTEs take their row locks in the order the separate statements did —
-memories, lexeme counters (in lexeme order), the stats row, events — so concurrent
-inserts and deletes still never deadlock (test_concurrent_writers_of_shared_lexemes).
-"""
+trips. Now it is one call of `memplane_insert_memories` (migration 0011), which enters the
+workspace and runs one statement of data-modifying CTEs (every value a bound parameter,
+the text the same for any number of rows, so psycopg prepares it). Alone on an
+autocommit connection it is a whole transaction, committed by the server as it ends. Its
+CTEs take their row locks in the order the separate statements did — memories, lexeme
+counters (in lexeme order), the stats row, events — so concurrent inserts and deletes
+still never deadlock (test_concurrent_writers_of_shared_lexemes)."""
 
 from __future__ import annotations
 

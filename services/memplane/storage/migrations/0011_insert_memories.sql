@@ -1,10 +1,10 @@
 -- 1. Memory-count and byte quotas checked by the statement that changes the stats row
--- (memplane.storage.inserts, memplane.storage.memories' update), not by Python after a
--- fetch: an insert, its events and its COMMIT then reach the server in one round trip,
--- and the workspace's stats row (its event counter: every write of the workspace waits
--- for it) stays locked for database work only, not for a round trip through a busy
--- event loop. Measured (bench/ingest_sql.py, 8 callers of one workspace): 96 one-memory
--- AddMemories/s with the check in Python between the statement and COMMIT.
+-- (memplane_insert_memories below, memplane.storage.memories' update), not by Python
+-- after a fetch: no client round trip then sits between updating the workspace's stats
+-- row (every write of the workspace waits for it) and COMMIT. Measured at 8 callers of
+-- one workspace (bench/ingest_sql.py, pg_stat_activity sampled): with the check in
+-- Python, 1,457 of 3,250 backend samples waited on that row and 1,284 were idle in
+-- transaction, the holder's COMMIT waiting for the server's event loop.
 --
 -- Called with the stats row after the write and the workspace's quotas as stored now;
 -- returns true, or raises SQLSTATE MPQ01 whose DETAIL is JSON {"subject", "quota_id",
