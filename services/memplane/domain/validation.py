@@ -163,7 +163,9 @@ def check_new_memory(
                 f"{field}.embedding",
                 f"has {len(memory.embedding)} dimensions; the workspace's embeddings have {dimensions}",
             )
-        elif not all(math.isfinite(x) for x in memory.embedding):
+        # A finite sum means every value is finite (one NaN or infinity makes it NaN or
+        # infinite); only then is each value looked at (the sum may also overflow).
+        elif not math.isfinite(sum(memory.embedding)) and not all(math.isfinite(x) for x in memory.embedding):
             v.add(f"{field}.embedding", "values must be finite")
         elif not any(memory.embedding):
             v.add(f"{field}.embedding", "must not be the zero vector (cosine distance is undefined)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -21,7 +22,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from memplane.errors import DeadlineExceededError, UnauthenticatedError, UnavailableError
+from memplane.errors import DeadlineExceededError, QuotaExceededError, UnauthenticatedError, UnavailableError
 from memplane.storage.availability import Availability
 
 _log = logging.getLogger(__name__)
@@ -31,6 +32,10 @@ Connection = psycopg.AsyncConnection[dict[str, Any]]
 # Raised by memplane_enter_workspace() (0008_tenant_isolation.sql) when a tenant
 # transaction names a deleted workspace: a credential cached before the deletion.
 WORKSPACE_GONE_SQLSTATE = "MPW01"
+
+# Raised by memplane_check_quotas() (0011_quota_check.sql) when a write would pass a
+# workspace's max_memories or max_bytes; DETAIL is JSON {"subject", "quota_id", "limit"}.
+QUOTA_EXCEEDED_SQLSTATE = "MPQ01"
 
 _REPLAY_POLL_SECONDS = 0.005  # between checks of a standby's replay position while a read waits for it
 
@@ -188,7 +193,8 @@ class Database:
         `ReplicaBehindError` past the wait.
 
         Raises `UnauthenticatedError` when the workspace no longer exists (its key was
-        verified before the deletion), at entry or, in pipeline mode, at the first fetch.
+        verified before the deletion), at entry or, in pipeline mode, at the first fetch;
+        `QuotaExceededError` when a statement's `memplane_check_quotas()` refused a write.
         """
         async with (
             self._connection(after_lsn, wait_seconds) as conn,
@@ -201,6 +207,25 @@ class Database:
                 (workspace_key,),
             )
             yield conn
+
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[Connection]:
+        """A pooled connection in autocommit mode: each statement is a transaction of its
+        own, which the server commits as soon as the statement ends — no COMMIT round trip,
+        and no row lock held while this process's event loop gets round to sending one.
+        Only for statements that enter their workspace themselves
+        (`memplane_insert_memories`, migration 0011); the connection leaves in transaction
+        mode (closed, so the pool drops it, if it cannot be put back). Raises as every
+        call, and `QuotaExceededError` when `memplane_check_quotas()` refused a write."""
+        async with self._connection() as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                try:
+                    await conn.set_autocommit(False)
+                except psycopg.Error:  # a statement still running (cancelled): never reuse it
+                    await conn.close()
 
     @asynccontextmanager
     async def tenant_pipeline(
@@ -242,9 +267,22 @@ class Database:
                 self.availability.lost(str(exc).splitlines()[0] if str(exc) else "connection lost")
             raise UnavailableError(f"database unavailable: {exc.sqlstate or 'connection error'}") from exc
         except psycopg.DatabaseError as exc:
+            if exc.sqlstate == QUOTA_EXCEEDED_SQLSTATE:
+                raise _quota_exceeded(exc) from None
             if exc.sqlstate != WORKSPACE_GONE_SQLSTATE:
                 raise
             raise UnauthenticatedError("the workspace of this API key was deleted") from exc
+
+
+def _quota_exceeded(exc: psycopg.DatabaseError) -> QuotaExceededError:
+    """The `QuotaExceededError` that memplane_check_quotas() raised as SQLSTATE MPQ01."""
+    detail = json.loads(exc.diag.message_detail or "{}")
+    return QuotaExceededError(
+        str(detail.get("subject", "workspace")),
+        exc.diag.message_primary or "a workspace quota would be exceeded",
+        quota_id=str(detail.get("quota_id", "")),
+        limit=int(detail.get("limit", 0)),
+    )
 
 
 _REPLICA_STATE = """

@@ -15,17 +15,7 @@ from psycopg import sql
 
 from memplane.storage.database import Connection
 
-SHARDS = 8  # written into the statements below as mod(pg_backend_pid(), 8)
-
-# +1 per lexeme of each memory in ids (just inserted).
-_ADD_MEMORIES = (
-    "INSERT INTO lexeme_df (workspace_key, lexeme, shard, df)"
-    " SELECT %(ws)s, u.lexeme, mod(pg_backend_pid(), 8), count(*)"
-    " FROM memories m CROSS JOIN LATERAL unnest(m.lexical) u"
-    " WHERE m.workspace_key = %(ws)s AND m.id = ANY(%(ids)s::uuid[])"
-    " GROUP BY u.lexeme ORDER BY u.lexeme"
-    " ON CONFLICT (workspace_key, lexeme, shard) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df"
-)
+SHARDS = 8  # written into the statements below (and memplane.storage.inserts') as mod(pg_backend_pid(), 8)
 
 # The difference between an old and a new tsvector of one memory (an update of its text).
 _CHANGE = (
@@ -48,11 +38,6 @@ def removal_cte(deleted: str) -> sql.Composed:
         " GROUP BY {d}.workspace_key, u.lexeme ORDER BY {d}.workspace_key, u.lexeme"
         " ON CONFLICT (workspace_key, lexeme, shard) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df"
     ).format(d=sql.Identifier(deleted))
-
-
-async def count_added(conn: Connection, workspace_key: int, ids: list[str]) -> None:
-    """Count the lexemes of the just-inserted memories *ids*."""
-    await conn.execute(_ADD_MEMORIES, {"ws": workspace_key, "ids": ids})
 
 
 async def count_changed(conn: Connection, workspace_key: int, old: Any, new: Any) -> None:

@@ -7,7 +7,6 @@ commit or roll back together) and under row-level security.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,27 +17,21 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from memplane.domain.filters import MemoryFilter
-from memplane.domain.models import EventKind, Memory, MemoryEvent, NewMemory, Scope, Workspace
-from memplane.errors import QuotaExceededError, VersionConflictError
+from memplane.domain.models import EventKind, Memory, MemoryEvent, Scope, Workspace
+from memplane.errors import VersionConflictError
 from memplane.storage.database import Connection, fetch_one
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.history import load_events, record_events
-from memplane.storage.lexemes import count_added, count_changed, removal_cte
+from memplane.storage.inserts import (
+    TS_CONFIG,
+    PendingInsert,
+    PreparedMemory,
+    RequestRecord,
+    insert_memories,
+    new_memories,
+)
+from memplane.storage.lexemes import count_changed, removal_cte
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
-
-# Full-text configuration: English stemming and stop words; CJK text arrives already
-# segmented into space-separated words (memplane.text.segment), which 'english' keeps
-# as-is (the Snowball stemmer leaves non-Latin words alone).
-TS_CONFIG = "english"
-
-
-@dataclass(frozen=True)
-class PreparedMemory:
-    """A memory ready to insert: the text to index lexically (segmented) and its vector."""
-
-    memory: NewMemory
-    lexical_text: str
-    embedding: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -65,100 +58,41 @@ class MemoryStore:
         request_id: str,
         now: datetime,
     ) -> list[Memory]:
-        """Insert *items* with ADD events and updated stats; return the stored memories.
-        A memory without an expiry gets one from the workspace's retention policy.
+        """Insert *items* with ADD events and updated stats, in one statement
+        (`memplane.storage.inserts`); return the stored memories. A memory without an
+        expiry gets one from the workspace's retention policy.
 
         Raises `QuotaExceededError` (the caller's transaction then rolls back) when the
         workspace would exceed its `max_memories` or `max_bytes` (read in this
-        transaction, so a quota just changed by UpdateWorkspace applies at once).
+        transaction, so a quota just changed by UpdateWorkspace applies at once) — in
+        pipeline mode at the next fetch or at the end of the transaction.
         """
-        memories: list[Memory] = []
-        params: list[dict[str, Any]] = []
-        for item in items:
-            new = item.memory
-            memory = Memory(
-                id=str(uuid.uuid4()),
-                scope=new.scope,
-                type=new.type,
-                name=new.name,
-                description=new.description,
-                content=new.content,
-                metadata=new.metadata,
-                valid_from=new.valid_from or now,
-                valid_to=new.valid_to,
-                expires_at=new.expires_at or workspace.retention.expiry(new.type, now),
-                provenance=new.provenance,
-                version=1,
-                created_at=now,
-                updated_at=now,
-            )
-            memories.append(memory)
-            params.append(
-                {
-                    "ws": workspace.key,
-                    "id": memory.id,
-                    "user_id": memory.scope.user_id,
-                    "agent_id": memory.scope.agent_id,
-                    "session_id": memory.scope.session_id,
-                    "type": memory.type.value,
-                    "name": memory.name,
-                    "description": memory.description,
-                    "content": memory.content,
-                    "metadata": Jsonb(memory.metadata),
-                    "embedding": item.embedding,
-                    "lexical_text": item.lexical_text,
-                    "content_bytes": len(new.index_text().encode()),
-                    "valid_from": memory.valid_from,
-                    "valid_to": memory.valid_to,
-                    "expires_at": memory.expires_at,
-                    "source_session_id": memory.provenance.session_id,
-                    "source_message_ids": list(memory.provenance.message_ids),
-                    "now": now,
-                }
-            )
-        if not params:
-            return []
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                sql.SQL(
-                    "INSERT INTO memories (workspace_key, id, user_id, agent_id, session_id, type, name,"
-                    " description, content, metadata, embedding, lexical, lexical_length, content_bytes,"
-                    " valid_from, valid_to, expires_at, source_session_id, source_message_ids, version,"
-                    " created_at, updated_at)"
-                    " SELECT %(ws)s, %(id)s, %(user_id)s, %(agent_id)s, %(session_id)s, %(type)s, %(name)s,"
-                    " %(description)s, %(content)s, %(metadata)s, %(embedding)s, t.v,"
-                    " (SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(t.v) u),"
-                    " %(content_bytes)s, %(valid_from)s, %(valid_to)s, %(expires_at)s,"
-                    " %(source_session_id)s, %(source_message_ids)s, 1, %(now)s, %(now)s"
-                    " FROM (SELECT to_tsvector({cfg}, %(lexical_text)s) AS v) t"
-                ).format(cfg=sql.Literal(TS_CONFIG)),
-                params,
-            )
-        ids = [m.id for m in memories]
-        await count_added(conn, workspace.key, ids)
-        cur = await conn.execute(
-            "UPDATE workspace_stats s SET memory_count = s.memory_count + d.n,"
-            " content_bytes = s.content_bytes + d.bytes, lexical_length_sum = s.lexical_length_sum + d.len"
-            " FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes,"
-            "       coalesce(sum(lexical_length), 0) AS len"
-            "       FROM memories WHERE workspace_key = %s AND id = ANY(%s::uuid[])) d, workspaces w"
-            " WHERE s.workspace_key = %s AND w.key = s.workspace_key"
-            " RETURNING s.memory_count, s.content_bytes, d.bytes AS added_bytes, w.max_memories, w.max_bytes",
-            (workspace.key, ids, workspace.key),
-        )
-        _check_quotas(workspace, await fetch_one(cur), added=len(ids))  # raising rolls all of it back
-        # Only now that the update above holds the stats row: an insert takes the lexeme counters
-        # and then that row, as a delete's one statement may; taking the row first (for the
-        # event ids) deadlocked with concurrent deletes (test_concurrent_writers_of_shared_lexemes).
-        await record_events(
-            conn,
-            workspace.key,
-            [(m.id, EventKind.ADD, None, m, m.scope) for m in memories],
-            actor=actor,
-            request_id=request_id,
-            now=now,
-        )
+        memories = new_memories(workspace, items, now)
+        await insert_memories(conn, workspace, items, memories, actor=actor, request_id=request_id, now=now)
         return memories
+
+    async def insert_once(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        items: Sequence[PreparedMemory],
+        record: RequestRecord | None,
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> tuple[list[Memory], PendingInsert]:
+        """`insert` together with *record*, the request's idempotency record (its reply:
+        these memories' ids), in the same statement: the memories it stores, and whether it
+        did (`PendingInsert.claimed()`, False when the request id was already taken and
+        nothing was written; in a pipeline, read it after the transaction block). On an
+        `autocommit()` connection the statement is the whole transaction. Raises as
+        `insert`."""
+        memories = new_memories(workspace, items, now)
+        pending = await insert_memories(
+            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, record=record
+        )
+        return memories, pending
 
     async def get_many(self, conn: Connection, workspace: Workspace, ids: Sequence[str]) -> dict[str, Memory]:
         """The memories among *ids* that exist in the workspace, by id."""
@@ -267,14 +201,15 @@ class MemoryStore:
         if row is None:
             raise await self._conflict(conn, workspace, current)
         updated = memory_from_row(row)
-        cur = await conn.execute(
-            "UPDATE workspace_stats s SET content_bytes = s.content_bytes + %s,"
-            " lexical_length_sum = s.lexical_length_sum + %s FROM workspaces w"
-            " WHERE s.workspace_key = %s AND w.key = s.workspace_key"
-            " RETURNING s.memory_count, s.content_bytes, %s::bigint AS added_bytes, w.max_memories, w.max_bytes",
-            (row["d_bytes"], row["d_len"], workspace.key, row["d_bytes"]),
-        )
-        _check_quotas(workspace, await fetch_one(cur), added=0)
+        await conn.execute(
+            "WITH s AS (UPDATE workspace_stats s SET content_bytes = s.content_bytes + %(bytes)s,"
+            "  lexical_length_sum = s.lexical_length_sum + %(len)s FROM workspaces w"
+            "  WHERE s.workspace_key = %(ws)s AND w.key = s.workspace_key"
+            "  RETURNING w.name, s.memory_count, w.max_memories, s.content_bytes, w.max_bytes)"
+            " SELECT memplane_check_quotas(name, memory_count, max_memories, 0, content_bytes, max_bytes,"
+            "  %(bytes)s) FROM s",
+            {"bytes": row["d_bytes"], "len": row["d_len"], "ws": workspace.key},
+        )  # QuotaExceededError at the next fetch or at COMMIT (the transaction then rolls back)
         if change.lexical_text is not None:
             await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
         await record_events(
@@ -398,28 +333,3 @@ class MemoryStore:
         )
         row = await fetch_one(cur)
         return int(row["n"])
-
-
-def _check_quotas(workspace: Workspace, totals: dict[str, Any], *, added: int) -> None:
-    """Raise `QuotaExceededError` when a write of *added* memories (and `added_bytes`)
-    left the workspace over `max_memories` or `max_bytes`; *totals* is the stats row
-    after the write, with the quotas as stored now. A write that adds nothing (or frees
-    bytes) is never refused, so lowering a quota deletes nothing and blocks no erasure."""
-    subject = f"workspace:{workspace.name}"
-    limit = int(totals["max_memories"])
-    if limit and added and totals["memory_count"] > limit:
-        raise QuotaExceededError(
-            subject,
-            f"max_memories: storing {added} more would pass the quota of {limit} memories",
-            quota_id="max_memories",
-            limit=limit,
-        )
-    limit = int(totals["max_bytes"])
-    grown = int(totals["added_bytes"])
-    if limit and grown > 0 and totals["content_bytes"] > limit:
-        raise QuotaExceededError(
-            subject,
-            f"max_bytes: {grown} more bytes of memory text would pass the quota of {limit} bytes",
-            quota_id="max_bytes",
-            limit=limit,
-        )

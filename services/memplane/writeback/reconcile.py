@@ -31,7 +31,8 @@ from memplane.domain.extraction import ExtractionJob
 from memplane.domain.models import EventKind, Memory, NewMemory, Provenance, Workspace, index_text
 from memplane.storage.database import Connection
 from memplane.storage.history import annotate_latest_event, record_events
-from memplane.storage.memories import Change, MemoryStore, PreparedMemory
+from memplane.storage.inserts import PreparedMemory
+from memplane.storage.memories import Change, MemoryStore
 from memplane.text.segment import segment
 from memplane.writeback.extraction import Fact, ForgetRequest, Operation
 

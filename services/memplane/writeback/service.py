@@ -1,4 +1,5 @@
-"""WriteBackService: every write to a workspace's memories.
+"""WriteBackService: every write to a workspace's memories (conversations:
+`memplane.writeback.conversation`; request ids and preparation: `memplane.writeback.requests`).
 
 Each write validates everything first (one INVALID_ARGUMENT naming every bad field),
 embeds outside the database transaction, then stores rows, history events, stats and
@@ -15,21 +16,17 @@ import dataclasses
 import functools
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-
-from memplane.domain.extraction import ExtractionJob, JobStatus
+from memplane.domain.extraction import ExtractionJob
 from memplane.domain.models import (
     ConversationMessage,
     Memory,
     MemoryEvent,
-    MemoryType,
     NewMemory,
     Principal,
-    Provenance,
     Scope,
     Workspace,
     index_text,
@@ -40,8 +37,6 @@ from memplane.domain.validation import (
     check_new_memory,
     check_request_id,
     check_scope,
-    check_text,
-    check_time,
     parse_memory_id,
 )
 from memplane.embedding.compat import ensure_compatible
@@ -50,12 +45,15 @@ from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
-from memplane.storage.idempotency import Claim, IdempotencyStore, request_hash
+from memplane.storage.idempotency import IdempotencyStore
+from memplane.storage.inserts import RequestRecord
 from memplane.storage.jobs import ExtractionJobStore
-from memplane.storage.memories import Change, MemoryStore, PreparedMemory
-from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
+from memplane.storage.memories import Change, MemoryStore
+from memplane.storage.transcripts import TranscriptStore
 from memplane.text.segment import segment
+from memplane.writeback.conversation import ConversationResult, ConversationWriter
 from memplane.writeback.jobs import ExtractionRunner
+from memplane.writeback.requests import Ledger, WriteRequest, prepare
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -70,103 +68,6 @@ UPDATABLE_FIELDS = {
 }
 _TEXT_FIELDS = {"name", "description", "content"}
 _MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
-
-
-@dataclasses.dataclass(frozen=True)
-class ConversationResult:
-    """What WriteConversation stored: the episodic memories, the messages appended, the
-    method; with extraction, its job (as it is when the reply is sent) and, once the job
-    is done, the memories it added or changed (`extracted`)."""
-
-    memories: list[Memory]
-    transcript_message_count: int
-    method: str
-    job: ExtractionJob | None = None
-    extracted: list[Memory] = dataclasses.field(default_factory=list)
-
-
-def _describe_turn(message: ConversationMessage, when: datetime) -> str:
-    """ "[8 May 2023] Caroline": the turn's date (UTC) and speaker, so that the indexed text
-    reads "[date] speaker: text" (see `index_text`); the exact time is in metadata."""
-    speaker = message.name or message.role.value
-    return f"[{when.strftime('%-d %B %Y')}] {speaker}"
-
-
-def check_conversation(
-    scope: Scope, messages: Sequence[ConversationMessage], request_id: str, limits: LimitsSettings
-) -> None:
-    """Raise one `InvalidArgumentError` naming every bad field of a WriteConversation."""
-    v = Violations()
-    check_scope(v, "scope", scope, limits)
-    if not scope.session_id:
-        v.add("scope.session_id", "is required to write a conversation")
-    check_batch(v, "messages", len(messages), limits)
-    check_request_id(v, "request_id", request_id, limits)
-    seen: set[str] = set()
-    for i, m in enumerate(messages[: limits.max_batch_size]):
-        check_text(v, f"messages[{i}].content", m.content, limits.max_content_bytes, required=True)
-        check_text(v, f"messages[{i}].name", m.name, limits.max_id_bytes)
-        check_text(v, f"messages[{i}].id", m.id, limits.max_id_bytes)
-        check_time(v, f"messages[{i}].create_time", m.created_at)
-        if m.id.startswith(AUTO_ID_PREFIX):
-            v.add(
-                f"messages[{i}].id",
-                f"must not start with {AUTO_ID_PREFIX!r} (reserved for server-numbered messages)",
-            )
-        if m.id and m.id in seen:
-            v.add(f"messages[{i}].id", f"duplicates message id {m.id!r} in this request")
-        seen.add(m.id)
-    v.raise_if_any()
-
-
-def _episodic(scope: Scope, m: ConversationMessage, now: datetime) -> NewMemory:
-    """The EPISODIC memory of one turn (speaker, role, message id and time in metadata)."""
-    when = m.created_at or now
-    metadata: dict[str, Any] = {"role": m.role.value, "turn_time": when.isoformat()}
-    if m.name:
-        metadata["speaker"] = m.name
-    if m.id:
-        metadata["message_id"] = m.id
-    return NewMemory(
-        content=m.content,
-        scope=scope,
-        type=MemoryType.EPISODIC,
-        description=_describe_turn(m, when),
-        metadata=metadata,
-        valid_from=when,
-        provenance=Provenance(session_id=scope.session_id, message_ids=(m.id,) if m.id else ()),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class _Request:
-    """A write's idempotency identity: its request id, RPC and body digest (hashed once)."""
-
-    request_id: str
-    method: str
-    digest: bytes
-
-    @classmethod
-    def of(cls, request_id: str, method: str, body: Callable[[], Any]) -> _Request:
-        """*body* is called only with a request id (no id: nothing to hash)."""
-        return cls(request_id, method, request_hash(method, body()) if request_id else b"")
-
-
-def _memory_body(m: NewMemory) -> dict[str, Any]:
-    """`dataclasses.asdict(m)` (the same JSON, so the same digest) without asdict's
-    element-by-element copy of the embedding tuple (a fifth of a one-memory AddMemories)."""
-    body = dataclasses.asdict(dataclasses.replace(m, embedding=None))
-    body["embedding"] = None if m.embedding is None else list(m.embedding)
-    return body
-
-
-def _checked(claim: Claim) -> dict[str, Any] | None:
-    """The stored result of a claimed request id (None: not done yet); a reused id with
-    another body is `InvalidArgumentError` on `request_id`."""
-    if not claim.same_request:
-        raise InvalidArgumentError(FieldViolation("request_id", "was already used for a different request"))
-    replay: dict[str, Any] | None = claim.replay
-    return replay
 
 
 class WriteBackService:
@@ -190,8 +91,6 @@ class WriteBackService:
         WriteConversation(extract=true); *wait_seconds* bounds its `wait`."""
         self._db = db
         self._jobs = jobs or ExtractionJobStore()
-        self._extraction = extraction
-        self._wait_seconds = wait_seconds
         self._blobs = blobs
         self._memories = memories
         self._transcripts = transcripts
@@ -199,69 +98,18 @@ class WriteBackService:
         self._meter = meter
         self._embedder = meter.embedder
         self._limits = limits
-
-    async def _prepare(self, workspace: Workspace, items: Sequence[NewMemory]) -> list[PreparedMemory]:
-        todo = [i for i, m in enumerate(items) if m.embedding is None]
-        embedder = self._meter.for_workspace(workspace)
-        vectors = await embedder.embed_documents([items[i].index_text() for i in todo]) if todo else None
-        by_index = dict(zip(todo, vectors, strict=True)) if vectors is not None else {}
-        return [
-            PreparedMemory(
-                memory=m,
-                lexical_text=segment(m.index_text()),
-                embedding=by_index[i] if i in by_index else np.asarray(m.embedding, dtype=np.float32),
-            )
-            for i, m in enumerate(items)
-        ]
-
-    async def _once(
-        self,
-        workspace: Workspace,
-        request: _Request,
-        work: Callable[[Connection], Awaitable[dict[str, Any]]],
-        stored: list[Memory] | None = None,
-    ) -> tuple[dict[str, Any], list[Memory]]:
-        """Run *work* in a tenant transaction, at most once per request id.
-
-        *work* returns a JSON result naming the memories it touched by id (`ids`), never
-        their text: idempotency records must not keep content that an erasure removes.
-        A retry's memories are loaded by id in the same transaction, so it gets them as
-        they are now (fewer, if some were deleted meanwhile); when *work* ran in this
-        call and filled *stored* with what it wrote, those are the reply (no re-read).
-        """
-        async with self._db.tenant(workspace.key, pipeline=True) as conn:
-            result: dict[str, Any] | None = None
-            if request.request_id:
-                claim = await self._idempotency.claim(
-                    conn, workspace.key, request.request_id, request.method, request.digest
-                )
-                result = _checked(claim)
-            if result is None:
-                result = await work(conn)
-                if request.request_id:
-                    await self._idempotency.complete(conn, workspace.key, request.request_id, result)
-                if stored is not None:
-                    return result, stored
-            return result, await self._memories_of(conn, workspace, result)
-
-    async def _replay(self, workspace: Workspace, request: _Request) -> tuple[dict[str, Any], list[Memory]] | None:
-        """The stored reply of a completed request id, checked before any embedding (a
-        retried import then costs a lookup, not a model call). None: do the work."""
-        if not request.request_id:
-            return None
-        async with self._db.tenant(workspace.key) as conn:
-            claim = await self._idempotency.lookup(
-                conn, workspace.key, request.request_id, request.method, request.digest
-            )
-            result = _checked(claim) if claim is not None else None
-            if result is None:
-                return None
-            return result, await self._memories_of(conn, workspace, result)
-
-    async def _memories_of(self, conn: Connection, workspace: Workspace, result: dict[str, Any]) -> list[Memory]:
-        ids = [str(i) for i in result.get("ids", [])]
-        found = await self._memories.get_many(conn, workspace, ids)
-        return [found[i] for i in ids if i in found]
+        self._ledger = Ledger(db, memories, idempotency)
+        self._conversations = ConversationWriter(
+            db=db,
+            ledger=self._ledger,
+            memories=memories,
+            transcripts=transcripts,
+            meter=meter,
+            limits=limits,
+            jobs=self._jobs,
+            extraction=extraction,
+            wait_seconds=wait_seconds,
+        )
 
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
@@ -279,24 +127,28 @@ class WriteBackService:
             check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions, now=now)
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
-        # embeddings included: another vector is another request
-        request = _Request.of(request_id, "AddMemories", lambda: [_memory_body(m) for m in items])
-        replayed = await self._replay(workspace, request)
-        if replayed is not None:
-            return replayed[1]
-        prepared = await self._prepare(workspace, items)
-
-        stored: list[Memory] = []
-
-        async def work(conn: Connection) -> dict[str, Any]:
-            rows = await self._memories.insert(
-                conn, workspace, prepared, actor=principal.actor, request_id=request_id, now=now
-            )
-            stored.extend(rows)
-            return {"ids": [m.id for m in stored]}
-
-        _, memories = await self._once(workspace, request, work, stored)
-        return memories
+        request = WriteRequest.adding(request_id, items)
+        if any(m.embedding is None for m in items):
+            # A retry is answered before the model is called; with every vector given, the
+            # write's own claim answers it (one transaction, not two).
+            replayed = await self._ledger.replay(workspace, request)
+            if replayed is not None:
+                return replayed[1]
+        prepared = await prepare(self._meter, workspace, items)
+        record = RequestRecord(request_id, request.method, request.digest) if request_id else None
+        for _ in range(2):  # a second pass only if the record taken was swept meanwhile
+            # One statement, committed by the server as it ends (memplane_insert_memories)
+            async with self._db.autocommit() as conn:
+                stored, pending = await self._memories.insert_once(
+                    conn, workspace, prepared, record, actor=principal.actor, request_id=request_id, now=now
+                )
+                claimed = await pending.claimed()
+            if claimed:
+                return stored
+            replayed = await self._ledger.replay(workspace, request)
+            if replayed is not None:
+                return replayed[1]
+        raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
 
     async def write_conversation(
         self,
@@ -309,110 +161,11 @@ class WriteBackService:
         extract: bool = False,
         wait: bool = False,
     ) -> ConversationResult:
-        """Append *messages* to the session transcript and store one EPISODIC memory per
-        message (speaker, role, message id and time in metadata; "speaker, date" as the
-        description so dates are searchable): method "episodic".
-
-        With *extract* (and an LLM configured), an extraction job over these messages is
-        queued in the same transaction (method "episodic+llm"; `memplane.writeback.jobs`);
-        with *wait* too, the reply waits for it (run in this call when no worker holds
-        it) up to `extraction.wait_timeout`. The same messages written again (all their
-        ids already in the transcript) store nothing new and return the first write's
-        job. Without an LLM the turns are stored and method says extraction was not done.
-
-        Raises `InvalidArgumentError` (empty session_id, bad or duplicate message ids, …).
-        """
-        check_conversation(scope, messages, request_id, self._limits)
-        ensure_compatible(workspace, self._embedder)
-        now = datetime.now(UTC)
-        items = [_episodic(scope, m, now) for m in messages]
-        asked = extract
-        extract = asked and self._extraction is not None and self._extraction.configured
-        method = "episodic+llm" if extract else "episodic"
-        if asked and not extract:
-            method = "episodic (extraction not done: no LLM is configured on this server)"
-
-        def body() -> dict[str, Any]:
-            content: dict[str, Any] = {
-                "scope": dataclasses.asdict(scope),
-                "messages": [dataclasses.asdict(m) for m in messages],
-            }
-            if extract:  # absent otherwise: the digests of requests without it are unchanged
-                content["extract"] = True
-            return content
-
-        request = _Request.of(request_id, "WriteConversation", body)
-        replayed = await self._replay(workspace, request)
-        if replayed is not None:
-            return await self._conversation_result(
-                workspace, replayed[1], int(replayed[0]["count"]), method, replayed[0].get("job_id"), wait=wait
-            )
-        prepared = await self._prepare(workspace, items)
-
-        async def work(conn: Connection) -> dict[str, Any]:
-            given = [m.id for m in messages if m.id]
-            clash = await self._transcripts.existing_ids(conn, workspace, scope.session_id, given) if given else []
-            if extract and clash and len(clash) == len(messages):  # the same messages again: their first job
-                job, _ = await self._jobs.enqueue(conn, workspace, scope, given, actor=principal.actor, request_id="")
-                return {"ids": [], "count": 0, "job_id": job.id}
-            if clash:
-                where = [i for i, m in enumerate(messages) if m.id in set(clash)]
-                raise InvalidArgumentError(
-                    [FieldViolation(f"messages[{i}].id", "is already in the session's transcript") for i in where]
-                )
-            ids = await self._transcripts.append(conn, workspace, scope, messages, now=now)
-            final = [
-                dataclasses.replace(
-                    p,
-                    memory=dataclasses.replace(
-                        p.memory,
-                        provenance=Provenance(scope.session_id, (mid,)),
-                        metadata={**p.memory.metadata, "message_id": mid},
-                    ),
-                )
-                for p, mid in zip(prepared, ids, strict=True)
-            ]
-            rows = await self._memories.insert(
-                conn, workspace, final, actor=principal.actor, request_id=request_id, now=now
-            )
-            written.extend(rows)
-            result: dict[str, Any] = {"ids": [m.id for m in written], "count": len(ids)}
-            if extract:
-                job, _ = await self._jobs.enqueue(
-                    conn, workspace, scope, ids, actor=principal.actor, request_id=request_id
-                )
-                result["job_id"] = job.id
-            return result
-
-        written: list[Memory] = []
-        result, stored = await self._once(workspace, request, work, written)
-        return await self._conversation_result(
-            workspace, stored, int(result["count"]), method, result.get("job_id"), wait=wait
+        """`ConversationWriter.write`: the transcript and one EPISODIC memory per message;
+        with *extract*, an extraction job (waited for with *wait*)."""
+        return await self._conversations.write(
+            principal, workspace, scope, messages, request_id, extract=extract, wait=wait
         )
-
-    async def _conversation_result(
-        self,
-        workspace: Workspace,
-        stored: list[Memory],
-        count: int,
-        method: str,
-        job_id: str | None,
-        *,
-        wait: bool,
-    ) -> ConversationResult:
-        """The reply of WriteConversation: with a job, the job (waited for with *wait*)
-        and, once done, the memories it added or changed, as they are now."""
-        if not job_id or self._extraction is None:
-            return ConversationResult(stored, count, method)
-        if wait:
-            job = await self._extraction.run_now(workspace, str(job_id), self._wait_seconds)
-        else:
-            job = await self._extraction.get(workspace, str(job_id))
-        extracted: list[Memory] = []
-        if job.status is JobStatus.DONE:
-            async with self._db.tenant(workspace.key) as conn:
-                extracted = await self._memories_of(conn, workspace, {"ids": job.result.get("memory_ids", [])})
-        return ConversationResult(stored, count, method, job, extracted)
 
     async def extraction_job(self, workspace: Workspace, job_id: str) -> ExtractionJob:
         """One extraction job of the workspace. Raises `InvalidArgumentError` for a
@@ -514,9 +267,9 @@ class WriteBackService:
                 "values": dataclasses.asdict(values),
                 "expected_version": expected_version,
             }
-            request = _Request.of(request_id, "UpdateMemory", functools.partial(dict, body))
+            request = WriteRequest.of(request_id, "UpdateMemory", functools.partial(dict, body))
             try:
-                _, found = await self._once(workspace, request, work)
+                _, found = await self._ledger.once(workspace, request, work)
             except VersionConflictError:
                 if expected_version:
                     raise
@@ -558,7 +311,7 @@ class WriteBackService:
             return {"id": canonical}
 
         body = {"id": canonical, "expected_version": expected_version}
-        result, _ = await self._once(workspace, _Request.of(request_id, "DeleteMemory", lambda: body), work)
+        result, _ = await self._ledger.once(workspace, WriteRequest.of(request_id, "DeleteMemory", lambda: body), work)
         return str(result["id"])
 
     async def delete_by_scope(
@@ -586,8 +339,8 @@ class WriteBackService:
             await self._blobs.delete_by_scope(conn, workspace, scope)
             return {"memories": n, "messages": messages}
 
-        request = _Request.of(request_id, "DeleteMemoriesByScope", lambda: dataclasses.asdict(scope))
-        result, _ = await self._once(workspace, request, work)
+        request = WriteRequest.of(request_id, "DeleteMemoriesByScope", lambda: dataclasses.asdict(scope))
+        result, _ = await self._ledger.once(workspace, request, work)
         return int(result["memories"]), int(result["messages"])
 
     async def history(self, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
