@@ -4,8 +4,8 @@ over once the lease has passed and applies it once.
 
 "In the middle" is made certain, not hoped for: the model's answer is held until the
 test holds the workspace's `workspace_stats` row (FOR UPDATE) from its own connection,
-so the job's transaction has locked the job, inserted its memories and waits at the
-counter update; the test sees that backend waiting, kills the server, lets go of the
+so the job's transaction has locked the job and waits inside its insert of the memories
+(`memplane_insert_memories`, at the counter update); the test sees that backend waiting, kills the server, lets go of the
 row and waits until the orphaned backend has gone. The cluster is the fault tier's own
 (`killable_postgres`), so no other server's worker can take the job."""
 
@@ -101,7 +101,7 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
             gate.set()  # the model answers; the job's transaction runs into the held row
             waiting = (
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'UPDATE workspace_stats%%' AND pid <> %s"
+                " AND query LIKE 'SELECT memplane_insert_memories(%%' AND pid <> %s"
             )
             await wait_for_sql(dsn, f"SELECT EXISTS ({waiting})", (holder_pid,), "the job's transaction waits")
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
