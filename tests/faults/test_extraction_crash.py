@@ -5,8 +5,8 @@ over once the lease has passed and applies it once.
 "In the middle" is made certain, not hoped for: the model's answer is held until the
 test holds the workspace's `workspace_stats` row (FOR UPDATE) from its own connection,
 so the job's transaction has locked the job and waits inside its insert of the memories
-(`memplane_insert_memories`, at the counter update); the test sees that backend waiting, kills the server, lets go of the
-row and waits until the orphaned backend has gone. The cluster is the fault tier's own
+(`memplane_insert_memories`, at the counter update); the test sees that backend waiting,
+kills the server, lets go of the row and waits until the orphaned backend has gone. The cluster is the fault tier's own
 (`killable_postgres`), so no other server's worker can take the job."""
 
 from __future__ import annotations
