@@ -58,3 +58,21 @@ def test_serve_help_shows_the_port_and_host_the_environment_sets(monkeypatch: py
     text = " ".join(serve.format_help().split())
     assert "port (default 6123: MEMPLANE_GRPC__PORT" in text
     assert "address to bind (default 192.0.2.7: MEMPLANE_GRPC__HOST)" in text
+
+
+async def test_key_commands_name_an_unknown_workspace_or_key_and_exit_1(
+    server: str, admin_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conn = ["--target", server, "--api-key", admin_key]
+    missing = f"cli-missing-{uuid.uuid4().hex[:8]}"
+    code = await asyncio.get_running_loop().run_in_executor(None, main, ["key", "list", missing, *conn])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert "NotFoundError" in captured.err
+    assert missing in captured.err
+    code = await asyncio.get_running_loop().run_in_executor(None, main, ["key", "list", "Not A Name!", *conn])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "InvalidArgumentError" in captured.err
+    assert "workspace" in captured.err

@@ -94,7 +94,6 @@ class WriteBackService:
         self._blobs = blobs
         self._memories = memories
         self._transcripts = transcripts
-        self._idempotency = idempotency
         self._meter = meter
         self._embedder = meter.embedder
         self._limits = limits
