@@ -195,12 +195,7 @@ class RetrievalService:
         cursors = await self._reads.read(workspace.key, send, after_lsn=after_lsn, pipeline_settings=settings)
         per_query = await search_sql.read(cursors)
         db_seconds = time.perf_counter() - t0
-        best: dict[str, tuple[search_sql.SearchRow, int]] = {}
-        for index, rows in enumerate(per_query):
-            for row in rows:
-                if row.memory.id not in best or row.score > best[row.memory.id][0].score:
-                    best[row.memory.id] = (row, index)
-        ranked = sorted(best.values(), key=lambda p: (-p[0].score, p[0].memory.id))[: request.top_k]
+        ranked = search_sql.merge_queries(per_query)[: request.top_k]
         hits = [
             Hit(memory=r.memory, score=r.score, vector=_hit(r.vector), lexical=_hit(r.lexical), query_index=i)
             for r, i in ranked

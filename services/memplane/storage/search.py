@@ -248,3 +248,14 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
         ]
         for cur in cursors
     ]
+
+
+def merge_queries(per_query: list[list[SearchRow]]) -> list[tuple[SearchRow, int]]:
+    """The hits of several queries as one list: each memory once, with its best-scoring
+    row and the index of the query that gave it, best first (ties by id)."""
+    best: dict[str, tuple[SearchRow, int]] = {}
+    for index, rows in enumerate(per_query):
+        for row in rows:
+            if row.memory.id not in best or row.score > best[row.memory.id][0].score:
+                best[row.memory.id] = (row, index)
+    return sorted(best.values(), key=lambda p: (-p[0].score, p[0].memory.id))

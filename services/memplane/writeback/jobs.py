@@ -321,13 +321,8 @@ class ExtractionRunner:
 
         async with self._db.tenant_pipeline(workspace.key, {}) as conn:
             cursors = await search_sql.send(conn, workspace, queries, spec, flt, now=now)
-        best: dict[str, tuple[float, Memory]] = {}
-        for rows in await search_sql.read(cursors):
-            for row in rows:
-                if row.memory.id not in best or row.score > best[row.memory.id][0]:
-                    best[row.memory.id] = (row.score, row.memory)
-        ranked = sorted(best.values(), key=lambda p: (-p[0], p[1].id))
-        return [m for _, m in ranked[:MAX_SHOWN]]
+        ranked = search_sql.merge_queries(await search_sql.read(cursors))
+        return [row.memory for row, _ in ranked[:MAX_SHOWN]]
 
 
 @dataclass
