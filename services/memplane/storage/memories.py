@@ -201,6 +201,11 @@ class MemoryStore:
         if row is None:
             raise await self._conflict(conn, workspace, current)
         updated = memory_from_row(row)
+        # The lexeme counters before the stats row, as every insert takes them
+        # (memplane_insert_memories): one lock order, so an update and an insert of one
+        # workspace never wait on each other in a cycle.
+        if change.lexical_text is not None:
+            await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
         await conn.execute(
             "WITH s AS (UPDATE workspace_stats s SET content_bytes = s.content_bytes + %(bytes)s,"
             "  lexical_length_sum = s.lexical_length_sum + %(len)s FROM workspaces w"
@@ -210,8 +215,6 @@ class MemoryStore:
             "  %(bytes)s) FROM s",
             {"bytes": row["d_bytes"], "len": row["d_len"], "ws": workspace.key},
         )  # QuotaExceededError at the next fetch or at COMMIT (the transaction then rolls back)
-        if change.lexical_text is not None:
-            await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
         await record_events(
             conn,
             workspace.key,
