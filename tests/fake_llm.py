@@ -4,8 +4,11 @@
 a free port, from a daemon thread, answering with the real response shape of OpenAI's
 Chat Completions API (id, object "chat.completion", created, model, choices[0].message,
 finish_reason, usage). Replies are scripted: `fake.script("...", Delay(3, "..."),
-HttpError(500), Respond(fn))` queues them, one consumed per request (a `Respond` picks
-its reply from the request); with the queue empty the server
+HttpError(500), Respond(fn), ToolCalls((ToolCall("search", {"q": "x"}),)))` queues them,
+one consumed per request (a `Respond` picks its reply from the request; `ToolCalls`
+answers an assistant message with `tool_calls` [{id, type "function", function {name,
+arguments}}], content null unless given, finish_reason "tool_calls"); with the queue
+empty the server
 answers HTTP 500 "no scripted reply", so a test that calls the model more often than it
 scripted fails instead of passing silently. `fake.requests` holds every parsed request
 body, so tests can check what was sent (prompt, language, previous summary,
@@ -31,7 +34,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -67,10 +70,29 @@ class Respond:
     """Answer with what *reply(request body)* returns (a str, Delay or HttpError): a
     reply chosen by what was asked, e.g. by the prompt's text."""
 
-    reply: Callable[[dict[str, Any]], str | Delay | HttpError]
+    reply: Callable[[dict[str, Any]], str | Delay | HttpError | ToolCalls]
 
 
-Reply = str | Delay | HttpError | Respond
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asks for: *arguments* a JSON object (serialised as the
+    API sends it, a string) or the raw argument string; *id* "" numbers it "call_<n>"."""
+
+    name: str
+    arguments: Mapping[str, Any] | str
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """Answer with an assistant message asking for *calls* (and *content*, null when
+    None), finish_reason "tool_calls", as OpenAI's Chat Completions API does."""
+
+    calls: tuple[ToolCall, ...]
+    content: str | None = None
+
+
+Reply = str | Delay | HttpError | Respond | ToolCalls
 
 
 def error_body(message: str, error_type: str = "server_error") -> str:
@@ -178,7 +200,7 @@ class FakeLLM:
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return 200, json.dumps({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
-    def _next(self, body: dict[str, Any]) -> str | Delay | HttpError | None:
+    def _next(self, body: dict[str, Any]) -> str | Delay | HttpError | ToolCalls | None:
         with self._lock:
             self.requests.append(body)
             fmt = body.get("response_format")
@@ -188,9 +210,25 @@ class FakeLLM:
             reply = self._replies.popleft() if self._replies else None
         return reply.reply(body) if isinstance(reply, Respond) else reply
 
-    def _completion(self, content: str, body: dict[str, Any]) -> str:
+    def _completion(self, content: str | None, body: dict[str, Any], calls: tuple[ToolCall, ...] = ()) -> str:
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
-        prompt_tokens, completion_tokens = prompt_chars // 4 + 1, len(content) // 4 + 1
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{len(self.requests)}_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments, ensure_ascii=False),
+                    },
+                }
+                for i, call in enumerate(calls)
+            ]
+        generated = len(content or "") + sum(len(c["function"]["arguments"]) for c in message.get("tool_calls", []))
+        prompt_tokens, completion_tokens = prompt_chars // 4 + 1, generated // 4 + 1
         return json.dumps(
             {
                 "id": f"chatcmpl-fake{len(self.requests)}",
@@ -200,9 +238,9 @@ class FakeLLM:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content, "refusal": None},
+                        "message": message,
                         "logprobs": None,
-                        "finish_reason": "stop",
+                        "finish_reason": "tool_calls" if calls else "stop",
                     }
                 ],
                 "usage": {
@@ -245,6 +283,8 @@ def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             elif isinstance(reply, Delay):
                 if not fake._closing.wait(reply.seconds):
                     self._send(200, fake._completion(reply.content, body))
+            elif isinstance(reply, ToolCalls):
+                self._send(200, fake._completion(reply.content, body, reply.calls))
             else:
                 self._send(200, fake._completion(reply, body))
 
