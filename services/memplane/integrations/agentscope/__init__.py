@@ -1,0 +1,24 @@
+"""AgentScope 2.x long-term memory over memplane: `MemplaneMiddleware`, a drop-in for
+AgentScope's `Mem0Middleware` and `ReMeMiddleware` (`pip install 'memplane[agentscope]'`).
+
+    from agentscope.tool import Toolkit
+    from memplane.client import AsyncMemplaneClient
+    from memplane.integrations.agentscope import MemplaneMiddleware
+
+    mw = MemplaneMiddleware(client=AsyncMemplaneClient.from_env(), user_id="alice", mode="both")
+    agent = Agent(..., toolkit=Toolkit(tools=await mw.list_tools()), middlewares=[mw])
+"""
+
+from memplane.integrations.agentscope.middleware import (
+    DEFAULT_MEMORY_SECTION_HEADER,
+    DEFAULT_MEMORY_SECTION_INTRO,
+    DEFAULT_TOOL_INSTRUCTIONS,
+    MemplaneMiddleware,
+)
+
+__all__ = [
+    "DEFAULT_MEMORY_SECTION_HEADER",
+    "DEFAULT_MEMORY_SECTION_INTRO",
+    "DEFAULT_TOOL_INSTRUCTIONS",
+    "MemplaneMiddleware",
+]
