@@ -8,9 +8,13 @@ the reply nothing, and AgentScope's context compression is done by PrepareContex
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
+import re
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +35,7 @@ from tests.fake_llm import FakeLLM, Respond, ToolCall, ToolCalls
 from tests.fix_server import TestWorkspace
 
 WAIT = 30.0  # seconds the first reasoning step may wait for the background search
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 class SearchLog(AsyncMemplaneClient):
@@ -252,3 +257,39 @@ def test_bad_arguments_name_the_field() -> None:
         MemplaneMiddleware(user_id="x", top_k=0)
     with pytest.raises(ValueError, match="threshold"):
         MemplaneMiddleware(user_id="x", threshold=1.5)
+
+
+def _readme_example() -> str:
+    """The first Python block of the README's "AgentScope" section."""
+    section = README.read_text().split("\n## AgentScope\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    return match.group(1)
+
+
+async def test_the_readme_example_runs_and_its_second_session_recalls_the_first(
+    server: str, workspace: TestWorkspace, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As written, with the environment naming the test server and the scripted model;
+    its middleware makes its own client from MEMPLANE_TARGET / MEMPLANE_API_KEY."""
+    monkeypatch.setenv("MEMPLANE_TARGET", server)
+    monkeypatch.setenv("MEMPLANE_API_KEY", workspace.key)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
+    llm.script("Noted: no meat, no nuts.", "Try a lentil curry.")
+    code = compile(_readme_example(), str(README), "exec")
+
+    def run() -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code, {"__name__": "__main__"})  # noqa: S102 - the README's own example
+        return out.getvalue()
+
+    printed = await asyncio.to_thread(run)
+
+    assert printed.splitlines() == ["Noted: no meat, no nuts.", "Try a lentil curry."]
+    assert _system(llm.requests[0]).endswith(DEFAULT_TOOL_INSTRUCTIONS)
+    assert "- I'm vegetarian and allergic to nuts." in _text(llm.requests[1])
+    stored = await _memories(workspace)
+    assert {m.scope.user_id for m in stored} == {"alice"}
+    assert len({m.scope.session_id for m in stored}) == 2
