@@ -20,11 +20,21 @@ from typing import Any
 import pytest
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
-from agentscope.message import AssistantMsg, HintBlock, Msg, UserMsg
+from agentscope.message import (
+    AssistantMsg,
+    HintBlock,
+    Msg,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolResultState,
+    UserMsg,
+)
 from agentscope.model import OpenAIChatModel
-from agentscope.tool import Toolkit
+from agentscope.tool import ToolChunk, Toolkit
 
 from memplane.client import AsyncMemplaneClient
+from memplane.client.formats import TRUNCATION_METADATA_KEY
 from memplane.integrations.agentscope import (
     DEFAULT_MEMORY_SECTION_HEADER,
     DEFAULT_TOOL_INSTRUCTIONS,
@@ -199,22 +209,34 @@ async def test_one_middleware_writes_each_agent_into_its_own_session(
 async def test_a_dead_server_logs_the_failed_write_and_the_reply_stands(
     llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The search and the write fail (UNAVAILABLE): both logged, the reply unharmed; the
+    tools answer the model with an ERROR result instead of raising."""
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = AsyncMemplaneClient(f"127.0.0.1:{port}", "mp_x_y", timeout=5.0, retry_reads=False)
-    mw = MemplaneMiddleware(client=client, user_id="fay", mode="both")
+    mw = MemplaneMiddleware(client=client, user_id="fay", mode="both", retrieval_wait=WAIT)
     llm.script("Hello fay.")
     caplog.set_level(logging.INFO, logger="memplane.integrations.agentscope")
 
     agent = await _agent(llm, mw)
     reply = await agent.reply(UserMsg(name="fay", content="hi"))
+    search_tool, add_tool = await mw.list_tools()
+    searched = await search_tool(keywords=["tea"])
+    added = await add_tool(thinking="t", content=["fay likes tea"], _agent_state=agent.state)
 
     assert reply.get_text_content() == "Hello fay."
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR and r.name == "memplane.integrations.agentscope"]
-    assert len(errors) == 1
-    assert "write-back failed" in errors[0].getMessage()
-    assert f"session_id={agent.state.session_id} messages=2" in errors[0].getMessage()
+    records = [r for r in caplog.records if r.name == "memplane.integrations.agentscope"]
+    assert [(r.levelno, r.getMessage().split(":", 1)[0]) for r in records] == [
+        (logging.WARNING, "memplane search failed"),
+        (logging.ERROR, "memplane write-back failed"),
+    ]
+    assert f"session_id={agent.state.session_id} messages=2" in records[1].getMessage()
+    for chunk, prefix in ((searched, "Error retrieving memory"), (added, "Error recording memory")):
+        assert isinstance(chunk, ToolChunk)
+        assert chunk.state == ToolResultState.ERROR
+        assert isinstance(chunk.content[0], TextBlock)
+        assert chunk.content[0].text.startswith(prefix)
     await client.close()
 
 
@@ -246,6 +268,47 @@ async def test_context_compression_is_prepare_context(server: str, workspace: Te
     assert not any("Step 0:" in _content(m) for m in prompt[2:])
     compacted = {t.message.id for t in transcript.messages if t.compacted}
     assert old[0].id in compacted  # recorded in the session's transcript, not lost
+
+
+async def test_prepare_context_cuts_an_old_tool_output_in_place(
+    server: str, workspace: TestWorkspace, llm: FakeLLM
+) -> None:
+    """Within the window nothing is compacted, but an old 20 KB tool output is cut to the
+    server's 3 KB limit: in the agent's own block (the stored output's reference in its
+    metadata, readable whole) and in the prompt."""
+    log = "\n".join(f"line {i}: " + "x" * 60 for i in range(300))
+    call = ToolCallBlock(id="call_log", name="read_log", input='{"path": "app.log"}')
+    result = ToolResultBlock(
+        id="call_log", name="read_log", output=[TextBlock(text=log)], state=ToolResultState.SUCCESS
+    )
+    async with AsyncMemplaneClient(server, workspace.key) as client:
+        mw = MemplaneMiddleware(client=client, user_id="hal", mode="static_control", compact_context=True)
+        agent = await _agent(llm, mw)
+        agent.state.context = [
+            UserMsg(name="hal", content="Read the log."),
+            AssistantMsg(name="chef", content=[call, result]),
+            AssistantMsg(name="chef", content="The log has 300 lines."),
+            UserMsg(name="hal", content="Thanks."),
+            AssistantMsg(name="chef", content="You're welcome."),
+        ]
+        llm.script("Anything else?")
+
+        await agent.reply(UserMsg(name="hal", content="Is the kitchen open?"))
+        block = agent.state.context[1].content[1]
+        assert isinstance(block, ToolResultBlock)
+        truncation = block.metadata[TRUNCATION_METADATA_KEY]
+        whole = await client.read_tool_result(truncation["ref"], line_count=1000)
+
+    assert not agent.state.summary  # nothing compacted
+    assert len(agent.state.context) >= 5
+    assert isinstance(block.output, list)
+    kept = block.output[0]
+    assert isinstance(kept, TextBlock)
+    assert len(kept.text.encode()) < 4096 < len(log)
+    assert int(truncation["total_bytes"]) == len(log.encode())
+    assert whole.text.rstrip("\n") == log
+    sent = [m for m in llm.requests[0]["messages"] if m["role"] == "tool"]
+    assert [_content(m) for m in sent] == [kept.text]
 
 
 def test_bad_arguments_name_the_field() -> None:

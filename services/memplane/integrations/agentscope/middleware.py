@@ -181,7 +181,7 @@ class MemplaneMiddleware(MiddlewareBase):
         if stale is not None:
             stale.task.cancel()
         if self.mode != "agent_control" and query:
-            self._retrievals[session_id] = _Retrieval(asyncio.create_task(self.search([query], self.top_k)))
+            self._retrievals[session_id] = _Retrieval(asyncio.create_task(self._recall(query, session_id)))
         final: Msg | None = None
         try:
             async for item in next_handler(**input_kwargs):
@@ -222,7 +222,7 @@ class MemplaneMiddleware(MiddlewareBase):
             retrieval.waited = True
             if retrieval.task.done():
                 del self._retrievals[session_id]
-                memories = _result_or_empty(retrieval.task, session_id)
+                memories = [] if retrieval.task.cancelled() else retrieval.task.result()
                 if memories:
                     agent.state.context.append(self.memory_message(memories))
         async for event in next_handler(**input_kwargs):
@@ -263,6 +263,14 @@ class MemplaneMiddleware(MiddlewareBase):
         clipped = [_clip(q) for q in queries]
         reply = await self.client.search(clipped, top_k=top_k, min_score=self.threshold or 0.0, filter=flt)
         return [hit.memory.content for hit in reply.hits]
+
+    async def _recall(self, query: str, session_id: str) -> list[str]:
+        """The static search of a reply; a failure is logged (warning) and finds nothing."""
+        try:
+            return await self.search([query], self.top_k)
+        except Exception as exc:  # a failed search must not break the reply (Mem0Middleware's rule)
+            _log.warning("memplane search failed: session_id=%s: %s", session_id, exc)
+            return []
 
     async def add(self, contents: Sequence[str], session_id: str) -> list[memory_pb2.Memory]:
         """Store each text as its own `user` memory in the scope (AddMemories, no LLM)."""
@@ -317,16 +325,6 @@ def _user_messages(inputs: object) -> list[tuple[Msg, str]]:
         if isinstance(m, Msg) and m.role == "user" and (text := m.get_text_content()):
             out.append((m, text))
     return out
-
-
-def _result_or_empty(task: asyncio.Task[list[str]], session_id: str) -> list[str]:
-    if task.cancelled():
-        return []
-    error = task.exception()
-    if error is not None:
-        _log.warning("memplane search failed: session_id=%s: %s", session_id, error)
-        return []
-    return task.result()
 
 
 def _clip(query: str) -> str:
