@@ -13,6 +13,7 @@ import io
 import logging
 import re
 import socket
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from agentscope.agent import Agent, ContextConfig
 from agentscope.credential import OpenAICredential
+from agentscope.event import ReplyFinishedReason
 from agentscope.message import (
     AssistantMsg,
     HintBlock,
@@ -41,7 +43,7 @@ from memplane.integrations.agentscope import (
     MemplaneMiddleware,
 )
 from memplane.v1 import memory_pb2
-from tests.fake_llm import FakeLLM, Respond, ToolCall, ToolCalls
+from tests.fake_llm import Delay, FakeLLM, Respond, ToolCall, ToolCalls
 from tests.fix_server import TestWorkspace
 
 WAIT = 30.0  # seconds the first reasoning step may wait for the background search
@@ -206,16 +208,41 @@ async def test_one_middleware_writes_each_agent_into_its_own_session(
     }
 
 
+async def test_an_interrupted_reply_is_not_written_back(server: str, workspace: TestWorkspace, llm: FakeLLM) -> None:
+    """Cancelled while the model is answering, AgentScope replies with its canned notice;
+    that is no turn to remember."""
+    async with AsyncMemplaneClient(server, workspace.key) as client:
+        mw = MemplaneMiddleware(client=client, user_id="ivy", mode="static_control")
+        asked = threading.Event()
+
+        def slow(_: dict[str, Any]) -> Delay:
+            asked.set()
+            return Delay(60, "too late")
+
+        llm.script(Respond(slow))
+        agent = await _agent(llm, mw)
+        task = asyncio.create_task(agent.reply(UserMsg(name="ivy", content="Plan a menu.")))
+        assert await asyncio.to_thread(asked.wait, WAIT)  # the model is answering
+        task.cancel()
+        reply = await task
+        await mw.flush()
+
+        assert reply.finished_reason == ReplyFinishedReason.INTERRUPTED
+        assert reply.get_text_content() == agent.react_config.interruption_message
+        assert await _memories(workspace) == []
+
+
 async def test_a_dead_server_logs_the_failed_write_and_the_reply_stands(
     llm: FakeLLM, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The search and the write fail (UNAVAILABLE): both logged, the reply unharmed; the
-    tools answer the model with an ERROR result instead of raising."""
+    """The search, the compaction and the write fail (UNAVAILABLE): each logged, the reply
+    unharmed (AgentScope compresses by itself); the tools answer the model with an ERROR
+    result instead of raising."""
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = AsyncMemplaneClient(f"127.0.0.1:{port}", "mp_x_y", timeout=5.0, retry_reads=False)
-    mw = MemplaneMiddleware(client=client, user_id="fay", mode="both", retrieval_wait=WAIT)
+    mw = MemplaneMiddleware(client=client, user_id="fay", mode="both", retrieval_wait=WAIT, compact_context=True)
     llm.script("Hello fay.")
     caplog.set_level(logging.INFO, logger="memplane.integrations.agentscope")
 
@@ -227,11 +254,12 @@ async def test_a_dead_server_logs_the_failed_write_and_the_reply_stands(
 
     assert reply.get_text_content() == "Hello fay."
     records = [r for r in caplog.records if r.name == "memplane.integrations.agentscope"]
-    assert [(r.levelno, r.getMessage().split(":", 1)[0]) for r in records] == [
+    assert sorted((r.levelno, r.getMessage().split(":", 1)[0]) for r in records) == [
+        (logging.WARNING, "memplane context compaction failed, AgentScope's runs"),  # within its window: no LLM call
         (logging.WARNING, "memplane search failed"),
         (logging.ERROR, "memplane write-back failed"),
     ]
-    assert f"session_id={agent.state.session_id} messages=2" in records[1].getMessage()
+    assert f"session_id={agent.state.session_id} messages=2" in records[-1].getMessage()
     for chunk, prefix in ((searched, "Error retrieving memory"), (added, "Error recording memory")):
         assert isinstance(chunk, ToolChunk)
         assert chunk.state == ToolResultState.ERROR

@@ -34,12 +34,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentscope.event import ExternalExecutionResultEvent, UserConfirmResultEvent
+from agentscope.event import ExternalExecutionResultEvent, ReplyFinishedReason, UserConfirmResultEvent
 from agentscope.message import AssistantMsg, HintBlock, Msg
 from agentscope.middleware import MiddlewareBase
 from agentscope.tool import ToolBase
 
 from memplane.client.aio import AsyncMemplaneClient
+from memplane.errors import MemplaneError
 from memplane.integrations.agentscope import context, tools
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 
@@ -173,7 +174,9 @@ class MemplaneMiddleware(MiddlewareBase):
         self, agent: Agent, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
         """Start the background search (static_control, both), run the reply, then write
-        the turn back (`write_back`)."""
+        the turn back (`write_back`): the user messages with text and the final assistant
+        text. Nothing is written for a resumption event (no new user message), a reply
+        without text, or an interrupted one (its text is AgentScope's canned notice)."""
         session_id = _session_id_of(agent)
         user_msgs = _user_messages(input_kwargs.get("inputs"))
         query = "\n".join(text for _, text in user_msgs)
@@ -195,7 +198,8 @@ class MemplaneMiddleware(MiddlewareBase):
             if retrieval is not None:
                 await asyncio.gather(retrieval.task, return_exceptions=True)
             answer = final.get_text_content() if final is not None else None
-            if self.write_back and user_msgs and final is not None and answer:
+            interrupted = final is not None and final.finished_reason == ReplyFinishedReason.INTERRUPTED
+            if self.write_back and user_msgs and final is not None and answer and not interrupted:
                 turn = [
                     writeback_pb2.ConversationMessage(
                         id=m.id, role=memory_pb2.MESSAGE_ROLE_USER, name=m.name, content=t
@@ -238,12 +242,19 @@ class MemplaneMiddleware(MiddlewareBase):
         self, agent: Agent, input_kwargs: dict[str, Any], next_handler: Callable[..., Awaitable[None]]
     ) -> None:
         """With `compact_context`, PrepareContext compacts the agent's context (see
-        `context.compact`); otherwise, or when the context holds what PrepareContext cannot
-        read (images), AgentScope's own compression runs."""
+        `context.compact`); otherwise, when the context holds what PrepareContext cannot
+        read (images), or when the call fails (logged as a warning), AgentScope's own
+        compression runs."""
         if self.compact_context:
-            scope = memory_pb2.Scope(user_id=self.user_id, agent_id=self.agent_id, session_id=_session_id_of(agent))
-            if await context.compact(self.client, agent, input_kwargs.get("context_config"), scope):
-                return
+            session_id = _session_id_of(agent)
+            scope = memory_pb2.Scope(user_id=self.user_id, agent_id=self.agent_id, session_id=session_id)
+            try:
+                if await context.compact(self.client, agent, input_kwargs.get("context_config"), scope):
+                    return
+            except MemplaneError as exc:  # the server's failure leaves the job to AgentScope
+                _log.warning(
+                    "memplane context compaction failed, AgentScope's runs: session_id=%s: %s", session_id, exc
+                )
         await next_handler(**input_kwargs)
 
     async def list_tools(self) -> list[ToolBase]:
