@@ -232,8 +232,9 @@ async def test_an_interrupted_reply_is_not_written_back(server: str, workspace: 
         assert await _memories(workspace) == []
 
 
+@pytest.mark.parametrize("await_write", [True, False], ids=["inline", "background"])
 async def test_a_dead_server_logs_the_failed_write_and_the_reply_stands(
-    llm: FakeLLM, caplog: pytest.LogCaptureFixture
+    llm: FakeLLM, caplog: pytest.LogCaptureFixture, await_write: bool
 ) -> None:
     """The search, the compaction and the write fail (UNAVAILABLE): each logged, the reply
     unharmed (AgentScope compresses by itself); the tools answer the model with an ERROR
@@ -242,12 +243,20 @@ async def test_a_dead_server_logs_the_failed_write_and_the_reply_stands(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     client = AsyncMemplaneClient(f"127.0.0.1:{port}", "mp_x_y", timeout=5.0, retry_reads=False)
-    mw = MemplaneMiddleware(client=client, user_id="fay", mode="both", retrieval_wait=WAIT, compact_context=True)
+    mw = MemplaneMiddleware(
+        client=client,
+        user_id="fay",
+        mode="both",
+        retrieval_wait=WAIT,
+        compact_context=True,
+        await_write=await_write,
+    )
     llm.script("Hello fay.")
     caplog.set_level(logging.INFO, logger="memplane.integrations.agentscope")
 
     agent = await _agent(llm, mw)
     reply = await agent.reply(UserMsg(name="fay", content="hi"))
+    await mw.flush()  # the background write, if any, has failed by now
     search_tool, add_tool = await mw.list_tools()
     searched = await search_tool(keywords=["tea"])
     added = await add_tool(thinking="t", content=["fay likes tea"], _agent_state=agent.state)
