@@ -30,6 +30,7 @@ CLIENT_MODULES = (
     "memplane.client.sync",
     "memplane.client.formats",
     "memplane.compat.mem0",
+    "memplane.integrations",
 )
 SERVER_ONLY = (
     "psycopg",
@@ -99,6 +100,15 @@ def test_the_client_imports_without_the_server_dependencies(bare_venv: Path) -> 
     result = _run(bare_venv / "python", "-c", probe, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_agentscope_integration_names_its_extra(bare_venv: Path) -> None:
+    """Without AgentScope, importing the integration says which extra brings it."""
+    result = _run(bare_venv / "python", "-c", "import memplane.integrations.agentscope", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: memplane.integrations.agentscope needs AgentScope 2.x: pip install 'memplane[agentscope]'"
+    )
 
 
 async def test_the_bare_client_talks_to_a_real_server(bare_venv: Path, server: str, workspace: TestWorkspace) -> None:
