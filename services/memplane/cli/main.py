@@ -239,6 +239,14 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
         add_connection_flags(p)
         p.set_defaults(func=func)
 
+    p = sub.add_parser(
+        "mcp",
+        help="MCP server (stdio or streamable HTTP) over a workspace; needs only 'memplane[mcp]' "
+        "(`memplane mcp --help`)",
+        add_help=False,
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER)
+
     locomo.add_parsers(sub)
     compact.add_parsers(sub)
     return parser
@@ -248,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `memplane` script."""
     settings = Settings()
     ns = build_parser(settings).parse_args(argv)
+    if ns.command == "mcp":  # the script reaches it through memplane.cli.entry, without settings
+        from memplane.integrations.mcp.cli import main as mcp_main
+
+        return mcp_main(ns.args)
     _setup_logging(settings)
     try:
         return int(asyncio.run(ns.func(ns, settings)))
