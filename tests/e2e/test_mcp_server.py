@@ -41,12 +41,12 @@ async def _stdio(server: str, key: str) -> AsyncIterator[ClientSession]:
 
 
 @contextlib.asynccontextmanager
-async def _http_process(server: str, key: str) -> AsyncIterator[str]:
-    """`memplane mcp --transport http --port 0` running; yields its URL (read from its
-    "serving" line on stderr); stopped with SIGTERM and awaited."""
+async def serving_http(argv: list[str], env: dict[str, str] | None = None) -> AsyncIterator[str]:
+    """`memplane mcp --transport http ...` (*argv*, the words after the program) running;
+    yields its URL, read from its "serving" line on stderr; stopped with SIGTERM and awaited."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *_command(server, key, "--transport", "http", "--host", "127.0.0.1", "--port", "0"),
+        *argv,
+        env=env,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
@@ -69,7 +69,7 @@ async def _http_process(server: str, key: str) -> AsyncIterator[str]:
 @contextlib.asynccontextmanager
 async def _http(server: str, key: str) -> AsyncIterator[ClientSession]:
     async with (
-        _http_process(server, key) as url,
+        serving_http([sys.executable, *_command(server, key, "--transport", "http", "--port", "0")]) as url,
         streamable_http_client(url) as (read, write),
         ClientSession(read, write) as session,
     ):
