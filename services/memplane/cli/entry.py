@@ -6,6 +6,7 @@ memplane`) it says so in one line and exits 1 instead of printing an import trac
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -72,6 +73,8 @@ def _run_mcp(argv: list[str]) -> int:
     """`memplane mcp`; exit status 1 with "... pip install 'memplane[mcp]'" on stderr when
     a module of the mcp extra is missing."""
     try:
+        if importlib.util.find_spec("mcp") is None:  # the extra's own package, named first
+            raise ModuleNotFoundError("No module named 'mcp'", name="mcp")
         from memplane.integrations.mcp.cli import main as run  # needs the mcp extra
     except ModuleNotFoundError as error:
         name = (error.name or "").partition(".")[0]
