@@ -108,6 +108,8 @@ async def test_tools_add_search_get_list_delete(server: str, workspace: TestWork
         listed = await session.list_tools()
         tools = {tool.name: tool for tool in listed.tools}
         assert set(tools) == TOOL_NAMES
+        # Each declares its result's schema; the SDK's client checks every result below against it.
+        assert all(tool.output_schema and tool.output_schema["type"] == "object" for tool in listed.tools)
         assert tools["search_memories"].input_schema["required"] == ["query"]
         assert set(tools["search_memories"].input_schema["properties"]) == {
             "query",

@@ -20,6 +20,8 @@ def test_every_tool_schema_is_a_closed_object_with_described_arguments() -> None
         assert schema["additionalProperties"] is False, tool.name
         assert set(schema["required"]) <= set(schema["properties"]), tool.name
         assert all(prop.get("description") for prop in schema["properties"].values()), tool.name
+        assert tool.output_schema is not None
+        assert tool.output_schema["type"] == "object", tool.name
 
 
 def test_defaults_are_filled_in_and_given_values_kept() -> None:

@@ -1,5 +1,5 @@
 """The five MCP tools as the client sees them (`tools/list`): name, description, JSON
-Schema of the arguments (draft 2020-12), hints; and the check of a call's arguments
+Schemas (draft 2020-12) of the arguments and of the structured result, hints; and the check of a call's arguments
 against that schema, whose message names the argument (``top_k: 'five' is not of type
 'integer'``). Limits that the memplane server owns (the longest content, the largest
 top_k) are left to it: its InvalidArgument comes back naming the field too."""
@@ -42,6 +42,35 @@ def _object(properties: Mapping[str, Any], required: list[str]) -> dict[str, Any
     return {"type": "object", "properties": dict(properties), "required": required, "additionalProperties": False}
 
 
+_TEXT, _TIME = {"type": "string"}, {"type": "string", "format": "date-time"}
+# A memory as the tools return it (`memplane.integrations.mcp.tools.memory_dict`).
+MEMORY = _object(
+    {
+        "id": _TEXT,
+        "content": _TEXT,
+        "type": {"type": "string", "enum": [*MEMORY_TYPES, "unspecified"]},
+        "user_id": _TEXT,
+        "agent_id": _TEXT,
+        "session_id": _TEXT,
+        "version": {"type": "integer", "minimum": 1},
+        "create_time": _TIME,
+        "update_time": _TIME,
+        "name": _TEXT,
+        "description": _TEXT,
+        "metadata": {"type": "object"},
+        "valid_to_time": _TIME,
+        "expire_time": _TIME,
+    },
+    ["id", "content", "type", "user_id", "agent_id", "session_id", "version", "create_time", "update_time"],
+)
+_HIT = {
+    **MEMORY,
+    "properties": {**MEMORY["properties"], "score": {"type": "number"}},
+    "required": [*MEMORY["required"], "score"],
+}
+_MEMORIES = {"type": "array", "items": MEMORY}
+
+
 TOOLS: tuple[types.Tool, ...] = (
     types.Tool(
         name=SEARCH,
@@ -61,6 +90,7 @@ TOOLS: tuple[types.Tool, ...] = (
             },
             ["query"],
         ),
+        output_schema=_object({"hits": {"type": "array", "items": _HIT}}, ["hits"]),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
     types.Tool(
@@ -83,6 +113,7 @@ TOOLS: tuple[types.Tool, ...] = (
             },
             ["content"],
         ),
+        output_schema=_object({"memory": MEMORY}, ["memory"]),
         annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
     ),
     types.Tool(
@@ -90,6 +121,7 @@ TOOLS: tuple[types.Tool, ...] = (
         title="Get memories",
         description="The memories with these ids. An id not in this workspace is an error naming it.",
         input_schema=_object({"ids": _IDS}, ["ids"]),
+        output_schema=_object({"memories": _MEMORIES}, ["memories"]),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
     types.Tool(
@@ -98,6 +130,7 @@ TOOLS: tuple[types.Tool, ...] = (
         description="Delete the memories with these ids. Every id is looked up first: if one is not in this "
         "workspace the call fails naming it and deletes nothing.",
         input_schema=_object({"ids": _IDS}, ["ids"]),
+        output_schema=_object({"deleted": {"type": "array", "items": _TEXT}}, ["deleted"]),
         annotations=types.ToolAnnotations(
             read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
         ),
@@ -121,6 +154,7 @@ TOOLS: tuple[types.Tool, ...] = (
             },
             [],
         ),
+        output_schema=_object({"memories": _MEMORIES, "next_page_token": _TEXT}, ["memories", "next_page_token"]),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
 )
