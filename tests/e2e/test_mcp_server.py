@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -207,19 +208,42 @@ async def test_another_workspaces_memory_is_not_found(
     assert (await workspace.client.get_memory(mine)).id == mine
 
 
-async def test_a_refused_key_stops_the_server_at_start(server: str, workspace: TestWorkspace) -> None:
-    bad = f"mp_{uuid.uuid4().hex[:16]}_{uuid.uuid4().hex}"
+async def _exits(*argv: str) -> tuple[int | None, bytes, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        *_command(server, bad),
+        *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), START_SECONDS)
-    assert process.returncode == 1
+    return process.returncode, out, err.decode()
+
+
+async def test_a_refused_key_stops_the_server_at_start(server: str, workspace: TestWorkspace) -> None:
+    bad = f"mp_{uuid.uuid4().hex[:16]}_{uuid.uuid4().hex}"
+    code, out, err = await _exits(*_command(server, bad))
+    assert code == 1
     assert out == b""  # nothing on the MCP channel
-    assert err.decode().startswith(f"memplane mcp: memplane at {server} refused the API key: "), err.decode()
+    assert err.startswith(f"memplane mcp: memplane at {server} refused the API key: "), err
+
+
+async def test_an_unreachable_memplane_or_a_taken_port_stops_the_server_at_start(
+    server: str, workspace: TestWorkspace
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with socket.socket() as closed:  # bound, never listening: connections are refused
+            closed.bind(("127.0.0.1", 0))
+            unreachable = f"127.0.0.1:{closed.getsockname()[1]}"
+            code, out, err = await _exits(*_command(unreachable, workspace.key))
+        assert (code, out) == (1, b"")
+        assert err.startswith(f"memplane mcp: cannot use memplane at {unreachable}: UnavailableError: "), err
+        port = str(taken.getsockname()[1])  # this test listens there
+        code, out, err = await _exits(*_command(server, workspace.key, "--transport", "http", "--port", port))
+    assert (code, out) == (1, b"")
+    assert err.startswith(f"memplane mcp: cannot listen on 127.0.0.1:{port}: "), err
 
 
 async def test_a_key_revoked_while_serving_makes_each_call_a_tool_error(
