@@ -68,9 +68,9 @@ async def serving_http(argv: list[str], env: dict[str, str] | None = None) -> As
 
 
 @contextlib.asynccontextmanager
-async def _http(server: str, key: str) -> AsyncIterator[ClientSession]:
+async def _http(server: str, key: str, *extra: str) -> AsyncIterator[ClientSession]:
     async with (
-        serving_http([sys.executable, *_command(server, key, "--transport", "http", "--port", "0")]) as url,
+        serving_http([sys.executable, *_command(server, key, "--transport", "http", "--port", "0", *extra)]) as url,
         streamable_http_client(url) as (read, write),
         ClientSession(read, write) as session,
     ):
@@ -78,7 +78,11 @@ async def _http(server: str, key: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
-TRANSPORTS = {"stdio": _stdio, "http": _http}
+def _http_stateless(server: str, key: str) -> contextlib.AbstractAsyncContextManager[ClientSession]:
+    return _http(server, key, "--stateless")
+
+
+TRANSPORTS = {"stdio": _stdio, "http": _http, "http-stateless": _http_stateless}
 
 
 async def _call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=DEFAULT_HTTP_PORT, help=f"http: port (default {DEFAULT_HTTP_PORT}; 0 picks one)"
     )
     parser.add_argument(
+        "--stateless",
+        action="store_true",
+        help="http: no MCP sessions, every request stands alone (several replicas behind one Service need no "
+        "sticky sessions)",
+    )
+    parser.add_argument(
         "--target",
         default=None,
         help=f"memplane server host:port (default {_default_target(os.environ)}: MEMPLANE_TARGET, "
@@ -89,7 +95,7 @@ async def _serve(ns: argparse.Namespace, target: str, key: str, ca: bytes | None
             await serve_stdio(server)
             return 0
         try:
-            await serve_http(server, ns.host, ns.port)
+            await serve_http(server, ns.host, ns.port, stateless=ns.stateless)
         except OSError as error:
             print(f"memplane mcp: cannot listen on {ns.host}:{ns.port}: {error.strerror or error}", file=sys.stderr)
             return 1

@@ -67,18 +67,19 @@ class _Uvicorn(uvicorn.Server):
             self._on_started()
 
 
-async def serve_http(server: Server[Any], host: str, port: int) -> None:
+async def serve_http(server: Server[Any], host: str, port: int, *, stateless: bool = False) -> None:
     """Serve streamable HTTP at http://*host*:*port*/mcp (port 0: a free one) until
-    SIGINT/SIGTERM; once it accepts connections, print ``memplane mcp: serving streamable
-    HTTP at <url>`` on stderr (a line a supervisor or a test can wait for). Raises
-    `OSError` when the address cannot be bound."""
+    SIGINT/SIGTERM, with MCP sessions unless *stateless* (each request on its own). Once
+    it accepts connections, print ``memplane mcp: serving streamable HTTP at <url>`` on
+    stderr (a line a supervisor or a test can wait for). Raises `OSError` when the
+    address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
     # The SDK turns DNS-rebinding protection on for a loopback host (Host/Origin checked).
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host, stateless_http=stateless)
     url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}{HTTP_PATH}"
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
 
