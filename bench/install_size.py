@@ -1,4 +1,5 @@
-"""Size of `pip install memplane` (the client) against `pip install 'memplane[server]'`:
+"""Size of `pip install memplane` (the client) against `pip install 'memplane[mcp]'` (the client and
+the MCP server) and `pip install 'memplane[server]'`:
 the wheel built from this tree, then each installed into a fresh venv with the pip that
 ships with this Python; prints the wheel's bytes and each venv's site-packages bytes
 (pip and setuptools, the same in both, left out).
@@ -47,7 +48,7 @@ def main() -> None:
         _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", work, REPO)
         (wheel,) = work.glob("memplane-*.whl")
         print(f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.2f} MB")
-        for extra in ("", "server"):
+        for extra in ("", "mcp", "server"):
             size, count = installed_bytes(wheel, extra, work)
             label = f"memplane[{extra}]" if extra else "memplane"
             print(f"{label:<18} installed: {size / 1e6:8.1f} MB in {count} distributions")

@@ -161,8 +161,55 @@ def test_memplane_commands_name_the_server_extra(bare_venv: Path, command: list[
     ]
 
 
+def test_memplane_mcp_names_the_mcp_extra(bare_venv: Path) -> None:
+    result = _run(bare_venv / "memplane", "mcp", "--api-key", "mp_x_y", timeout=60)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [
+        "memplane mcp: needs the mcp extra (no module 'mcp'): pip install 'memplane[mcp]'"
+    ]
+
+
+# What `memplane[mcp]` must still not bring: the server extra's own parts (the MCP SDK
+# itself needs pydantic, opentelemetry-api and, through pyjwt[crypto], cryptography).
+NOT_WITH_MCP = tuple(m for m in SERVER_ONLY if m not in {"pydantic", "opentelemetry", "cryptography"})
+
+
+@pytest.fixture(scope="module")
+def mcp_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the bundled pip and `pip install 'memplane[mcp] @ <wheel>'`; its bin/."""
+    venv = tmp_path_factory.mktemp("mcp") / "venv"
+    made = _run(sys.executable, "-m", "venv", venv)
+    assert made.returncode == 0, made.stderr
+    installed = _run(venv / "bin" / "python", "-m", "pip", "install", "-q", f"memplane[mcp] @ {wheel.as_uri()}")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv / "bin"
+
+
+async def test_memplane_mcp_serves_from_the_client_and_the_mcp_extra(
+    mcp_venv: Path, server: str, workspace: TestWorkspace
+) -> None:
+    """`memplane mcp` of a `memplane[mcp]` install (no server extra) answers the SDK's own
+    stdio client: the five tools, a write and a search against the real server."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    probe = f"import importlib.util; print([m for m in {NOT_WITH_MCP!r} if importlib.util.find_spec(m)])"
+    absent = _run(mcp_venv / "python", "-c", probe, timeout=60)
+    assert (absent.returncode, absent.stdout.strip()) == (0, "[]"), absent.stderr
+    params = StdioServerParameters(
+        command=str(mcp_venv / "memplane"), args=["mcp", "--target", server, "--api-key", workspace.key]
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert len((await session.list_tools()).tools) == 5
+        added = await session.call_tool("add_memory", {"content": "Dee keeps bees", "user_id": "dee"})
+        assert not added.is_error, added.content
+        found = await session.call_tool("search_memories", {"query": "who keeps bees?", "user_id": "dee"})
+        assert not found.is_error, found.content
+        assert [h["content"] for h in found.structured_content["hits"]] == ["Dee keeps bees"]
+
+
 def test_every_extra_resolves_with_the_stock_pip(bare_venv: Path, wheel: Path) -> None:
-    """`pip install 'memplane[dev]'` (server, operator, agentscope and the dev tools: every
+    """`pip install 'memplane[dev]'` (server, operator, agentscope, mcp and the dev tools: every
     pin at once) resolves with pip 23.2 — a dry run, nothing installed. With the
     OpenTelemetry ranges open (>=1.30 / >=0.51b0) this pip gave ResolutionImpossible."""
     result = _run(bare_venv / "python", "-m", "pip", "install", "--dry-run", "-q", f"memplane[dev] @ {wheel.as_uri()}")

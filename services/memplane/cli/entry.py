@@ -1,13 +1,20 @@
 """The `memplane` script's entry point. The command line comes with the server extra
 (settings, logging and the server itself); in a bare client install (`pip install
-memplane`) it says so in one line and exits 1 instead of printing an import traceback."""
+memplane`) it says so in one line and exits 1 instead of printing an import traceback.
+`memplane mcp` is the exception: a client of a server, it needs the mcp extra only
+(`memplane.integrations.mcp.cli`), and says so when that is missing."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Sequence
 
 SERVER_EXTRA = "pip install 'memplane[server]'"
+MCP_EXTRA = "pip install 'memplane[mcp]'"
+
+# Top-level modules that `memplane[mcp]` brings (the SDK and what its server runs on).
+MCP_MODULES = frozenset({"mcp", "mcp_types", "jsonschema", "starlette", "uvicorn", "anyio"})
 
 # Top-level modules that `memplane[server]` brings and the bare client install lacks.
 SERVER_MODULES = frozenset(
@@ -43,7 +50,11 @@ def missing_server_module(error: ModuleNotFoundError) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI (`memplane.cli.main`); exit status 1 with "... pip install
-    'memplane[server]'" on stderr when a module of the server extra is missing."""
+    'memplane[server]'" on stderr when a module of the server extra is missing.
+    `memplane mcp ...` runs `memplane.integrations.mcp.cli` without the server extra."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["mcp"]:
+        return _run_mcp(args[1:])
     try:
         from memplane.cli.main import main as run  # needs the server extra
 
@@ -56,3 +67,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = f"memplane {words[0]}" if words else "memplane"
         print(f"{command}: needs the server extra (no module {missing!r}): {SERVER_EXTRA}", file=sys.stderr)
         return 1
+
+
+def _run_mcp(argv: list[str]) -> int:
+    """`memplane mcp`; exit status 1 with "... pip install 'memplane[mcp]'" on stderr when
+    a module of the mcp extra is missing."""
+    try:
+        if importlib.util.find_spec("mcp") is None:  # the extra's own package, named first
+            raise ModuleNotFoundError("No module named 'mcp'", name="mcp")
+        from memplane.integrations.mcp.cli import main as run  # needs the mcp extra
+    except ModuleNotFoundError as error:
+        name = (error.name or "").partition(".")[0]
+        if name not in MCP_MODULES:
+            raise
+        print(f"memplane mcp: needs the mcp extra (no module {name!r}): {MCP_EXTRA}", file=sys.stderr)
+        return 1
+    return run(argv)

@@ -239,6 +239,15 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
         add_connection_flags(p)
         p.set_defaults(func=func)
 
+    # Listed here for `memplane --help`; main() hands `memplane mcp ...` to its own parser.
+    p = sub.add_parser(
+        "mcp",
+        help="MCP server (stdio or streamable HTTP) over a workspace; needs only 'memplane[mcp]' "
+        "(`memplane mcp --help`)",
+        add_help=False,
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER)
+
     locomo.add_parsers(sub)
     compact.add_parsers(sub)
     return parser
@@ -246,8 +255,13 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `memplane` script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["mcp"]:  # its own parser; the script reaches it through memplane.cli.entry, without settings
+        from memplane.integrations.mcp.cli import main as mcp_main
+
+        return mcp_main(args[1:])
     settings = Settings()
-    ns = build_parser(settings).parse_args(argv)
+    ns = build_parser(settings).parse_args(args)
     _setup_logging(settings)
     try:
         return int(asyncio.run(ns.func(ns, settings)))

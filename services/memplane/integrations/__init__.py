@@ -1,2 +1,4 @@
-"""Framework integrations over the client SDK: `memplane.integrations.agentscope` (needs
-the `agentscope` extra). They import only `memplane.client`, never the server."""
+"""Adapters that plug memplane into agent frameworks and protocols:
+`memplane.integrations.agentscope` (AgentScope 2.x middleware, the `agentscope` extra) and
+`memplane.integrations.mcp` (an MCP server, the `mcp` extra). Each is a client of a memplane
+server through the client SDK only, never the server extra."""
