@@ -1,0 +1,88 @@
+"""README.md's "Using it" section run as written against the session server: its shell
+lines (all but `memplane serve`, which the session server stands for, and the LoCoMo
+import and eval, which tests/e2e/test_locomo_cli*.py and the quickstart run) through the
+installed `memplane` command, and its Python snippet as a script. The issue this answers:
+the snippet had no `asyncio.run`, no key and no user filter, so it did not run and would
+have ranked another user's memory first."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import sys
+from asyncio.subprocess import PIPE
+from pathlib import Path
+
+from memplane.client import AsyncMemplaneClient
+from memplane.v1 import memory_pb2
+from tests.fix_server import TestWorkspace, random_workspace_name
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SKIPPED = ("memplane serve", "memplane import locomo", "memplane eval locomo")
+
+
+def _section_blocks(language: str) -> list[str]:
+    section = README.read_text().split("\n## Using it\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+
+
+def _env(server: str, api_key: str, admin_key: str, home: Path) -> dict[str, str]:
+    # HOME elsewhere: nothing reads or writes the developer's credentials.json.
+    return {**os.environ, "MEMPLANE_TARGET": server, "MEMPLANE_API_KEY": api_key, "MEMPLANE_ADMIN_KEY": admin_key,
+            "HOME": str(home)}  # fmt: skip
+
+
+async def _run(argv: list[str], env: dict[str, str]) -> str:
+    """Run *argv* to its end (asynchronously: the session server serves on this loop) and
+    return its stdout; fails the test with its stderr on a non-zero exit."""
+    process = await asyncio.create_subprocess_exec(*argv, env=env, stdout=PIPE, stderr=PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, f"{argv}: {err.decode()}"
+    return out.decode()
+
+
+async def test_the_shell_lines_run_as_written(
+    server: str, admin_key: str, admin_client: AsyncMemplaneClient, workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    (block,) = _section_blocks("bash")
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    commands = [line for line in lines if line.startswith("memplane ") and not line.startswith(SKIPPED)]
+    assert len(commands) == 4, commands  # add, search, workspace create, key create
+    name = random_workspace_name()
+    env = _env(server, workspace.key, admin_key, tmp_path)
+    memplane = str(Path(sys.executable).with_name("memplane"))
+    try:
+        outputs = [
+            await _run([memplane, *shlex.split(command.replace("team-a", name))[1:]], env) for command in commands
+        ]
+    finally:
+        await admin_client.delete_workspace(name)
+    _added, found, created, key = outputs
+    assert "Lisbon" in found  # the memory just added, in alice's scope
+    assert re.search(r"API key \(shown once\): mp_", created), created
+    assert re.search(r"^key id \S+$", key, flags=re.M), key
+
+
+async def test_the_python_snippet_runs_as_written_and_finds_only_alices_memory(
+    server: str, admin_key: str, workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    (snippet,) = _section_blocks("python")
+    other = await workspace.client.search("drink", top_k=1)  # nothing yet
+    assert not other.hits
+
+    await workspace.client.add_memories(  # another user's drink, worded to outrank alice's
+        [
+            memory_pb2.MemoryInput(
+                content="what does bob drink? bob drinks coffee", scope=memory_pb2.Scope(user_id="bob")
+            )
+        ]
+    )
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet)
+    out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
+    rows = out.strip().splitlines()
+    assert rows, out
+    assert rows[0].endswith("I prefer green tea"), out
+    assert "coffee" not in out  # the filter names alice
