@@ -1,9 +1,12 @@
-"""README.md's "Using it" section run as written against the session server: its shell
+"""README.md's snippets run as written against the session server (the mem0, AgentScope and
+MCP sections have their own runners beside their tests). "Using it": its shell
 lines (all but `memplane serve`, which the session server stands for, and the LoCoMo
 import and eval, which tests/e2e/test_locomo_cli*.py and the quickstart run) through the
 installed `memplane` command, and its Python snippet as a script. The issue this answers:
 the snippet had no `asyncio.run`, no key and no user filter, so it did not run and would
-have ranked another user's memory first."""
+have ranked another user's memory first. "Context compaction": the PrepareContext loop
+with OpenAI-shaped messages (it used `openai_messages`, `summary` and `api_key` from
+nowhere)."""
 
 from __future__ import annotations
 
@@ -86,3 +89,20 @@ async def test_the_python_snippet_runs_as_written_and_finds_only_alices_memory(
     assert rows, out
     assert rows[0].endswith("I prefer green tea"), out
     assert "coffee" not in out  # the filter names alice
+
+
+async def test_the_compaction_snippet_runs_as_written_and_summarises(
+    server: str, admin_key: str, workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (snippet,) = [block for block in blocks if "client.prepare_context(" in block]
+    script = tmp_path / "compaction.py"
+    script.write_text(snippet)
+    out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
+    kept = int(out.split(" messages kept of 81", 1)[0])
+    assert 1 < kept < 81, out  # the system prompt and the newest turns; the rest summarised
+    assert "Extractive summary" in out  # no LLM on the session server: the extractive summary
+    transcript = await workspace.client.get_transcript("s-42", page_size=100)
+    # every summarised turn is kept in the session's transcript, marked compacted
+    assert len(transcript.messages) == 81 - kept  # 80 turns less the kept ones (the system prompt is not a turn)
+    assert all(m.compacted for m in transcript.messages)
