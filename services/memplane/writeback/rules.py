@@ -36,11 +36,13 @@ MAX_FACTS = 20
 
 @dataclass(frozen=True)
 class RuleFact:
-    """One statement: the fact (type user, speaker user) and, for a single-valued
-    attribute, its key (`residence`, `workplace`, `name`, `my:<thing>`); None otherwise."""
+    """One statement: the fact (type user, speaker user), for a single-valued attribute
+    its key (`residence`, `workplace`, `name`, `my:<thing>`; None otherwise), and the
+    index of the message it was said in."""
 
     fact: Fact
     attribute: str | None
+    message: int
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def statements(messages: Sequence[ConversationMessage]) -> list[RuleFact]:
     facts' provenance; `valid_from` is the message's time (None: the session's)."""
     found: list[RuleFact] = []
     seen: set[str] = set()
-    for message in messages:
+    for position, message in enumerate(messages):
         if message.role is not MessageRole.USER:
             continue
         for sentence in _sentences(message.content):
@@ -108,7 +110,7 @@ def statements(messages: Sequence[ConversationMessage]) -> list[RuleFact]:
                 valid_from=message.created_at,
                 message_ids=(message.id,) if message.id else (),
             )
-            found.append(RuleFact(fact, attribute))
+            found.append(RuleFact(fact, attribute, position))
             if len(found) == MAX_FACTS:
                 return found
     return found
