@@ -59,7 +59,9 @@ class ImportSummary:
     id_map: dict[str, str]
 
 
-async def _all_memories(client: AsyncMemplaneClient, page_size: int) -> list[memory_pb2.Memory]:
+async def list_all_memories(client: AsyncMemplaneClient, page_size: int = EXPORT_PAGE_SIZE) -> list[memory_pb2.Memory]:
+    """Every memory of the key's workspace, superseded and expired-not-erased included,
+    oldest first (one ListMemories call per *page_size* memories)."""
     flt = filter_pb2.MemoryFilter(include_superseded=True, include_expired=True)
     memories: list[memory_pb2.Memory] = []
     token = ""
@@ -79,7 +81,7 @@ async def export_workspace(
     `UnauthenticatedError`); *out* then holds no end line, so importing it is refused."""
     out.write(header_line(history=history))
     events = 0
-    memories = await _all_memories(client, page_size)
+    memories = await list_all_memories(client, page_size)
     for memory in memories:
         out.write(memory_line(memory))
         if history:
@@ -100,14 +102,22 @@ def _line_error(error: InvalidArgumentError, batch: list[tuple[int, memory_pb2.M
     return error
 
 
-async def _roll_back(client: AsyncMemplaneClient, ids: list[str]) -> None:
+async def _roll_back(client: AsyncMemplaneClient, ids: list[str], cause: MemplaneError) -> None:
+    """Delete the memories *ids* stored by the batches before the refused one; raises
+    `MemplaneError` saying how many are left (with *cause*) when some deletes fail."""
     limit = asyncio.Semaphore(_ROLLBACK_CONCURRENCY)
 
     async def delete(memory_id: str) -> None:
         async with limit:
             await client.delete_memory(memory_id)
 
-    await asyncio.gather(*(delete(i) for i in ids))
+    results = await asyncio.gather(*(delete(i) for i in ids), return_exceptions=True)
+    left = sum(1 for r in results if isinstance(r, BaseException))
+    if left:
+        raise MemplaneError(
+            f"{cause}; the import was refused and {left} of the {len(ids)} memories stored before it "
+            "could not be deleted again"
+        ) from cause
 
 
 async def import_workspace(
@@ -127,8 +137,9 @@ async def import_workspace(
         try:
             added = await client.add_memories([memory_input(m) for _, m in batch])
         except MemplaneError as error:
-            await _roll_back(client, stored)
-            raise _line_error(error, batch) if isinstance(error, InvalidArgumentError) else error from None
+            refused = _line_error(error, batch) if isinstance(error, InvalidArgumentError) else error
+            await _roll_back(client, stored, refused)
+            raise refused from None
         stored += [m.id for m in added]
         id_map.update({old.id: new.id for (_, old), new in zip(batch, added, strict=True) if old.id})
     return ImportSummary(len(stored), len(parsed.events), id_map)
