@@ -16,12 +16,28 @@ from memplane.sandbox import LocalSandboxes, SandboxBackend
 BackendFactory = Callable[[Path], AbstractAsyncContextManager[SandboxBackend]]
 
 
+class ExecDerivedLocal(LocalSandboxes):
+    """The local backend with symlink resolution, listing and deleting left to the base
+    class's defaults derived from `_exec` (`realpath -m`, `find -printf`, `rm -rf`):
+    what a remote backend (docker, pod, e2b) inherits, run here against the host's
+    GNU tools."""
+
+    _realpath = SandboxBackend._realpath
+    _list = SandboxBackend._list
+    _delete = SandboxBackend._delete
+
+
 @asynccontextmanager
 async def _local(tmp: Path) -> AsyncIterator[SandboxBackend]:
     yield LocalSandboxes(tmp / "sandboxes")
 
 
-BACKENDS: dict[str, BackendFactory] = {"local": _local}
+@asynccontextmanager
+async def _exec_derived(tmp: Path) -> AsyncIterator[SandboxBackend]:
+    yield ExecDerivedLocal(tmp / "sandboxes")
+
+
+BACKENDS: dict[str, BackendFactory] = {"local": _local, "exec-derived": _exec_derived}
 
 
 @pytest.fixture(params=sorted(BACKENDS))

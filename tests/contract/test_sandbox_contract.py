@@ -59,6 +59,8 @@ async def test_missing_files_and_directories(backend: SandboxBackend, workspace:
         await backend.read_file(handle, "dir")  # a directory is not a file
     with pytest.raises(SandboxFileNotFoundError):
         await backend.list_dir(handle, "no-such-dir")
+    with pytest.raises(SandboxFileNotFoundError):
+        await backend.list_dir(handle, "dir/file.md")  # a file is not a directory
     with pytest.raises(SandboxPathError, match="is a directory"):
         await backend.write_file(handle, "dir", b"x")
     with pytest.raises(SandboxPathError, match="directory must be"):

@@ -28,7 +28,9 @@ from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxPathError
 from memplane.sandbox.paths import ROOT, confine, is_within, join_root
 
 DEFAULT_EXEC_TIMEOUT = 60.0  # seconds
-_FIND_FORMAT = "%y\\t%s\\t%f\\0"  # type, size in bytes, name (last: it may hold a tab)
+# type (symlinks followed: -L; "l" for a broken one), size in bytes, name (last: it may
+# hold a tab)
+_FIND_FORMAT = "%y\\t%s\\t%f\\0"
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,12 @@ class SandboxBackend(ABC):
         return result.stdout.decode().rstrip("\n")
 
     async def _list(self, handle: SandboxHandle, path: str) -> list[DirEntry]:
-        """The entries of the directory *path* (`find -printf`)."""
-        argv = ["find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", _FIND_FORMAT]
+        """The entries of the directory *path* (`find -printf`); `SandboxFileNotFoundError`
+        when it is no directory."""
+        is_dir = await self._exec(handle, ["test", "-d", path], cwd=handle.root, timeout_seconds=10.0)
+        argv = ["find", "-L", path, "-mindepth", "1", "-maxdepth", "1", "-printf", _FIND_FORMAT]
         result = await self._exec(handle, argv, cwd=handle.root, timeout_seconds=DEFAULT_EXEC_TIMEOUT)
-        if not result.ok():
+        if not (is_dir.ok() and result.ok()):
             raise SandboxFileNotFoundError(path)
         entries = []
         for record in result.stdout.decode(errors="surrogateescape").split("\0"):
