@@ -3,6 +3,8 @@ lifecycle, file I/O, exec, and confinement of every path under the sandbox root.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from memplane.errors import InvalidArgumentError
@@ -192,3 +194,10 @@ async def test_bad_workspace_names_are_refused(backend: SandboxBackend, name: st
     with pytest.raises(InvalidArgumentError) as caught:
         await backend.ensure(name)
     assert caught.value.violations[0].field == "workspace"
+
+
+async def test_concurrent_ensures_give_one_sandbox(backend: SandboxBackend, workspace: str) -> None:
+    handles = await asyncio.gather(*(backend.ensure(workspace) for _ in range(4)))
+    assert len(set(handles)) == 1
+    await backend.write_file(handles[0], "x.md", b"x")
+    assert await backend.read_file(handles[3], "x.md") == b"x"

@@ -25,6 +25,7 @@ import aiodocker
 from aiodocker.containers import DockerContainer
 from aiodocker.types import JSONValue
 
+from memplane.errors import FailedPreconditionError
 from memplane.sandbox.base import ExecResult, SandboxBackend, SandboxHandle, check_workspace
 from memplane.sandbox.errors import (
     SandboxExecTimeoutError,
@@ -59,6 +60,7 @@ class DockerSandboxes(SandboxBackend):
         self._docker, self._image, self._prefix = docker, image, name_prefix
         self._labels = dict(labels or {})
         self._stop_timeout = stop_timeout_seconds
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def _config(self, workspace: str) -> dict[str, JSONValue]:
         limits = [{"Name": name, "Soft": 1024, "Hard": 1024} for name in ("nofile", "nproc")]
@@ -72,16 +74,30 @@ class DockerSandboxes(SandboxBackend):
 
     async def ensure(self, workspace: str) -> SandboxHandle:
         name = self._prefix + check_workspace(workspace)
+        async with self._locks.setdefault(workspace, asyncio.Lock()):  # one create per workspace here
+            return await self._ensure(workspace, name)
+
+    async def _ensure(self, workspace: str, name: str) -> SandboxHandle:
         try:
             container = await self._docker.containers.get(name)
         except aiodocker.DockerError as exc:
             if exc.status != _NOT_FOUND:
                 raise
-            container = await self._docker.containers.create(self._config(workspace), name=name)
+            container = await self._create(workspace, name)
         state = (await container.show())["State"]
         if not state["Running"]:
             await container.start()
         return SandboxHandle(self.kind, workspace, container.id, SANDBOX_ROOT)
+
+    async def _create(self, workspace: str, name: str) -> DockerContainer:
+        """Create the container; a concurrent `ensure` that created it first wins (409).
+        Raises `FailedPreconditionError` naming the image when the engine refuses."""
+        try:
+            return await self._docker.containers.create(self._config(workspace), name=name)
+        except aiodocker.DockerError as exc:
+            if exc.status == _CONFLICT or "already in use" in exc.message:  # another process was first
+                return await self._docker.containers.get(name)
+            raise FailedPreconditionError(f"cannot create a sandbox from image {self._image!r}: {exc.message}") from exc
 
     async def suspend(self, handle: SandboxHandle) -> None:
         try:
