@@ -5,6 +5,7 @@ server-assigned ones; a bad line or a refused batch stores nothing."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +16,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from memplane.cli.main import main
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.client.export_format import end_line, header_line, memory_line
-from memplane.client.transfer import import_workspace
+from memplane.client.transfer import export_workspace, import_workspace
 from memplane.errors import QuotaExceededError
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
@@ -187,3 +188,22 @@ async def test_a_quota_hit_mid_import_rolls_back(workspace_factory: WorkspaceFac
     with pytest.raises(QuotaExceededError):
         await import_workspace(small.client, _file(["a", "b", "c", "d"]), batch_size=2)
     assert (await small.client.list_memories(filter=ALL)).total_size == 0
+
+
+async def test_export_pages_through_everything_oldest_first(workspace: TestWorkspace) -> None:
+    ids = [(await workspace.client.add_memories([memory_pb2.MemoryInput(content=f"m{i}")]))[0].id for i in range(7)]
+    out = io.StringIO()
+    summary = await export_workspace(workspace.client, out, page_size=2)  # four pages
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["memory"]["id"] for line in lines if line["kind"] == "memory"] == ids
+    assert (summary.memory_count, summary.event_count) == (7, 0)
+
+
+async def test_a_failed_export_leaves_no_file(server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "never.jsonl"
+    code, _, err = await _run(
+        ["export", "jsonl", str(path), "--target", server, "--api-key", "mp_nokey_nosecret"], capsys
+    )
+    assert code == 1
+    assert "UnauthenticatedError" in err
+    assert not path.exists()
