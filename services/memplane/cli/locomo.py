@@ -117,11 +117,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_connection_flags(parser)
 
 
-def add_parsers(sub: Any) -> None:
-    """Register `import locomo` and `eval locomo` on the top-level subparsers *sub*."""
-    p = sub.add_parser("import", help="import a benchmark dataset into workspaces (admin key)")
-    isub = p.add_subparsers(dest="dataset", required=True)
-    q = isub.add_parser("locomo", help="one workspace per LoCoMo conversation, every turn as an episodic memory")
+def add_parsers(sub: Any, imports: Any) -> None:
+    """Register `eval locomo` on the top-level subparsers *sub* and `import locomo` on
+    *imports* (the subparsers of `memplane import`)."""
+    q = imports.add_parser("locomo", help="one workspace per LoCoMo conversation, every turn as an episodic memory")
     _common(q)
     q.add_argument("--prefix", default="locomo", help='workspace names are "<prefix>-<sample id>" (default locomo)')
     q.set_defaults(func=cmd_import_locomo)

@@ -1,4 +1,4 @@
-"""`memplane` — serve, migrate, manage workspaces and keys, add, search, import, eval, compact.
+"""`memplane` — serve, migrate, manage workspaces and keys, add, search, export, import, eval, compact.
 
 Settings come from the environment (MEMPLANE_*, see memplane.settings) and are loaded
 once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
@@ -188,7 +188,7 @@ def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; help texts show the defaults *settings* (the environment's)
     give, e.g. the port of MEMPLANE_GRPC__PORT."""
-    from memplane.cli import compact, locomo
+    from memplane.cli import compact, locomo, markdown, transfer
 
     settings = settings or Settings()
 
@@ -248,7 +248,13 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("args", nargs=argparse.REMAINDER)
 
-    locomo.add_parsers(sub)
+    p = sub.add_parser("import", help="import a workspace export, or a benchmark dataset into workspaces")
+    imports = p.add_subparsers(dest="format", required=True)
+    p = sub.add_parser("export", help="export the key's workspace")
+    exports = p.add_subparsers(dest="format", required=True)
+    locomo.add_parsers(sub, imports)
+    transfer.add_parsers(imports, exports)
+    markdown.add_parsers(exports)
     compact.add_parsers(sub)
     return parser
 

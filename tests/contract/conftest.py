@@ -1,0 +1,73 @@
+"""The sandbox backends under the contract suite: one factory each. A new backend (pod,
+e2b over a fake envd) joins the suite by adding its factory to `BACKENDS`; the factory
+yields a ready backend and cleans up what it started (session fixtures it needs, e.g.
+`podman_socket`, through *request*)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+
+import aiodocker
+import pytest
+
+from memplane.sandbox import LocalSandboxes, SandboxBackend
+from memplane.sandbox.docker import DockerSandboxes
+from tests.fix_podman import SANDBOX_IMAGE, podman_socket
+
+__all__ = ["podman_socket"]  # the session fixture, visible to the tests here
+
+BackendFactory = Callable[[Path, pytest.FixtureRequest], AbstractAsyncContextManager[SandboxBackend]]
+
+
+class ExecDerivedLocal(LocalSandboxes):
+    """The local backend with symlink resolution, listing and deleting left to the base
+    class's defaults derived from `_exec` (`realpath -m`, `find -printf`, `rm -rf`):
+    what a remote backend (docker, pod, e2b) inherits, run here against the host's
+    GNU tools."""
+
+    _realpath = SandboxBackend._realpath
+    _list = SandboxBackend._list
+    _delete = SandboxBackend._delete
+
+
+@asynccontextmanager
+async def _local(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    yield LocalSandboxes(tmp / "sandboxes")
+
+
+@asynccontextmanager
+async def _exec_derived(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    yield ExecDerivedLocal(tmp / "sandboxes")
+
+
+@asynccontextmanager
+async def _docker(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    """Containers over Podman's Docker API (tests/fix_podman.py), removed at the end."""
+    run = uuid.uuid4().hex[:12]
+    docker = aiodocker.Docker(url=request.getfixturevalue("podman_socket"))
+    try:
+        yield DockerSandboxes(docker, SANDBOX_IMAGE, name_prefix=f"t{run}-", labels={TEST_LABEL: run})
+    finally:
+        for container in await docker.containers.list(all=True, filters={"label": [f"{TEST_LABEL}={run}"]}):
+            await container.delete(force=True)
+        await docker.close()
+
+
+BACKENDS: dict[str, BackendFactory] = {"local": _local, "exec-derived": _exec_derived, "docker": _docker}
+TEST_LABEL = "memplane.io/test-run"
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SandboxBackend]:
+    """Each backend of `BACKENDS` in turn."""
+    async with BACKENDS[request.param](tmp_path, request) as ready:
+        yield ready
+
+
+@pytest.fixture
+def workspace() -> str:
+    """A fresh workspace name."""
+    return f"ws-{uuid.uuid4().hex[:12]}"
