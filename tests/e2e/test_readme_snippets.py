@@ -37,10 +37,10 @@ def _env(server: str, api_key: str, admin_key: str, home: Path) -> dict[str, str
             "HOME": str(home)}  # fmt: skip
 
 
-async def _run(argv: list[str], env: dict[str, str]) -> str:
+async def _run(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
     """Run *argv* to its end (asynchronously: the session server serves on this loop) and
     return its stdout; fails the test with its stderr on a non-zero exit."""
-    process = await asyncio.create_subprocess_exec(*argv, env=env, stdout=PIPE, stderr=PIPE)
+    process = await asyncio.create_subprocess_exec(*argv, env=env, stdout=PIPE, stderr=PIPE, cwd=cwd)
     out, err = await asyncio.wait_for(process.communicate(), timeout=120)
     assert process.returncode == 0, f"{argv}: {err.decode()}"
     return out.decode()
@@ -52,20 +52,20 @@ async def test_the_shell_lines_run_as_written(
     (block,) = _section_blocks("bash")
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     commands = [line for line in lines if line.startswith("memplane ") and not line.startswith(SKIPPED)]
-    assert len(commands) == 4, commands  # add, search, workspace create, key create
+    assert len(commands) == 5, commands  # add, search, workspace create, key create, export
     name = random_workspace_name()
     env = _env(server, workspace.key, admin_key, tmp_path)
     memplane = str(Path(sys.executable).with_name("memplane"))
     try:
-        outputs = [
-            await _run([memplane, *shlex.split(command.replace("team-a", name))[1:]], env) for command in commands
-        ]
+        argvs = [[memplane, *shlex.split(command.replace("team-a", name))[1:]] for command in commands]
+        outputs = [await _run(argv, env, cwd=tmp_path) for argv in argvs]
     finally:
         await admin_client.delete_workspace(name)
-    _added, found, created, key = outputs
+    _added, found, created, key, _exported = outputs
     assert "Lisbon" in found  # the memory just added, in alice's scope
     assert re.search(r"API key \(shown once\): mp_", created), created
     assert re.search(r"^key id \S+$", key, flags=re.M), key
+    assert "Lisbon" in (tmp_path / "ws.jsonl").read_text()  # the workspace exported where the command ran
 
 
 async def test_the_python_snippet_runs_as_written_and_finds_only_alices_memory(
