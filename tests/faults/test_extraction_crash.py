@@ -101,7 +101,7 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
             gate.set()  # the model answers; the job's transaction runs into the held row
             waiting = (
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'SELECT memplane_insert_memories(%%' AND pid <> %s"
+                " AND query LIKE '%%FROM memplane_insert_memories(%%' AND pid <> %s"
             )
             await wait_for_sql(dsn, f"SELECT EXISTS ({waiting})", (holder_pid,), "the job's transaction waits")
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

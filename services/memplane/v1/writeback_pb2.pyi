@@ -90,18 +90,30 @@ class AddMemoriesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORIES_FIELD_NUMBER: _builtins.int
+    DUPLICATE_INDEXES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
-        """The stored memories, in request order."""
+        """The stored memories, in request order. An input that duplicates a current memory
+        of its scope (the same content after Unicode NFKC, lower-casing and collapsing
+        whitespace), or an earlier input of this request, is not stored: its place holds
+        that memory, unchanged.
+        """
+
+    @_builtins.property
+    def duplicate_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """0-based positions in `memories` (ascending) whose input was such a duplicate; its
+        memory's history records a NOOP event for it (no ADD).
+        """
 
     def __init__(
         self,
         *,
         memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        duplicate_indexes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_indexes", b"duplicate_indexes", "memories", b"memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

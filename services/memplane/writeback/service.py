@@ -70,6 +70,20 @@ _TEXT_FIELDS = {"name", "description", "content"}
 _MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
 
 
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """The reply of `WriteBackService.add`: the memories in request order, and the
+    0-based positions whose item duplicated a stored memory (that memory is in its place)."""
+
+    memories: list[Memory]
+    duplicates: tuple[int, ...]
+
+    @classmethod
+    def replayed(cls, result: dict[str, Any], memories: list[Memory]) -> Added:
+        """The reply of a retried request, from its stored record and memories."""
+        return cls(memories, tuple(int(i) for i in result.get("duplicates", [])))
+
+
 class WriteBackService:
     """Writes of one workspace at a time; the workspace comes from the caller's principal."""
 
@@ -113,7 +127,17 @@ class WriteBackService:
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
     ) -> list[Memory]:
-        """Store *items* as given (no LLM); return them in order.
+        """`add_reply`'s memories: *items* stored (or the stored duplicates), in order."""
+        return (await self.add_reply(principal, workspace, items, request_id)).memories
+
+    async def add_reply(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> Added:
+        """Store *items* as given (no LLM); return them in order. An item whose normalised
+        content (NFKC, lower case, whitespace collapsed: `memplane_content_key`, migration
+        0013) is already a current memory of its scope, or an earlier item's, is not
+        stored: its place in the reply holds that memory, listed in `Added.duplicates`,
+        and its history gains a NOOP event.
 
         Raises `InvalidArgumentError` (fields named `memories[i].…`), `QuotaExceededError`,
         `EmbeddingMismatchError`.
@@ -132,21 +156,36 @@ class WriteBackService:
             # write's own claim answers it (one transaction, not two).
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
-                return replayed[1]
+                return Added.replayed(*replayed)
         prepared = await prepare(self._meter, workspace, items)
         record = RequestRecord(request_id, request.method, request.digest) if request_id else None
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
             # One statement, committed by the server as it ends (memplane_insert_memories)
             async with self._db.autocommit() as conn:
                 stored, pending = await self._memories.insert_once(
-                    conn, workspace, prepared, record, actor=principal.actor, request_id=request_id, now=now
+                    conn,
+                    workspace,
+                    prepared,
+                    record,
+                    actor=principal.actor,
+                    request_id=request_id,
+                    now=now,
+                    dedupe=True,
                 )
-                claimed = await pending.claimed()
-            if claimed:
-                return stored
+                outcome = await pending.outcome()
+            if outcome.claimed:
+                if not outcome.duplicates:
+                    return Added(stored, ())
+                async with self._db.tenant(workspace.key) as conn:
+                    found = await self._memories.get_many(conn, workspace, list(set(outcome.duplicates.values())))
+                # A memory deleted since this add saw it keeps its place with the item as given
+                held = [
+                    found.get(outcome.duplicates[i], m) if i in outcome.duplicates else m for i, m in enumerate(stored)
+                ]
+                return Added(held, tuple(sorted(outcome.duplicates)))
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
-                return replayed[1]
+                return Added.replayed(*replayed)
         raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
 
     async def write_conversation(
