@@ -49,6 +49,8 @@ from memplane.writeback.extraction import (
     FACTS_SCHEMA,
     OPERATIONS_SCHEMA,
     Extraction,
+    Fact,
+    ForgetRequest,
     extraction_prompt,
     parse_extraction,
     parse_operations,
@@ -270,28 +272,60 @@ class ExtractionRunner:
             audit.prompt_sha256.append(prompt_sha256(prompt))
             extraction = parse_extraction(answer.text, limits=limits)
             audit.repairs += extraction.repairs
-        texts = [index_text(f.name, f.description, f.content) for f in extraction.facts]
-        texts += [r.content for r in extraction.forget]
+        steps, vectors = await self.reconcile(
+            chat, workspace, job.scope, extraction.facts, extraction.forget, audit=audit, cost=cost
+        )
+        return extraction, steps, vectors
+
+    async def reconcile(
+        self,
+        chat: ChatModel,
+        workspace: Workspace,
+        scope: Scope,
+        facts: Sequence[Fact],
+        forget: Sequence[ForgetRequest],
+        *,
+        audit: Audit,
+        cost: _Cost | None = None,
+    ) -> tuple[list[Step], dict[int, np.ndarray]]:
+        """Call 2 for *facts* (also SummarizeSession's, `memplane.writeback.session_facts`):
+        embed them, find the nearest stored memories of the scope's user and agent, ask the
+        model for operations by ordinal (no call when nothing is stored nearby: all ADD);
+        the checked steps and each fact's vector by ordinal. Raises `LLMError`."""
+        cost = cost or _Cost(queue_seconds=0.0)
+        texts = [index_text(f.name, f.description, f.content) for f in facts]
+        texts += [r.content for r in forget]
         if not texts:
-            return extraction, [], {}
+            return [], {}
         with cost.timing("embedding"):
             embedded = await self._meter.for_workspace(workspace).embed_documents(texts)
-        vectors = {f.index: embedded[i] for i, f in enumerate(extraction.facts)}
+        vectors = {f.index: embedded[i] for i, f in enumerate(facts)}
         with cost.timing("database"):
-            shown = await self._neighbours(workspace, job.scope, texts, embedded)
+            shown = await self._neighbours(workspace, scope, texts, embedded)
         audit.input_memory_ids = [m.id for m in shown]
         if not shown:  # nothing stored nearby: every fact is new
-            return extraction, plan([], extraction.facts, extraction.forget, shown), vectors
-        prompt = reconciliation_prompt(extraction.facts, extraction.forget, shown)
+            return plan([], facts, forget, shown), vectors
+        prompt = reconciliation_prompt(facts, forget, shown)
         with cost.timing("llm"):
             answer = await chat.chat(
                 prompt, json_mode=True, schema=OPERATIONS_SCHEMA, schema_name="operations", workspace=workspace
             )
         cost.count(answer)
+        audit.model = answer.model
         audit.prompt_sha256.append(prompt_sha256(prompt))
         operations, repairs = parse_operations(answer.text)
         audit.repairs += repairs
-        return extraction, plan(operations, extraction.facts, extraction.forget, shown), vectors
+        return plan(operations, facts, forget, shown), vectors
+
+    @property
+    def chat(self) -> ChatModel | None:
+        """The server's chat model (None: no LLM configured)."""
+        return self._chat
+
+    @property
+    def applier(self) -> Applier:
+        """Applies checked steps in a tenant transaction (`memplane.writeback.reconcile`)."""
+        return self._applier
 
     async def _neighbours(
         self, workspace: Workspace, scope: Scope, texts: Sequence[str], vectors: np.ndarray

@@ -54,6 +54,7 @@ from memplane.text.segment import segment
 from memplane.writeback.conversation import ConversationResult, ConversationWriter
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.requests import Ledger, WriteRequest, prepare
+from memplane.writeback.session_facts import SessionFactWriter
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -112,6 +113,7 @@ class WriteBackService:
         self._embedder = meter.embedder
         self._limits = limits
         self._ledger = Ledger(db, memories, idempotency)
+        self._sessions = SessionFactWriter(self._ledger, extraction, self.add)
         self._conversations = ConversationWriter(
             db=db,
             ledger=self._ledger,
@@ -187,6 +189,20 @@ class WriteBackService:
             if replayed is not None:
                 return Added.replayed(*replayed)
         raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
+
+    async def write_session(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        summary: NewMemory,
+        facts: Sequence[NewMemory],
+        request_id: str = "",
+    ) -> tuple[list[Memory], str]:
+        """SummarizeSession's write: *summary* stored as `add` stores it, *facts* reconciled
+        with the nearest stored memories (`memplane.writeback.session_facts`); the memories
+        and how the facts were reconciled ("llm" or "none: <reason>"). Raises as `add`."""
+        written = await self._sessions.write(principal, workspace, summary, facts, request_id)
+        return written.memories, written.reconciliation
 
     async def write_conversation(
         self,
