@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from memplane.client import AsyncMemplaneClient
+from memplane.storage.jobs import LOST_ATTEMPT
 from memplane.v1 import memory_pb2, writeback_pb2
 from tests.fake_llm import FakeLLM, Respond
 from tests.faults.conftest import KillablePostgres, ServerProcess, wait_for_sql
@@ -136,5 +137,7 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
             job = await client.get_extraction_job(job_id)
         assert job.status == writeback_pb2.EXTRACTION_JOB_STATUS_DONE
         assert job.attempt_count == 2
+        [lost] = job.failed_attempts  # the killed worker's attempt, recorded by the claim that took over
+        assert (lost.attempt, lost.error) == (1, LOST_ATTEMPT)
         assert len(job.memory_ids) == 3
         assert len(fake.requests) == 2

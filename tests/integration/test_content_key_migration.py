@@ -1,6 +1,7 @@
 """Migration 0013 backfills the duplicate key of memories stored before it: the oldest
 current memory of each normalised text and scope holds it, later copies, closed memories
-and WriteConversation's episodic turns do not; then the unique index holds."""
+and WriteConversation's episodic turns do not; then the unique index holds. It also
+starts the failure history of jobs that failed before it."""
 
 from __future__ import annotations
 
@@ -101,3 +102,42 @@ async def test_0013_backfills_the_oldest_copy_of_each_text(old_database: str) ->
                 "UPDATE memories SET content_key = memplane_content_key(content) WHERE workspace_key = %s AND id = %s",
                 (ws, ids["copy"]),
             )
+
+
+async def test_0013_starts_each_failed_jobs_history_with_its_last_error(old_database: str) -> None:
+    async with await psycopg.AsyncConnection.connect(old_database, autocommit=True) as conn:
+        cur = await conn.execute(
+            "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('j', 'm', 3) RETURNING key"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        ws = row[0]
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF extraction_jobs FOR VALUES IN ({})").format(
+                sql.Identifier(f"extraction_jobs_w{ws}"), sql.Literal(ws)
+            )
+        )
+        for key, status, attempts, error in [("a", "failed", 3, "LLM: timeout after 2.0 s"), ("b", "done", 1, "")]:
+            await conn.execute(
+                "INSERT INTO extraction_jobs (workspace_key, id, dedupe_key, status, session_id, message_ids, actor,"
+                " attempts, error) VALUES (%s, gen_random_uuid(), %s, %s, 's', '{m1}', 'test', %s, %s)",
+                (ws, key, status, attempts, error),
+            )
+    await apply_migrations(old_database)
+    async with await psycopg.AsyncConnection.connect(old_database, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT dedupe_key, failed_attempts FROM extraction_jobs WHERE workspace_key = %s ORDER BY dedupe_key",
+            (ws,),
+        )
+        [(_, failed), (_, done)] = await cur.fetchall()
+        assert [(f["attempt"], f["error"]) for f in failed] == [(3, "LLM: timeout after 2.0 s")]
+        assert done == []
+        # The history keeps the latest 10 failures, each cut to 500 characters.
+        cur = await conn.execute(
+            "SELECT memplane_job_failure(%s, 12, repeat('x', 600))",
+            (Jsonb([{"attempt": n, "error": "e", "time": "2026-01-01T00:00:00+00:00"} for n in range(1, 12)]),),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        assert [f["attempt"] for f in row[0]] == list(range(3, 13))
+        assert len(row[0][-1]["error"]) == 500

@@ -94,6 +94,7 @@ class ExtractionRunner:
         self._limits = limits
         self._applier = Applier(memories)
         self._tasks: list[asyncio.Task[None]] = []
+        self._inline: set[asyncio.Task[None]] = set()  # run_now's attempts
         self._wakes: list[asyncio.Event] = []
         self._waiters: dict[tuple[int, str], set[asyncio.Event]] = {}
 
@@ -112,8 +113,9 @@ class ExtractionRunner:
             self._tasks.append(asyncio.get_running_loop().create_task(self._work(wake), name=f"memplane-extract-{n}"))
 
     async def stop(self) -> None:
-        """Stop the workers; a job in progress is abandoned (its lease lets another take it)."""
-        tasks, self._tasks, self._wakes = self._tasks, [], []
+        """Stop the workers and run_now's attempts; a job in progress is abandoned (its
+        lease lets another take it)."""
+        tasks, self._tasks, self._wakes = [*self._tasks, *self._inline], [], []
         for task in tasks:
             await cancel(task)
 
@@ -158,14 +160,21 @@ class ExtractionRunner:
         return job
 
     async def run_now(self, workspace: Workspace, job_id: str, within_seconds: float) -> ExtractionJob:
-        """Run job *job_id* in this call if no worker holds it (WriteConversation with
-        wait), else wait for it; then as `wait`."""
+        """Run job *job_id* now if no worker holds it (WriteConversation with wait), else
+        wait for it; then as `wait`. Cancelling this call cancels the wait only."""
         started = time.monotonic()
         claimed = await self._jobs.claim(
             self._db, lease_seconds=self._settings.lease_seconds, workspace_key=workspace.key, job_id=job_id
         )
         if claimed is not None:
-            await self._run(claimed)
+            # The attempt runs in a task of the runner, not of the request: a caller that
+            # cancels (or passes its deadline) stops waiting, never the attempt, which
+            # finishes as a worker's would. Its lease is not released early, so no worker
+            # starts the job a second time while this attempt still runs.
+            task = asyncio.get_running_loop().create_task(self._run(claimed), name=f"memplane-extract-now-{job_id}")
+            self._inline.add(task)
+            task.add_done_callback(self._inline.discard)
+            await asyncio.shield(task)
         return await self.wait(workspace, job_id, max(0.0, within_seconds - (time.monotonic() - started)))
 
     # -- workers ------------------------------------------------------------------------
@@ -192,7 +201,8 @@ class ExtractionRunner:
         """One attempt of *job*: done, or its error recorded (queued again or failed)."""
         if job.attempts > self._settings.max_attempts:
             error = f"attempt {job.attempts - 1} stopped before finishing (its worker was lost)"
-            await self._jobs.fail(self._db, job, job.error or error, final=True, retry_seconds=0)
+            # This attempt did not run; the lost one's failure was recorded by the claim
+            await self._jobs.fail(self._db, job, job.error or error, final=True, retry_seconds=0, attempted=False)
             return
         final = job.attempts >= self._settings.max_attempts
         try:

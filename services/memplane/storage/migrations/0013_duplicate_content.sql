@@ -186,3 +186,21 @@ BEGIN
     END IF;
 END
 $$;
+
+-- 4. (Not about duplicates; this helper's one migration.) Each extraction job keeps the
+-- failures of its attempts, shown by GetExtractionJob: [{"attempt", "error", "time"}],
+-- oldest first, the latest 10 only, each error cut to 500 characters. Errors are the
+-- reasons memplane writes ("LLM: timeout after 2.0 s", "worker lost: ..."), never memory
+-- or message text. A lost attempt (its worker died; the lease passed and another claim
+-- took the job over) is recorded by that claim. Jobs failed before this migration start
+-- with their last error.
+CREATE FUNCTION memplane_job_failure(history jsonb, attempt integer, error text) RETURNS jsonb
+    LANGUAGE sql STABLE
+    RETURN (SELECT coalesce(jsonb_agg(e.item ORDER BY e.n), '[]'::jsonb)
+            FROM jsonb_array_elements(history || jsonb_build_array(jsonb_build_object(
+                     'attempt', attempt, 'error', left(error, 500), 'time', now()))) WITH ORDINALITY AS e(item, n)
+            WHERE e.n > jsonb_array_length(history) + 1 - 10);
+ALTER TABLE extraction_jobs ADD COLUMN failed_attempts jsonb NOT NULL DEFAULT '[]'::jsonb;
+UPDATE extraction_jobs SET failed_attempts = jsonb_build_array(jsonb_build_object(
+        'attempt', attempts, 'error', left(error, 500), 'time', updated_at))
+    WHERE error <> '';
