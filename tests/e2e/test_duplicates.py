@@ -86,6 +86,19 @@ async def test_different_text_or_scope_is_not_a_duplicate(workspace: TestWorkspa
     assert len(await list_all(workspace.client)) == 7
 
 
+async def test_raw_turns_are_never_duplicates(workspace: TestWorkspace) -> None:
+    """Turns as a peer harness stores them (episodic, naming their message): two "ok"s are two turns."""
+    turn = memory_pb2.MEMORY_TYPE_EPISODIC
+    reply = await workspace.client.add_memories_reply(
+        [mem("ok", user_id="u1", type=turn, metadata={"message_id": f"D1:{i}"}) for i in range(2)]
+    )
+    assert list(reply.duplicate_indexes) == []
+    assert len(await list_all(workspace.client)) == 2
+    # An episodic memory naming no message is an ordinary memory: deduplicated.
+    notes = [mem("Session notes", user_id="u1", type=turn) for _ in range(2)]
+    assert list((await workspace.client.add_memories_reply(notes)).duplicate_indexes) == [1]
+
+
 async def test_duplicates_within_one_batch(workspace: TestWorkspace) -> None:
     reply = await workspace.client.add_memories_reply(
         [

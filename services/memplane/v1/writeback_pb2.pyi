@@ -96,7 +96,8 @@ class AddMemoriesResponse(_message.Message):
         """The stored memories, in request order. An input that duplicates a current memory
         of its scope (the same content after Unicode NFKC, lower-casing and collapsing
         whitespace), or an earlier input of this request, is not stored: its place holds
-        that memory, unchanged.
+        that memory, unchanged. Raw turns (EPISODIC with a `message_id` in metadata) are
+        never duplicates.
         """
 
     @_builtins.property

@@ -26,8 +26,9 @@ $$;
 GRANT EXECUTE ON FUNCTION memplane_content_key(text) TO memplane_tenant;
 
 -- 2. The key of a memory that answers duplicates (stored by AddMemories, SummarizeSession
--- or an extraction job's ADD); NULL for the rest: episodic turns of WriteConversation
--- (the same words said twice are two turns), and a row whose content or validity an
+-- or an extraction job's ADD); NULL for the rest: raw turns — episodic memories whose
+-- metadata names a message_id, as WriteConversation and peer harnesses store them (the
+-- same words said twice are two turns) — and a row whose content or validity an
 -- update changed (memplane.storage.memories drops the key then). One current memory per key and scope;
 -- a superseded (closed) memory no longer holds its key, so the fact can be added again.
 ALTER TABLE memories ADD COLUMN content_key bytea;
@@ -88,7 +89,9 @@ BEGIN
     go AS (SELECT p_claim_id = '' OR EXISTS (SELECT FROM claim) AS ok),
     new AS MATERIALIZED (
         SELECT r.*, to_tsvector('english', r.lexical_text) AS lexical,
-            CASE WHEN p_dedupe THEN memplane_content_key(r.content) END AS content_key  -- 0013
+            -- 0013: a raw turn (episodic, naming its message) is never a duplicate, as in the backfill
+            CASE WHEN p_dedupe AND NOT (r.type = 'episodic' AND r.metadata ? 'message_id')
+                 THEN memplane_content_key(r.content) END AS content_key
         FROM unnest(p_ids, p_user_ids, p_agent_ids, p_session_ids,
                     p_types, p_names, p_descriptions, p_contents,
                     p_metadata, p_embeddings, p_lexical_texts,
