@@ -180,11 +180,16 @@ class WriteBackService:
                     return Added(stored, ())
                 async with self._db.tenant(workspace.key) as conn:
                     found = await self._memories.get_many(conn, workspace, list(set(outcome.duplicates.values())))
-                # A memory deleted since this add saw it keeps its place with the item as given
-                held = [
-                    found.get(outcome.duplicates[i], m) if i in outcome.duplicates else m for i, m in enumerate(stored)
-                ]
-                return Added(held, tuple(sorted(outcome.duplicates)))
+                held: list[Memory] = []
+                duplicates: list[int] = []
+                for i, memory in enumerate(stored):
+                    if i not in outcome.duplicates:
+                        held.append(memory)
+                    elif (existing := found.get(outcome.duplicates[i])) is not None:
+                        duplicates.append(len(held))
+                        held.append(existing)
+                    # else: deleted since this add saw it; absent, as from a replayed reply
+                return Added(held, tuple(duplicates))
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
                 return Added.replayed(*replayed)
