@@ -53,7 +53,7 @@ from memplane.storage.transcripts import TranscriptStore
 from memplane.text.segment import segment
 from memplane.writeback.conversation import ConversationResult, ConversationWriter
 from memplane.writeback.jobs import ExtractionRunner
-from memplane.writeback.requests import Ledger, WriteRequest, prepare
+from memplane.writeback.requests import Added, Ledger, WriteRequest, prepare
 from memplane.writeback.session_facts import SessionFactWriter
 
 # Fields UpdateMemory may change (proto names → column names).
@@ -69,20 +69,6 @@ UPDATABLE_FIELDS = {
 }
 _TEXT_FIELDS = {"name", "description", "content"}
 _MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
-
-
-@dataclasses.dataclass(frozen=True)
-class Added:
-    """The reply of `WriteBackService.add`: the memories in request order, and the
-    0-based positions whose item duplicated a stored memory (that memory is in its place)."""
-
-    memories: list[Memory]
-    duplicates: tuple[int, ...]
-
-    @classmethod
-    def replayed(cls, result: dict[str, Any], memories: list[Memory]) -> Added:
-        """The reply of a retried request, from its stored record and memories."""
-        return cls(memories, tuple(int(i) for i in result.get("duplicates", [])))
 
 
 class WriteBackService:
