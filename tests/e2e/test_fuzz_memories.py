@@ -83,12 +83,14 @@ async def _probe(client: AsyncMemplaneClient, batch: list[memory_pb2.MemoryInput
     batch = _tagged(batch, tag)
     refused: list[str] | None = None
     try:
-        stored = await client.add_memories(batch)
+        reply = await client.add_memories_reply(batch)
     except InvalidArgumentError as error:
         refused = [v.field for v in error.violations]
     count = await _count(client, tag)
     if refused is None:
-        assert len(stored) == len(batch)
+        assert len(reply.memories) == len(batch)
+        # A text already current in its scope (an earlier example's) is a duplicate, not stored.
+        batch = [m for i, m in enumerate(batch) if i not in reply.duplicate_indexes]
         # The retention sweep may already have erased one stored long expired (documented).
         erasable = sum(
             1 for m in batch if m.HasField("expire_time") and m.expire_time.seconds < time.time() - GRACE_SECONDS

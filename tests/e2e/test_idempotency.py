@@ -36,9 +36,12 @@ async def test_add_memories_retry_stores_once(workspace: TestWorkspace, admin_cl
     assert (await admin_client.get_workspace_usage(workspace.name)).memory_count == 2
     for m in first:
         assert [e.request_id for e in await workspace.client.list_memory_events(m.id)] == ["add-1"]
-    # Without a request id, the same body is a new write.
-    await workspace.client.add_memories(batch)
-    assert len(await list_all(workspace.client)) == 4
+    # Without a request id, the same body is a new write: of duplicates (migration 0013),
+    # answered with the stored memories, a NOOP event each.
+    reply = await workspace.client.add_memories_reply(batch)
+    assert [m.id for m in reply.memories] == [m.id for m in first]
+    assert list(reply.duplicate_indexes) == [0, 1]
+    assert len(await list_all(workspace.client)) == 2
 
 
 async def test_concurrent_copies_of_one_request_store_once(workspace: TestWorkspace) -> None:

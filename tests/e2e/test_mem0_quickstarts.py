@@ -265,7 +265,9 @@ async def test_the_open_source_quickstart_runs_every_call(memplane_env: TestWork
 
     assert "refusal" in ns, "reset() without a scope was not refused"
     assert "reset() without a scope" in str(ns["refusal"])
-    assert len(ns["all_memories"]["results"]) == 12  # 3 adds of 4 messages
+    # 3 adds of 4 messages; the third repeats the first's in the same scope (user alice):
+    # duplicates, not stored again (AddMemories, migration 0013), and not in its results
+    assert len(ns["all_memories"]["results"]) == 8
     assert ns["specific_memory"]["id"] == ns["memory_id"]
     assert ns["specific_memory"]["memory"] == "I'm planning to watch a movie tonight. Any recommendations?"
     assert ns["specific_memory"]["metadata"] == {"category": "movie_recommendations"}

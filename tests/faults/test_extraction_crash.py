@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from memplane.client import AsyncMemplaneClient
+from memplane.storage.jobs import LOST_ATTEMPT
 from memplane.v1 import memory_pb2, writeback_pb2
 from tests.fake_llm import FakeLLM, Respond
 from tests.faults.conftest import KillablePostgres, ServerProcess, wait_for_sql
@@ -101,7 +102,7 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
             gate.set()  # the model answers; the job's transaction runs into the held row
             waiting = (
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'SELECT memplane_insert_memories(%%' AND pid <> %s"
+                " AND query LIKE '%%FROM memplane_insert_memories(%%' AND pid <> %s"
             )
             await wait_for_sql(dsn, f"SELECT EXISTS ({waiting})", (holder_pid,), "the job's transaction waits")
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -136,5 +137,7 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
             job = await client.get_extraction_job(job_id)
         assert job.status == writeback_pb2.EXTRACTION_JOB_STATUS_DONE
         assert job.attempt_count == 2
+        [lost] = job.failed_attempts  # the killed worker's attempt, recorded by the claim that took over
+        assert (lost.attempt, lost.error) == (1, LOST_ATTEMPT)
         assert len(job.memory_ids) == 3
         assert len(fake.requests) == 2

@@ -70,11 +70,11 @@ async def _workspace(server: ServerProcess, admin_key: str, pg_dsn: str) -> tupl
 
 
 # The backends waiting for a lock in the statement that updates the counters: the update
-# itself, or memplane_insert_memories (migration 0011), whose statement updates them after
+# itself, or memplane_insert_memories (migrations 0011, 0013), whose statement updates them after
 # it has inserted the rows and their lexeme counts.
 _AT_THE_COUNTER = (
     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
-    " AND (query LIKE 'UPDATE workspace_stats%%' OR query LIKE 'SELECT memplane_insert_memories(%%')"
+    " AND (query LIKE 'UPDATE workspace_stats%%' OR query LIKE '%%FROM memplane_insert_memories(%%')"
 )
 
 

@@ -40,6 +40,10 @@ def job_to_proto(job: ExtractionJob) -> writeback_pb2.ExtractionJob:
         create_time=timestamp(job.created_at),
         update_time=timestamp(job.updated_at),
         cost=_cost(job.result.get("cost")),
+        failed_attempts=[
+            writeback_pb2.ExtractionAttemptFailure(attempt=f.attempt, error=f.error, fail_time=timestamp(f.time))
+            for f in job.failed_attempts
+        ],
     )
 
 

@@ -42,9 +42,11 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         principal, workspace = await workspace_of(self._auth, context)
         self._check_batch("memories", len(request.memories))
         items = [convert.new_memory_from_proto(m, f"memories[{i}]") for i, m in enumerate(request.memories)]
-        stored = await self._service.add(principal, workspace, items, request.request_id)
+        added = await self._service.add_reply(principal, workspace, items, request.request_id)
         await self._consistency.stamp(context, workspace)
-        return writeback_pb2.AddMemoriesResponse(memories=[convert.memory_to_proto(m) for m in stored])
+        return writeback_pb2.AddMemoriesResponse(
+            memories=[convert.memory_to_proto(m) for m in added.memories], duplicate_indexes=added.duplicates
+        )
 
     @rpc
     async def WriteConversation(

@@ -166,11 +166,17 @@ class AsyncMemplaneClient:
         """Store memories as given; returns them with ids and versions. Every write of
         this client carries a *request_id* (a fresh one unless given: pass your own to
         retry a write yourself across processes), so the channel retries it safely."""
-        reply = await self._call(
+        return list((await self.add_memories_reply(memories, request_id=request_id)).memories)
+
+    async def add_memories_reply(
+        self, memories: Sequence[memory_pb2.MemoryInput], *, request_id: str = ""
+    ) -> writeback_pb2.AddMemoriesResponse:
+        """`add_memories`, answered with the whole reply: also `duplicate_indexes`, the
+        inputs not stored because their content duplicates a memory of their scope."""
+        return await self._call(
             self.writeback.AddMemories,
             writeback_pb2.AddMemoriesRequest(memories=memories, request_id=request_id or new_request_id()),
         )
-        return list(reply.memories)
 
     async def write_conversation(
         self,

@@ -1,6 +1,6 @@
 """Session memories: a session span written as memories through the write-back path
 (ReMe's summary_memory): an EPISODIC session summary plus, with an LLM, the USER /
-PROCEDURAL / TOOL memories it extracts."""
+PROCEDURAL / TOOL memories it extracts, reconciled there with what is stored."""
 
 from __future__ import annotations
 
@@ -19,12 +19,20 @@ from memplane.settings import LimitsSettings
 
 
 class MemoryWriter(Protocol):
-    """The write-back path (`WriteBackService.add`), injected by the composition root so
+    """The write-back path (`WriteBackService.write_session`), injected by the composition root so
     compaction and write-back stay independent modules."""
 
-    async def add(
-        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
-    ) -> list[Memory]: ...
+    async def write_session(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        summary: NewMemory,
+        facts: Sequence[NewMemory],
+        request_id: str = "",
+    ) -> tuple[list[Memory], str]:
+        """Store *summary* (a repeat is a NOOP duplicate) and reconcile *facts* with the
+        stored memories; the memories written and how ("llm" or "none: <reason>")."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -68,9 +76,10 @@ class SessionSummarizer:
         """Write a session span as memories through the write-back path: an EPISODIC
         session summary (the given one, else the LLM's, else extractive — an LLM failure
         falls back to extractive and says so) plus, with an LLM, the USER / PROCEDURAL /
-        TOOL memories it extracts (ReMe's summary_memory). Raises `InvalidArgumentError`
-        (scope.session_id, messages, summary, request_id) and what `WriteBackService.add`
-        raises (quota, embedding mismatch)."""
+        TOOL memories it extracts (ReMe's summary_memory), reconciled with the stored ones
+        (`MemoryWriter.write_session`). Raises `InvalidArgumentError` (scope.session_id,
+        messages, summary, request_id) and what `WriteBackService.add` raises (quota,
+        embedding mismatch)."""
         v = Violations()
         check_scope(v, "scope", scope, self._limits)
         check_request_id(v, "request_id", request_id, self._limits)
@@ -107,9 +116,13 @@ class SessionSummarizer:
                 extraction = "llm"
             except SummarizerError as error:
                 extraction = f"none: {error}"
-        items = [self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))]
-        items += [self._extracted_memory(scope, messages, e) for e in extracted]
-        stored = await self._writer.add(principal, workspace, items, request_id)
+        summary_memory = self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))
+        facts = [self._extracted_memory(scope, messages, e) for e in extracted]
+        stored, reconciliation = await self._writer.write_session(
+            principal, workspace, summary_memory, facts, request_id
+        )
+        if facts and reconciliation != "llm":
+            extraction = f"{extraction} (not reconciled with stored memories: {reconciliation})"
         return SessionMemories(stored, method, extraction)
 
     @staticmethod

@@ -22,10 +22,21 @@ class JobStatus(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class FailedAttempt:
+    """One failed attempt of a job: its number (from 1), the reason (memplane's words,
+    never memory text; at most 500 characters) and when it failed (UTC)."""
+
+    attempt: int
+    error: str
+    time: datetime
+
+
+@dataclass(frozen=True)
 class ExtractionJob:
     """One extraction job. `result` (once done): {"memory_ids": [...], "operations":
     [{"operation", "fact", "target", "memory_id", "outcome", ...}, ...], "model",
-    "prompt_sha256": [...], "repairs": [...]}; `error`: the last attempt's failure."""
+    "prompt_sha256": [...], "repairs": [...]}; `error`: the last attempt's failure;
+    `failed_attempts`: the latest 10 failures, oldest first."""
 
     id: str
     workspace_key: int
@@ -39,6 +50,7 @@ class ExtractionJob:
     created_at: datetime
     updated_at: datetime
     result: dict[str, Any] = field(default_factory=dict)
+    failed_attempts: tuple[FailedAttempt, ...] = ()
 
     @property
     def finished(self) -> bool:

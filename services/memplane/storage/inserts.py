@@ -60,13 +60,14 @@ class RequestRecord:
 # per 384-d vector (a float-by-float str()), the binary one 36 µs, and PostgreSQL then
 # parses no decimal text either.
 _INSERT = (
-    "SELECT memplane_insert_memories(%(ws)s, %(claim_id)s, %(method)s, %(digest)s, %(result)s,"
+    "SELECT claimed, duplicate_ords, duplicate_ids FROM memplane_insert_memories("
+    "%(ws)s, %(claim_id)s, %(method)s, %(digest)s, %(result)s,"
     " %(ids)s::uuid[], %(user_ids)s::text[], %(agent_ids)s::text[], %(session_ids)s::text[], %(types)s::text[],"
     " %(names)s::text[], %(descriptions)s::text[], %(contents)s::text[], %(metadata)s::jsonb[],"
     " %(embeddings)b::vector[], %(lexical_texts)s::text[], %(content_bytes)s::int[],"
     " %(valid_froms)s::timestamptz[], %(valid_tos)s::timestamptz[], %(expires)s::timestamptz[],"
     " %(source_sessions)s::text[], %(source_messages)s::text[], %(afters)s::text[],"
-    " %(actor)s, %(request_id)s, %(now)s) AS claimed"
+    " %(actor)s, %(request_id)s, %(now)s, %(dedupe)s)"
 )
 
 
@@ -94,20 +95,35 @@ def new_memories(workspace: Workspace, items: Sequence[PreparedMemory], now: dat
     ]
 
 
+@dataclass(frozen=True)
+class InsertOutcome:
+    """What an insert did: whether its request record was claimed and its rows written
+    (True without a record), and, with deduplication, the rows not stored because their
+    normalised content is a current memory of their scope: {0-based position in the
+    request: the id of that memory} (migration 0013)."""
+
+    claimed: bool
+    duplicates: dict[int, str]
+
+
 class PendingInsert:
     """An insert sent to the server (in pipeline mode, not yet answered)."""
 
     def __init__(self, cursor: AsyncCursor[dict[str, Any]] | None) -> None:
         self._cursor = cursor
 
-    async def claimed(self) -> bool:
-        """Whether the insert's request record was claimed and its rows written (True
-        without a record). Read it once the results arrived: after the transaction block
-        of a pipeline, or at once (a fetch)."""
+    async def outcome(self) -> InsertOutcome:
+        """The insert's `InsertOutcome`. Read it once, when the results arrived: after the
+        transaction block of a pipeline, or at once (a fetch)."""
         if self._cursor is None:
-            return True
+            return InsertOutcome(True, {})
         row = await fetch_one(self._cursor)
-        return bool(row["claimed"])
+        ords, ids = row["duplicate_ords"] or [], row["duplicate_ids"] or []
+        return InsertOutcome(bool(row["claimed"]), {int(o) - 1: str(i) for o, i in zip(ords, ids, strict=True)})
+
+    async def claimed(self) -> bool:
+        """`outcome().claimed`: whether the request record was claimed and the rows written."""
+        return (await self.outcome()).claimed
 
 
 async def insert_memories(
@@ -120,6 +136,7 @@ async def insert_memories(
     request_id: str,
     now: datetime,
     record: RequestRecord | None = None,
+    dedupe: bool = False,
 ) -> PendingInsert:
     """Send the insert of *memories* (from `new_memories(items)`, in order) with ADD events
     and the workspace's counters, and *record* if given. Nothing is waited for: in a
@@ -133,6 +150,14 @@ async def insert_memories(
     workspace would exceed its `max_memories` or `max_bytes`, read in this transaction so
     that a quota just changed applies at once (`memplane_check_quotas`, migration 0011);
     a NOT NULL violation on the event id if the workspace has no stats row (a bug).
+
+    With *dedupe* (direct AddMemories), a memory whose normalised content
+    (`memplane_content_key`: NFKC, lower case, whitespace collapsed) is already a current
+    memory of its scope, or an earlier one of *memories*, is not stored: a NOOP event on
+    that memory instead, and `PendingInsert.outcome().duplicates` names it (the request
+    record then names it too). Atomic with concurrent inserts of the same text (a unique
+    index). SQLSTATE 40001 in the rare case the memory that won such a race was closed or
+    deleted before this insert saw it (nothing written; retry).
     """
     if not memories:
         return PendingInsert(None)
@@ -163,5 +188,6 @@ async def insert_memories(
         "actor": actor,
         "request_id": request_id,
         "now": now,
+        "dedupe": dedupe,
     }
     return PendingInsert(await conn.execute(_INSERT, params))

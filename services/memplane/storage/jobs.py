@@ -13,16 +13,19 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from memplane.domain.extraction import ExtractionJob, JobStatus
+from memplane.domain.extraction import ExtractionJob, FailedAttempt, JobStatus
 from memplane.domain.models import ConversationMessage, MessageRole, Scope, Workspace
 from memplane.storage.database import Connection, Database, fetch_one
 from memplane.storage.transcripts import AUTO_ID_PREFIX
 
 NEW_JOB_CHANNEL = "memplane_extraction"
+LOST_ATTEMPT = "worker lost: its lease passed before the attempt finished"
+"""The failure recorded for an attempt whose worker died (or hung) mid-job."""
 DONE_JOB_CHANNEL = "memplane_extraction_done"
 
 _CLAIM = """
@@ -34,7 +37,9 @@ WITH next AS (
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
 UPDATE extraction_jobs j SET status = 'running', attempts = j.attempts + 1,
-    lease_until = now() + make_interval(secs => %(lease)s), updated_at = now()
+    lease_until = now() + make_interval(secs => %(lease)s), updated_at = now(),
+    failed_attempts = CASE WHEN j.status = 'running'  -- taken over: the attempt before was lost
+        THEN memplane_job_failure(j.failed_attempts, j.attempts, %(lost)s) ELSE j.failed_attempts END
 FROM next WHERE j.workspace_key = next.workspace_key AND j.id = next.id
 RETURNING j.*
 """
@@ -64,6 +69,10 @@ def _job(row: dict[str, Any]) -> ExtractionJob:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         result=row["result"] or {},
+        failed_attempts=tuple(
+            FailedAttempt(int(f["attempt"]), str(f["error"]), datetime.fromisoformat(f["time"]))
+            for f in row["failed_attempts"]
+        ),
     )
 
 
@@ -121,9 +130,12 @@ class ExtractionJobStore:
     ) -> ExtractionJob | None:
         """Take the next due job (queued and due, or running with its lease passed) — or
         only job *job_id* of *workspace_key* — for *lease_seconds*: status running,
-        attempts + 1. None when there is none free."""
+        attempts + 1 (a job taken over from a lost worker records that attempt's
+        failure, `LOST_ATTEMPT`). None when there is none free."""
         async with db.admin() as conn:
-            cur = await conn.execute(_CLAIM, {"ws": workspace_key, "id": job_id or None, "lease": lease_seconds})
+            cur = await conn.execute(
+                _CLAIM, {"ws": workspace_key, "id": job_id or None, "lease": lease_seconds, "lost": LOST_ATTEMPT}
+            )
             row = await cur.fetchone()
         return _job(row) if row is not None else None
 
@@ -163,13 +175,25 @@ class ExtractionJobStore:
             (Jsonb(result), job.workspace_key, job.id),
         )
 
-    async def fail(self, db: Database, job: ExtractionJob, error: str, *, final: bool, retry_seconds: float) -> None:
-        """Record *error* on this attempt of *job*: failed when *final*, else queued again
-        after *retry_seconds*. A no-op when the job has moved on (another attempt)."""
+    async def fail(
+        self,
+        db: Database,
+        job: ExtractionJob,
+        error: str,
+        *,
+        final: bool,
+        retry_seconds: float,
+        attempted: bool = True,
+    ) -> None:
+        """Record *error* on this attempt of *job* (in `error`, and in `failed_attempts`
+        when the attempt ran: *attempted*): failed when *final*, else queued again after
+        *retry_seconds*. A no-op when the job has moved on (another attempt)."""
         async with db.admin() as conn:
             await conn.execute(
                 "UPDATE extraction_jobs SET status = %(status)s, error = %(error)s, lease_until = NULL,"
-                " run_after = now() + make_interval(secs => %(retry)s), updated_at = now()"
+                " run_after = now() + make_interval(secs => %(retry)s), updated_at = now(),"
+                " failed_attempts = CASE WHEN %(attempted)s"
+                "  THEN memplane_job_failure(failed_attempts, attempts, %(error)s) ELSE failed_attempts END"
                 " WHERE workspace_key = %(ws)s AND id = %(id)s AND status = 'running' AND attempts = %(attempts)s",
                 {
                     "status": "failed" if final else "queued",
@@ -178,6 +202,7 @@ class ExtractionJobStore:
                     "ws": job.workspace_key,
                     "id": job.id,
                     "attempts": job.attempts,
+                    "attempted": attempted,
                 },
             )
 

@@ -71,6 +71,26 @@ class MemoryStore:
         await insert_memories(conn, workspace, items, memories, actor=actor, request_id=request_id, now=now)
         return memories
 
+    async def insert_deduplicated(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        items: Sequence[PreparedMemory],
+        *,
+        actor: str,
+        request_id: str,
+        now: datetime,
+    ) -> tuple[list[Memory], dict[int, str]]:
+        """`insert` with deduplication (`insert_memories`' *dedupe*), waited for: the
+        memories as they would be stored, and {position: id of the stored memory} for the
+        items not stored as duplicates (their memory in the list is not stored). Raises as
+        `insert`, at once."""
+        memories = new_memories(workspace, items, now)
+        pending = await insert_memories(
+            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, dedupe=True
+        )
+        return memories, (await pending.outcome()).duplicates
+
     async def insert_once(
         self,
         conn: Connection,
@@ -81,16 +101,27 @@ class MemoryStore:
         actor: str,
         request_id: str,
         now: datetime,
+        dedupe: bool = False,
     ) -> tuple[list[Memory], PendingInsert]:
         """`insert` together with *record*, the request's idempotency record (its reply:
         these memories' ids), in the same statement: the memories it stores, and whether it
-        did (`PendingInsert.claimed()`, False when the request id was already taken and
-        nothing was written; in a pipeline, read it after the transaction block). On an
-        `autocommit()` connection the statement is the whole transaction. Raises as
-        `insert`."""
+        did (`PendingInsert.outcome().claimed`, False when the request id was already taken
+        and nothing was written; in a pipeline, read it after the transaction block). On an
+        `autocommit()` connection the statement is the whole transaction. With *dedupe*,
+        items whose normalised content is a current memory of their scope are not stored
+        (`insert_memories`; `outcome().duplicates` names the memories holding them).
+        Raises as `insert`."""
         memories = new_memories(workspace, items, now)
         pending = await insert_memories(
-            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, record=record
+            conn,
+            workspace,
+            items,
+            memories,
+            actor=actor,
+            request_id=request_id,
+            now=now,
+            record=record,
+            dedupe=dedupe,
         )
         return memories, pending
 
@@ -167,7 +198,8 @@ class MemoryStore:
     ) -> Memory:
         """Apply *change* to *current* if it is still at `current.version`; record an
         UPDATE event. Raises `VersionConflictError` if another writer got there first,
-        `QuotaExceededError` if a larger text would pass the workspace's `max_bytes`."""
+        `QuotaExceededError` if a larger text would pass the workspace's `max_bytes`.
+        A change of content or validity drops the row's duplicate key (`insert_memories`)."""
         assignments: list[sql.Composable] = [
             sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in change.fields
         ]
@@ -184,6 +216,10 @@ class MemoryStore:
                 ).format(sql.Literal(TS_CONFIG))
             )
             params["lexical_text"] = change.lexical_text
+        if {"content", "valid_to"}.intersection(change.fields):
+            # Another text or validity: the row no longer answers duplicates of its old
+            # text (migration 0013), and reopening it can never clash with a newer copy.
+            assignments.append(sql.SQL("content_key = NULL"))
         params.update(ws=workspace.key, id=current.id, version=current.version, now=now)
         cur = await conn.execute(
             sql.SQL(

@@ -1074,11 +1074,15 @@ class SummarizeSessionResponse(_message.Message):
     """How the summary was made ("given", "llm" or "extractive")."""
     extraction: _builtins.str
     """Whether memories were extracted by the LLM ("llm"), or not ("none: no LLM
-    configured", "none: <failure>").
+    configured", "none: <failure>"); "llm (not reconciled with stored memories: ...)"
+    when they were added without reconciliation.
     """
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
-        """The memories stored: the EPISODIC summary first, then extracted ones."""
+        """The memories written: the EPISODIC summary first (the stored one when it was a
+        duplicate), then each memory an extracted one added or changed, or the stored
+        memory it was found to repeat (NOOP).
+        """
 
     def __init__(
         self,

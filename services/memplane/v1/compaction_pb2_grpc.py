@@ -184,7 +184,11 @@ class CompactionServiceServicer:
         """Turn a span of a session into durable memories through the write-back path: one
         EPISODIC session summary (the given summary, or one made as CompactMessages makes
         it), plus, with an LLM configured, the USER / PROCEDURAL / TOOL memories it
-        extracts (ReMe's summary_memory). The reply says which methods were used.
+        extracts (ReMe's summary_memory). The extracted memories are reconciled with the
+        nearest stored memories of the scope's user and agent as WriteConversation's
+        extraction is (ADD / UPDATE / SUPERSEDE / NOOP), and the summary is a NOOP when the
+        same text is stored already: summarising a span again duplicates nothing. The
+        reply says which methods were used.
         Errors: INVALID_ARGUMENT for an empty session_id or no messages and no summary;
         FAILED_PRECONDITION on an embedding-model mismatch; RESOURCE_EXHAUSTED over the
         workspace quota; UNAUTHENTICATED.

@@ -90,18 +90,31 @@ class AddMemoriesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORIES_FIELD_NUMBER: _builtins.int
+    DUPLICATE_INDEXES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
-        """The stored memories, in request order."""
+        """The stored memories, in request order. An input that duplicates a current memory
+        of its scope (the same content after Unicode NFKC, lower-casing and collapsing
+        whitespace), or an earlier input of this request, is not stored: its place holds
+        that memory, unchanged. Raw turns (EPISODIC with a `message_id` in metadata) are
+        never duplicates.
+        """
+
+    @_builtins.property
+    def duplicate_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """0-based positions in `memories` (ascending) whose input was such a duplicate; its
+        memory's history records a NOOP event for it (no ADD).
+        """
 
     def __init__(
         self,
         *,
         memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        duplicate_indexes: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_indexes", b"duplicate_indexes", "memories", b"memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -310,6 +323,7 @@ class ExtractionJob(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     COST_FIELD_NUMBER: _builtins.int
+    FAILED_ATTEMPTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id (UUID)."""
     status: Global___ExtractionJobStatus.ValueType
@@ -350,6 +364,12 @@ class ExtractionJob(_message.Message):
     def cost(self) -> Global___ExtractionCost:
         """Once done: what the attempt that finished cost."""
 
+    @_builtins.property
+    def failed_attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractionAttemptFailure]:
+        """The failed attempts, oldest first (the latest 10): a retried failure, or an attempt
+        whose worker was lost (its lease passed). Reasons only, never memory text.
+        """
+
     def __init__(
         self,
         *,
@@ -365,14 +385,47 @@ class ExtractionJob(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         cost: Global___ExtractionCost | None = ...,
+        failed_attempts: _abc.Iterable[Global___ExtractionAttemptFailure] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "create_time", b"create_time", "scope", b"scope", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cost", b"cost", "create_time", b"create_time", "error", b"error", "id", b"id", "memory_ids", b"memory_ids", "message_ids", b"message_ids", "model", b"model", "operations", b"operations", "scope", b"scope", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cost", b"cost", "create_time", b"create_time", "error", b"error", "failed_attempts", b"failed_attempts", "id", b"id", "memory_ids", b"memory_ids", "message_ids", b"message_ids", "model", b"model", "operations", b"operations", "scope", b"scope", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractionJob: _TypeAlias = ExtractionJob  # noqa: Y015
+
+@_typing.final
+class ExtractionAttemptFailure(_message.Message):
+    """One failed attempt of an extraction job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    FAIL_TIME_FIELD_NUMBER: _builtins.int
+    attempt: _builtins.int
+    """The attempt's number, from 1."""
+    error: _builtins.str
+    """Why it failed (as ExtractionJob.error), at most 500 characters."""
+    @_builtins.property
+    def fail_time(self) -> _timestamp_pb2.Timestamp:
+        """When it failed (UTC); for a lost attempt, when another claim took the job over."""
+
+    def __init__(
+        self,
+        *,
+        attempt: _builtins.int = ...,
+        error: _builtins.str = ...,
+        fail_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fail_time", b"fail_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "fail_time", b"fail_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractionAttemptFailure: _TypeAlias = ExtractionAttemptFailure  # noqa: Y015
 
 @_typing.final
 class ExtractionCost(_message.Message):

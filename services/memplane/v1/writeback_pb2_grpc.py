@@ -89,7 +89,9 @@ class WriteBackServiceServicer:
     """
 
     def AddMemories(self, request, context):
-        """Store memories as given, no LLM (batch).
+        """Store memories as given, no LLM (batch). A memory whose content duplicates a
+        current one of its scope (exactly, or after NFKC, case and whitespace normalisation)
+        is a NOOP: the reply returns the stored memory (AddMemoriesResponse.duplicate_indexes).
         Errors: INVALID_ARGUMENT (BadRequest naming e.g. `memories[2].metadata`) for empty
         or oversized content, a batch over `limits.max_batch_size`, identity keys in
         metadata, a bad validity interval or embedding length; FAILED_PRECONDITION when

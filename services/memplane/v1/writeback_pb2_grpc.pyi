@@ -41,7 +41,9 @@ class WriteBackServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> WriteBackServiceAsyncStub: ...
     AddMemories: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.AddMemoriesRequest, _writeback_pb2.AddMemoriesResponse]
-    """Store memories as given, no LLM (batch).
+    """Store memories as given, no LLM (batch). A memory whose content duplicates a
+    current one of its scope (exactly, or after NFKC, case and whitespace normalisation)
+    is a NOOP: the reply returns the stored memory (AddMemoriesResponse.duplicate_indexes).
     Errors: INVALID_ARGUMENT (BadRequest naming e.g. `memories[2].metadata`) for empty
     or oversized content, a batch over `limits.max_batch_size`, identity keys in
     metadata, a bad validity interval or embedding length; FAILED_PRECONDITION when
@@ -98,7 +100,9 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     AddMemories: _aio.UnaryUnaryMultiCallable[_writeback_pb2.AddMemoriesRequest, _writeback_pb2.AddMemoriesResponse]  # type: ignore[assignment]
-    """Store memories as given, no LLM (batch).
+    """Store memories as given, no LLM (batch). A memory whose content duplicates a
+    current one of its scope (exactly, or after NFKC, case and whitespace normalisation)
+    is a NOOP: the reply returns the stored memory (AddMemoriesResponse.duplicate_indexes).
     Errors: INVALID_ARGUMENT (BadRequest naming e.g. `memories[2].metadata`) for empty
     or oversized content, a batch over `limits.max_batch_size`, identity keys in
     metadata, a bad validity interval or embedding length; FAILED_PRECONDITION when
@@ -158,7 +162,9 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _writeback_pb2.AddMemoriesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_writeback_pb2.AddMemoriesResponse, _abc.Awaitable[_writeback_pb2.AddMemoriesResponse]]:
-        """Store memories as given, no LLM (batch).
+        """Store memories as given, no LLM (batch). A memory whose content duplicates a
+        current one of its scope (exactly, or after NFKC, case and whitespace normalisation)
+        is a NOOP: the reply returns the stored memory (AddMemoriesResponse.duplicate_indexes).
         Errors: INVALID_ARGUMENT (BadRequest naming e.g. `memories[2].metadata`) for empty
         or oversized content, a batch over `limits.max_batch_size`, identity keys in
         metadata, a bad validity interval or embedding length; FAILED_PRECONDITION when

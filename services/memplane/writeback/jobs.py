@@ -49,6 +49,8 @@ from memplane.writeback.extraction import (
     FACTS_SCHEMA,
     OPERATIONS_SCHEMA,
     Extraction,
+    Fact,
+    ForgetRequest,
     extraction_prompt,
     parse_extraction,
     parse_operations,
@@ -92,6 +94,7 @@ class ExtractionRunner:
         self._limits = limits
         self._applier = Applier(memories)
         self._tasks: list[asyncio.Task[None]] = []
+        self._inline: set[asyncio.Task[None]] = set()  # run_now's attempts
         self._wakes: list[asyncio.Event] = []
         self._waiters: dict[tuple[int, str], set[asyncio.Event]] = {}
 
@@ -110,8 +113,9 @@ class ExtractionRunner:
             self._tasks.append(asyncio.get_running_loop().create_task(self._work(wake), name=f"memplane-extract-{n}"))
 
     async def stop(self) -> None:
-        """Stop the workers; a job in progress is abandoned (its lease lets another take it)."""
-        tasks, self._tasks, self._wakes = self._tasks, [], []
+        """Stop the workers and run_now's attempts; a job in progress is abandoned (its
+        lease lets another take it)."""
+        tasks, self._tasks, self._wakes = [*self._tasks, *self._inline], [], []
         for task in tasks:
             await cancel(task)
 
@@ -156,14 +160,21 @@ class ExtractionRunner:
         return job
 
     async def run_now(self, workspace: Workspace, job_id: str, within_seconds: float) -> ExtractionJob:
-        """Run job *job_id* in this call if no worker holds it (WriteConversation with
-        wait), else wait for it; then as `wait`."""
+        """Run job *job_id* now if no worker holds it (WriteConversation with wait), else
+        wait for it; then as `wait`. Cancelling this call cancels the wait only."""
         started = time.monotonic()
         claimed = await self._jobs.claim(
             self._db, lease_seconds=self._settings.lease_seconds, workspace_key=workspace.key, job_id=job_id
         )
         if claimed is not None:
-            await self._run(claimed)
+            # The attempt runs in a task of the runner, not of the request: a caller that
+            # cancels (or passes its deadline) stops waiting, never the attempt, which
+            # finishes as a worker's would. Its lease is not released early, so no worker
+            # starts the job a second time while this attempt still runs.
+            task = asyncio.get_running_loop().create_task(self._run(claimed), name=f"memplane-extract-now-{job_id}")
+            self._inline.add(task)
+            task.add_done_callback(self._inline.discard)
+            await asyncio.shield(task)
         return await self.wait(workspace, job_id, max(0.0, within_seconds - (time.monotonic() - started)))
 
     # -- workers ------------------------------------------------------------------------
@@ -190,7 +201,8 @@ class ExtractionRunner:
         """One attempt of *job*: done, or its error recorded (queued again or failed)."""
         if job.attempts > self._settings.max_attempts:
             error = f"attempt {job.attempts - 1} stopped before finishing (its worker was lost)"
-            await self._jobs.fail(self._db, job, job.error or error, final=True, retry_seconds=0)
+            # This attempt did not run; the lost one's failure was recorded by the claim
+            await self._jobs.fail(self._db, job, job.error or error, final=True, retry_seconds=0, attempted=False)
             return
         final = job.attempts >= self._settings.max_attempts
         try:
@@ -270,28 +282,60 @@ class ExtractionRunner:
             audit.prompt_sha256.append(prompt_sha256(prompt))
             extraction = parse_extraction(answer.text, limits=limits)
             audit.repairs += extraction.repairs
-        texts = [index_text(f.name, f.description, f.content) for f in extraction.facts]
-        texts += [r.content for r in extraction.forget]
+        steps, vectors = await self.reconcile(
+            chat, workspace, job.scope, extraction.facts, extraction.forget, audit=audit, cost=cost
+        )
+        return extraction, steps, vectors
+
+    async def reconcile(
+        self,
+        chat: ChatModel,
+        workspace: Workspace,
+        scope: Scope,
+        facts: Sequence[Fact],
+        forget: Sequence[ForgetRequest],
+        *,
+        audit: Audit,
+        cost: _Cost | None = None,
+    ) -> tuple[list[Step], dict[int, np.ndarray]]:
+        """Call 2 for *facts* (also SummarizeSession's, `memplane.writeback.session_facts`):
+        embed them, find the nearest stored memories of the scope's user and agent, ask the
+        model for operations by ordinal (no call when nothing is stored nearby: all ADD);
+        the checked steps and each fact's vector by ordinal. Raises `LLMError`."""
+        cost = cost or _Cost(queue_seconds=0.0)
+        texts = [index_text(f.name, f.description, f.content) for f in facts]
+        texts += [r.content for r in forget]
         if not texts:
-            return extraction, [], {}
+            return [], {}
         with cost.timing("embedding"):
             embedded = await self._meter.for_workspace(workspace).embed_documents(texts)
-        vectors = {f.index: embedded[i] for i, f in enumerate(extraction.facts)}
+        vectors = {f.index: embedded[i] for i, f in enumerate(facts)}
         with cost.timing("database"):
-            shown = await self._neighbours(workspace, job.scope, texts, embedded)
+            shown = await self._neighbours(workspace, scope, texts, embedded)
         audit.input_memory_ids = [m.id for m in shown]
         if not shown:  # nothing stored nearby: every fact is new
-            return extraction, plan([], extraction.facts, extraction.forget, shown), vectors
-        prompt = reconciliation_prompt(extraction.facts, extraction.forget, shown)
+            return plan([], facts, forget, shown), vectors
+        prompt = reconciliation_prompt(facts, forget, shown)
         with cost.timing("llm"):
             answer = await chat.chat(
                 prompt, json_mode=True, schema=OPERATIONS_SCHEMA, schema_name="operations", workspace=workspace
             )
         cost.count(answer)
+        audit.model = answer.model
         audit.prompt_sha256.append(prompt_sha256(prompt))
         operations, repairs = parse_operations(answer.text)
         audit.repairs += repairs
-        return extraction, plan(operations, extraction.facts, extraction.forget, shown), vectors
+        return plan(operations, facts, forget, shown), vectors
+
+    @property
+    def chat(self) -> ChatModel | None:
+        """The server's chat model (None: no LLM configured)."""
+        return self._chat
+
+    @property
+    def applier(self) -> Applier:
+        """Applies checked steps in a tenant transaction (`memplane.writeback.reconcile`)."""
+        return self._applier
 
     async def _neighbours(
         self, workspace: Workspace, scope: Scope, texts: Sequence[str], vectors: np.ndarray

@@ -170,9 +170,14 @@ class Applier:
             done.append({**ctx.audit.decision(step, outcome), "memory_id": memory_id})
             if new is not None:
                 pending.append(_Pending(new[0], new[1], new[2], ctx.audit.decision(step, outcome), len(done) - 1))
-        for item, added in zip(pending, await self._add(ctx, pending), strict=True):
-            await annotate_latest_event(ctx.conn, ctx.workspace.key, added.id, item.decision, at=ctx.now)
-            done[item.index]["memory_id"] = added.id
+        added, duplicates = await self._add(ctx, pending)
+        for i, (item, memory) in enumerate(zip(pending, added, strict=True)):
+            memory_id, decision = memory.id, item.decision
+            if i in duplicates:  # its text is already a memory of the scope: the NOOP event is on that one
+                memory_id, decision = duplicates[i], {**decision, "outcome": "duplicate of a stored memory"}
+                done[item.index]["outcome"] = decision["outcome"]
+            await annotate_latest_event(ctx.conn, ctx.workspace.key, memory_id, decision, at=ctx.now)
+            done[item.index]["memory_id"] = memory_id
         return done
 
     async def _one(
@@ -226,8 +231,10 @@ class Applier:
         await annotate_latest_event(conn, workspace.key, current.id, decision, at=now)
         return current.id, "applied", None
 
-    async def _add(self, ctx: JobContext, pending: Sequence[_Pending]) -> list[Memory]:
-        """Insert the new memories of *pending*, in order, in one `MemoryStore.insert`."""
+    async def _add(self, ctx: JobContext, pending: Sequence[_Pending]) -> tuple[list[Memory], dict[int, str]]:
+        """Insert the new memories of *pending*, in order, in one insert, deduplicated as
+        AddMemories is (`MemoryStore.insert_deduplicated`): the memories, and the stored
+        memory holding the text of each not stored, by position."""
         job = ctx.job
         prepared = []
         for item in pending:
@@ -249,7 +256,9 @@ class Applier:
             prepared.append(
                 PreparedMemory(memory=new, lexical_text=segment(new.index_text()), embedding=ctx.vectors[fact.index])
             )
-        return await self._memories.insert(
+        if not prepared:
+            return [], {}
+        return await self._memories.insert_deduplicated(
             ctx.conn, ctx.workspace, prepared, actor=job.actor, request_id=job.request_id, now=ctx.now
         )
 
@@ -257,4 +266,5 @@ class Applier:
 def _metadata(job: ExtractionJob, fact: Fact, audit: Audit) -> dict[str, Any]:
     """Metadata of a memory the LLM path wrote: who said it ("user" / "assistant": an
     assistant's suggestion is not a user fact), how and by which job and model."""
-    return {"extracted_by": "llm", "speaker": fact.speaker, "job_id": job.id, "model": audit.model}
+    made = {"extracted_by": "llm", "speaker": fact.speaker, "model": audit.model}
+    return {**made, "job_id": job.id} if job.id else {"kind": "extracted", **made}  # no job: SummarizeSession

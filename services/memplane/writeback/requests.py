@@ -1,6 +1,7 @@
 """What every write of WriteBackService shares: its idempotency identity (`WriteRequest`),
-running it at most once per request id (`Ledger`), and memories made ready to store
-(`prepare`: embedded outside any transaction, segmented for the lexical index).
+running it at most once per request id (`Ledger`), memories made ready to store
+(`prepare`: embedded outside any transaction, segmented for the lexical index), and
+AddMemories' reply (`Added`, duplicates named).
 
 Idempotency (request_id): the first request's reply is kept and returned to retries; a
 reused id with another body is INVALID_ARGUMENT on `request_id`.
@@ -48,6 +49,20 @@ class WriteRequest:
         body = [dataclasses.asdict(dataclasses.replace(m, embedding=None)) for m in items]
         digest = request_hash_with_vectors("AddMemories", body, [m.embedding for m in items])
         return cls(request_id, "AddMemories", digest, lambda: request_hash("AddMemories", _earlier_bodies(items)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """The reply of `WriteBackService.add`: the memories in request order, and the
+    0-based positions whose item duplicated a stored memory (that memory is in its place)."""
+
+    memories: list[Memory]
+    duplicates: tuple[int, ...]
+
+    @classmethod
+    def replayed(cls, result: dict[str, Any], memories: list[Memory]) -> Added:
+        """The reply of a retried request, from its stored record and memories."""
+        return cls(memories, tuple(int(i) for i in result.get("duplicates", [])))
 
 
 def _earlier_bodies(items: Sequence[NewMemory]) -> list[dict[str, Any]]:

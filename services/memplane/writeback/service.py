@@ -53,7 +53,8 @@ from memplane.storage.transcripts import TranscriptStore
 from memplane.text.segment import segment
 from memplane.writeback.conversation import ConversationResult, ConversationWriter
 from memplane.writeback.jobs import ExtractionRunner
-from memplane.writeback.requests import Ledger, WriteRequest, prepare
+from memplane.writeback.requests import Added, Ledger, WriteRequest, prepare
+from memplane.writeback.session_facts import SessionFactWriter
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -98,6 +99,7 @@ class WriteBackService:
         self._embedder = meter.embedder
         self._limits = limits
         self._ledger = Ledger(db, memories, idempotency)
+        self._sessions = SessionFactWriter(self._ledger, extraction, self.add)
         self._conversations = ConversationWriter(
             db=db,
             ledger=self._ledger,
@@ -113,7 +115,17 @@ class WriteBackService:
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
     ) -> list[Memory]:
-        """Store *items* as given (no LLM); return them in order.
+        """`add_reply`'s memories: *items* stored (or the stored duplicates), in order."""
+        return (await self.add_reply(principal, workspace, items, request_id)).memories
+
+    async def add_reply(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> Added:
+        """Store *items* as given (no LLM); return them in order. An item whose normalised
+        content (NFKC, lower case, whitespace collapsed: `memplane_content_key`, migration
+        0013) is already a current memory of its scope, or an earlier item's, is not
+        stored: its place in the reply holds that memory, listed in `Added.duplicates`,
+        and its history gains a NOOP event.
 
         Raises `InvalidArgumentError` (fields named `memories[i].…`), `QuotaExceededError`,
         `EmbeddingMismatchError`.
@@ -132,22 +144,56 @@ class WriteBackService:
             # write's own claim answers it (one transaction, not two).
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
-                return replayed[1]
+                return Added.replayed(*replayed)
         prepared = await prepare(self._meter, workspace, items)
         record = RequestRecord(request_id, request.method, request.digest) if request_id else None
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
             # One statement, committed by the server as it ends (memplane_insert_memories)
             async with self._db.autocommit() as conn:
                 stored, pending = await self._memories.insert_once(
-                    conn, workspace, prepared, record, actor=principal.actor, request_id=request_id, now=now
+                    conn,
+                    workspace,
+                    prepared,
+                    record,
+                    actor=principal.actor,
+                    request_id=request_id,
+                    now=now,
+                    dedupe=True,
                 )
-                claimed = await pending.claimed()
-            if claimed:
-                return stored
+                outcome = await pending.outcome()
+            if outcome.claimed:
+                if not outcome.duplicates:
+                    return Added(stored, ())
+                async with self._db.tenant(workspace.key) as conn:
+                    found = await self._memories.get_many(conn, workspace, list(set(outcome.duplicates.values())))
+                held: list[Memory] = []
+                duplicates: list[int] = []
+                for i, memory in enumerate(stored):
+                    if i not in outcome.duplicates:
+                        held.append(memory)
+                    elif (existing := found.get(outcome.duplicates[i])) is not None:
+                        duplicates.append(len(held))
+                        held.append(existing)
+                    # else: deleted since this add saw it; absent, as from a replayed reply
+                return Added(held, tuple(duplicates))
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
-                return replayed[1]
+                return Added.replayed(*replayed)
         raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
+
+    async def write_session(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        summary: NewMemory,
+        facts: Sequence[NewMemory],
+        request_id: str = "",
+    ) -> tuple[list[Memory], str]:
+        """SummarizeSession's write: *summary* stored as `add` stores it, *facts* reconciled
+        with the nearest stored memories (`memplane.writeback.session_facts`); the memories
+        and how the facts were reconciled ("llm" or "none: <reason>"). Raises as `add`."""
+        written = await self._sessions.write(principal, workspace, summary, facts, request_id)
+        return written.memories, written.reconciliation
 
     async def write_conversation(
         self,

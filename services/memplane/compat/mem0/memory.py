@@ -135,7 +135,8 @@ class AsyncMemory:
         memory_type="procedural_memory"). *prompt* (mem0's extraction prompt) is unused.
 
         Returns {"results": [{"id", "memory", "event": "ADD"}...]}, with "actor_id" and
-        "role" too when infer=False (mem0's shapes). Raises `ValidationError` (a
+        "role" too when infer=False (mem0's shapes); a message whose text is already a
+        memory of the scope is not stored again and not listed (mem0's NONE event). Raises `ValidationError` (a
         ValueError) for no entity id, a bad message list, memory_type other than
         "procedural_memory", or content the server refuses (size, count)."""
         scope = shapes.scope_of(user_id, agent_id, run_id, required="add()")
@@ -164,9 +165,11 @@ class AsyncMemory:
         if not inputs:
             return {"results": []}
         with _as_mem0():
-            stored = await self._client.add_memories(inputs)
+            reply = await self._client.add_memories_reply(inputs)
         results: list[dict[str, Any]] = []
-        for memory, extra in zip(stored, kept, strict=True):
+        for i, (memory, extra) in enumerate(zip(reply.memories, kept, strict=True)):
+            if i in reply.duplicate_indexes:
+                continue  # already stored in the scope: a NOOP, which mem0 leaves out too
             row: dict[str, Any] = {"id": memory.id, "memory": memory.content, "event": "ADD"}
             if not infer:
                 row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
