@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, NotFoundError
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
+from memplane.writeback.rules_writer import RULES_METHOD
 from tests.fake_llm import FakeLLM, Respond
 from tests.fix_server import TestWorkspace
 from tests.support import list_all, ts
@@ -359,6 +360,7 @@ async def test_without_an_llm_the_turns_are_stored_and_the_reply_says_so(workspa
     reply = await workspace.client.write_conversation(
         SCOPE, [message("x1", USER, "I like green tea.", 0)], extract=True, wait=True
     )
-    assert reply.method == "episodic (extraction not done: no LLM is configured on this server)"
+    assert reply.method == RULES_METHOD  # the no-LLM extractor (tests/e2e/test_rules_extraction.py)
     assert not reply.HasField("extraction_job")
     assert len(reply.memories) == 1
+    assert [m.content for m in reply.extracted_memories] == ["I like green tea."]

@@ -31,6 +31,8 @@ from memplane.storage.memories import MemoryStore
 from memplane.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.requests import Ledger, WriteRequest, prepare
+from memplane.writeback.rules_writer import RULES_METHOD, rule_memories
+from memplane.writeback.rules_writer import reconcile as reconcile_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,9 @@ class ConversationWriter:
         with *wait* too, the reply waits for it (run in this call when no worker holds
         it) up to `extraction.wait_timeout`. The same messages written again (all their
         ids already in the transcript) store nothing new and return the first write's
-        job. Without an LLM the turns are stored and method says extraction was not done.
+        job. Without an LLM, first-person statements of the user are extracted by fixed
+        patterns in this transaction (`memplane.writeback.rules_writer`; method
+        `RULES_METHOD`) and returned as `extracted`.
 
         Raises `InvalidArgumentError` (empty session_id, bad or duplicate message ids, …).
         """
@@ -158,25 +162,28 @@ class ConversationWriter:
         asked = extract
         extract = asked and self._extraction is not None and self._extraction.configured
         method = "episodic+llm" if extract else "episodic"
+        rules = rule_memories(scope, messages, now) if asked and not extract else []
         if asked and not extract:
-            method = "episodic (extraction not done: no LLM is configured on this server)"
+            method = RULES_METHOD
 
         def body() -> dict[str, Any]:
             content: dict[str, Any] = {
                 "scope": dataclasses.asdict(scope),
                 "messages": [dataclasses.asdict(m) for m in messages],
             }
-            if extract:  # absent otherwise: the digests of requests without it are unchanged
+            if asked:  # absent otherwise: the digests of requests without it are unchanged
                 content["extract"] = True
             return content
 
         request = WriteRequest.of(request_id, "WriteConversation", body)
         replayed = await self._ledger.replay(workspace, request)
         if replayed is not None:
-            return await self._result(
-                workspace, replayed[1], int(replayed[0]["count"]), method, replayed[0].get("job_id"), wait=wait
-            )
-        prepared = await prepare(self._meter, workspace, items)
+            first, kept = replayed
+            if rules:
+                return await self._with_rules(workspace, kept, int(first["count"]), first.get("rule_ids", []))
+            return await self._result(workspace, kept, int(first["count"]), method, first.get("job_id"), wait=wait)
+        prepared = await prepare(self._meter, workspace, [*items, *(r.memory for r in rules)])
+        prepared, prepared_rules = prepared[: len(items)], prepared[len(items) :]
 
         async def work(conn: Connection) -> dict[str, Any]:
             given = [m.id for m in messages if m.id]
@@ -201,11 +208,24 @@ class ConversationWriter:
                 )
                 for p, mid in zip(prepared, ids, strict=True)
             ]
-            rows = await self._memories.insert(
-                conn, workspace, final, actor=principal.actor, request_id=request_id, now=now
+            statements = await reconcile_rules(
+                conn,
+                workspace,
+                self._memories,
+                list(zip(rules, prepared_rules, strict=True)),
+                ids,
+                actor=principal.actor,
+                request_id=request_id,
+                now=now,
             )
-            written.extend(rows)
+            # One insert for the turns and the statements (two could deadlock: see reconcile.Applier).
+            rows = await self._memories.insert(
+                conn, workspace, [*final, *statements], actor=principal.actor, request_id=request_id, now=now
+            )
+            written.extend(rows[: len(final)])
             result: dict[str, Any] = {"ids": [m.id for m in written], "count": len(ids)}
+            if rules:
+                result["rule_ids"] = [m.id for m in rows[len(final) :]]
             if extract:
                 job, _ = await self._jobs.enqueue(
                     conn, workspace, scope, ids, actor=principal.actor, request_id=request_id
@@ -215,7 +235,18 @@ class ConversationWriter:
 
         written: list[Memory] = []
         result, stored = await self._ledger.once(workspace, request, work, written)
+        if rules:
+            return await self._with_rules(workspace, stored, int(result["count"]), result.get("rule_ids", []))
         return await self._result(workspace, stored, int(result["count"]), method, result.get("job_id"), wait=wait)
+
+    async def _with_rules(
+        self, workspace: Workspace, stored: list[Memory], count: int, rule_ids: list[str]
+    ) -> ConversationResult:
+        """The reply of a write whose statements the no-LLM extractor stored: the turns and,
+        as `extracted`, those statement memories as they are now."""
+        async with self._db.tenant(workspace.key) as conn:
+            extracted = await self._ledger.memories_of(conn, workspace, {"ids": rule_ids})
+        return ConversationResult(stored, count, RULES_METHOD, None, extracted)
 
     async def _result(
         self,

@@ -30,6 +30,8 @@ from memplane.storage.inserts import PreparedMemory
 from memplane.storage.memories import Change, MemoryStore
 from memplane.writeback.rules import METHOD, RuleFact, statements
 
+RULES_METHOD = "episodic+rules (no LLM is configured on this server: first-person statements only)"
+"""WriteConversation's `method` when `extract` was asked of a server without an LLM."""
 _CURRENT_LIMIT = 1_000
 """Current rules memories of one user looked at per call (the newest first)."""
 
@@ -133,7 +135,8 @@ async def reconcile(
 async def _current(
     conn: Connection, workspace: Workspace, store: MemoryStore, scope: Scope, now: datetime
 ) -> list[Memory]:
-    """The current (not superseded) rules memories of *scope*'s user and agent, newest first."""
+    """The current (not superseded) rules memories of exactly *scope*'s user and agent
+    (an empty id matches only empty: the filter's "" would match every user), newest first."""
     flt = MemoryFilter(
         user_id=scope.user_id,
         agent_id=scope.agent_id,
@@ -141,4 +144,4 @@ async def _current(
         metadata=All((Condition(("extracted_by",), Operator.EQ, METHOD),)),
     )
     page, _ = await store.list_page(conn, workspace, flt, now=now, limit=_CURRENT_LIMIT, after=None)
-    return page
+    return [m for m in page if (m.scope.user_id, m.scope.agent_id) == (scope.user_id, scope.agent_id)]

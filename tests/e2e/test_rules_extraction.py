@@ -1,0 +1,107 @@
+"""WriteConversation(extract=True) on a server without an LLM (the session server has
+none): the user's first-person statements become `user` memories by fixed patterns
+(`memplane.writeback.rules_writer`), method "episodic+rules", reconciled by key — the
+same statement again is NOOP, a move supersedes the old address (still readable), a new
+hobby retires nothing, and nothing crosses users."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf import json_format
+
+from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
+from memplane.writeback.rules_writer import RULES_METHOD
+from tests.fix_server import TestWorkspace
+from tests.support import list_all, ts
+
+USER, ASSISTANT = memory_pb2.MESSAGE_ROLE_USER, memory_pb2.MESSAGE_ROLE_ASSISTANT
+T0 = datetime(2026, 11, 13, 9, 0, tzinfo=UTC)
+
+
+def scope(session: str, user: str = "ana") -> memory_pb2.Scope:
+    return memory_pb2.Scope(user_id=user, agent_id="concierge", session_id=session)
+
+
+def turn(id: str, role: int, content: str, days: int = 0) -> Any:
+    out = writeback_pb2.ConversationMessage(id=id, role=role, content=content)  # type: ignore[arg-type]
+    out.create_time.CopyFrom(ts(T0 + timedelta(days=days)))
+    return out
+
+
+def meta(memory: memory_pb2.Memory) -> dict[str, Any]:
+    return json_format.MessageToDict(memory.metadata)
+
+
+async def statements(ws: TestWorkspace, *, superseded: bool = False, user: str = "ana") -> dict[str, memory_pb2.Memory]:
+    flt = filter_pb2.MemoryFilter(user_id=user, types=[memory_pb2.MEMORY_TYPE_USER], include_superseded=superseded)
+    return {m.content: m for m in await list_all(ws.client, flt)}
+
+
+async def test_statements_are_extracted_without_an_llm_and_reconciled_by_key(workspace: TestWorkspace) -> None:
+    first = await workspace.client.write_conversation(
+        scope("s1"),
+        [
+            turn("a1", USER, "Hi! I moved to Whitefield last month. I like hiking."),
+            turn("a2", ASSISTANT, "Nice. I live in the cloud, and you should try Nandi Hills."),  # not the user
+            turn("a3", USER, "Should I move to Porto?"),  # a question
+        ],
+        extract=True,
+    )
+    assert first.method == RULES_METHOD
+    assert not first.HasField("extraction_job")  # never presented as the LLM path
+    assert len(first.memories) == 3  # the turns, as always
+    assert sorted(m.content for m in first.extracted_memories) == [
+        "I like hiking.",
+        "I moved to Whitefield last month.",
+    ]
+    home = next(m for m in first.extracted_memories if m.name == "residence")
+    assert meta(home)["extracted_by"] == "rules"
+    assert meta(home)["attribute"] == "residence"
+    assert list(home.provenance.message_ids) == ["a1"]
+    assert home.valid_from_time.ToDatetime(UTC) == T0
+
+    later = await workspace.client.write_conversation(
+        scope("s2"),
+        [turn("b1", USER, "I like hiking. Now I live in Electronic City, and I like chess too.", days=7)],
+        extract=True,
+    )
+    new_home = next(m for m in later.extracted_memories if m.name == "residence")
+    assert new_home.content == "Now I live in Electronic City, and I like chess too."
+    assert meta(new_home)["supersedes"] == home.id
+    current = await statements(workspace)
+    assert sorted(current) == ["I like hiking.", "Now I live in Electronic City, and I like chess too."]
+    old = (await statements(workspace, superseded=True))["I moved to Whitefield last month."]
+    assert old.HasField("valid_to_time")
+    assert old.valid_to_time.ToDatetime(UTC) == T0 + timedelta(days=7)  # closed when the move was said
+    hiking = [m for m in (await statements(workspace, superseded=True)).values() if m.content == "I like hiking."]
+    assert len(hiking) == 1  # said again in another session: NOOP
+    events = await workspace.client.list_memory_events(old.id)
+    assert [e.kind for e in events][-1] == memory_pb2.EVENT_KIND_UPDATE
+
+
+async def test_one_user_never_supersedes_another_and_chinese_stays_chinese(workspace: TestWorkspace) -> None:
+    await workspace.client.write_conversation(scope("s1", "bob"), [turn("c1", USER, "I live in Porto.")], extract=True)
+    reply = await workspace.client.write_conversation(
+        scope("s1", "ana"), [turn("d1", USER, "我搬到上海了。我喜欢喝绿茶。")], extract=True
+    )
+    assert sorted(m.content for m in reply.extracted_memories) == ["我喜欢喝绿茶。", "我搬到上海了。"]
+    assert "I live in Porto." in await statements(workspace, user="bob")  # ana's move left bob's home alone
+    # A conversation of no user (agent and session only) matches no user's statements:
+    # the filter's empty user_id would match every user.
+    rome = [turn("f1", USER, "I live in Rome.")]
+    anon = await workspace.client.write_conversation(scope("s9", ""), rome, extract=True)
+    assert "supersedes" not in meta(anon.extracted_memories[0])
+    assert "I live in Porto." in await statements(workspace, user="bob")
+    assert all("supersedes" not in meta(m) for m in reply.extracted_memories)
+
+
+async def test_a_retry_replays_the_first_reply_and_stores_nothing_more(workspace: TestWorkspace) -> None:
+    messages = [turn("e1", USER, "My favourite colour is green.")]
+    first = await workspace.client.write_conversation(scope("s1"), messages, extract=True, request_id="req-rules")
+    again = await workspace.client.write_conversation(scope("s1"), messages, extract=True, request_id="req-rules")
+    assert [m.id for m in again.extracted_memories] == [m.id for m in first.extracted_memories]
+    assert [m.id for m in again.memories] == [m.id for m in first.memories]
+    assert len(await statements(workspace, superseded=True)) == 1
+    assert first.extracted_memories[0].name == "my favourite colour"
