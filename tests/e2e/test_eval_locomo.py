@@ -130,3 +130,39 @@ async def test_the_eval_command_scores_the_peer_format(
     assert "text format: peer" in out
     overall = next(line.split() for line in out.splitlines() if line.split()[:2] == ["lexical", "overall"])
     assert overall[2:] == ["2", "1.000", "1.000", "1.000", "1.000", "1.000"]  # n, R@1/5/10/20, nDCG@10
+
+
+async def test_the_extract_format_stores_extracted_memories_that_map_to_their_turns(
+    tmp_path: Path, server: str, admin_client: AsyncMemplaneClient
+) -> None:
+    # The session server has no LLM: its rules extractor takes Ben's "My sister is ..."
+    # (a first-person statement); the other turns match no pattern.
+    conversations = load_locomo(locomo_file(tmp_path))
+    prefix = f"t-{secrets.token_hex(4)}"
+    async with WorkspaceSet(admin_client, _factory(server), delete=True) as spaces:
+        await ingest_locomo(spaces, conversations, prefix=prefix, reuse=False, text_format="extract", progress=False)
+        (access,) = spaces.accesses
+        assert access.name == f"{prefix}-extract-{SAMPLE}"
+        client = spaces.client(SAMPLE)
+        memories = await list_all(client)
+        extracted = [m for m in memories if m.type != memory_pb2.MEMORY_TYPE_EPISODIC]
+        assert len(memories) == len(TURNS) + 1
+        (sister,) = extracted
+        assert sister.content == "My sister is moving to Lisbon for a cello scholarship."
+        assert sister.type == memory_pb2.MEMORY_TYPE_USER
+        assert sister.description == "Ben's sister, as they said it"
+        assert hit_message_id(sister) == "D2:2"  # scored as evidence like the turn it came from
+
+
+async def test_the_eval_command_runs_with_extraction_on(
+    tmp_path: Path, server: str, admin_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = locomo_file(tmp_path)
+    argv = ["eval", "locomo", str(path), "--text-format", "extract", "--modes", "lexical", "--no-progress"]
+    argv += ["--target", server, "--api-key", admin_key]
+    code = await asyncio.get_running_loop().run_in_executor(None, main, argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "text format: extract" in out
+    overall = next(line.split() for line in out.splitlines() if line.split()[:2] == ["lexical", "overall"])
+    assert overall[2:4] == ["2", "1.000"]  # n, R@1: the extracted memory does not push its turn's evidence out

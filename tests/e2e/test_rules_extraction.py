@@ -104,4 +104,4 @@ async def test_a_retry_replays_the_first_reply_and_stores_nothing_more(workspace
     assert [m.id for m in again.extracted_memories] == [m.id for m in first.extracted_memories]
     assert [m.id for m in again.memories] == [m.id for m in first.memories]
     assert len(await statements(workspace, superseded=True)) == 1
-    assert first.extracted_memories[0].name == "my favourite colour"
+    assert first.extracted_memories[0].name == "favourite colour"

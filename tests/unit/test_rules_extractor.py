@@ -21,7 +21,7 @@ def user(text: str, id: str = "m1") -> ConversationMessage:
         ("I'm living in Electronic City", "residence", "residence"),
         ("I work at Acme as a data engineer.", "workplace", "workplace"),
         ("My name is Ana.", "name", "name"),
-        ("My favourite colour is green.", "my favourite colour", "my:favourite colour"),
+        ("My favourite colour is green.", "favourite colour", "my:favourite colour"),
         ("I like hiking in the hills.", "preference", None),
         ("I don't like coffee.", "preference", None),
         ("I'm a vegetarian.", "identity", None),
@@ -31,7 +31,7 @@ def user(text: str, id: str = "m1") -> ConversationMessage:
         ("我住在北京。", "residence", "residence"),
         ("我在阿里巴巴工作。", "workplace", "workplace"),
         ("我叫小明。", "name", "name"),
-        ("我的生日是五月三日。", "my 生日", "my:生日"),
+        ("我的生日是五月三日。", "生日", "my:生日"),
         ("我喜欢喝绿茶。", "preference", None),
         ("我是一名老师。", "identity", None),
     ],
@@ -77,3 +77,11 @@ def test_only_the_users_messages_and_each_sentence_once() -> None:
 def test_at_most_max_facts() -> None:
     text = " ".join(f"I like sport number {i}." for i in range(MAX_FACTS + 5))
     assert len(statements([user(text)])) == MAX_FACTS
+
+
+def test_a_named_speakers_attribute_is_their_own() -> None:
+    ana = ConversationMessage(content="I live in Lisbon.", role=MessageRole.USER, id="d1", name="Ana")
+    ben = ConversationMessage(content="I live in Porto.", role=MessageRole.USER, id="d2", name="Ben")
+    found = statements([ana, ben])
+    assert [f.attribute for f in found] == ["Ana/residence", "Ben/residence"]
+    assert [f.fact.description for f in found] == ["Ana's residence, as they said it", "Ben's residence, as they said it"]

@@ -13,7 +13,8 @@ the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
   nDCG@10 per category (see memplane.eval.metrics); workspaces deleted unless --keep.
   `--text-format peer` stores each turn instead as a peer harness does: one AddMemories
   memory "[<session date_time>] <speaker>: <text>" (no description), in fresh
-  "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest).
+  "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest); `--text-format
+  extract` writes the conversation format with extraction on.
 """
 
 from __future__ import annotations
@@ -148,7 +149,9 @@ def add_parsers(sub: Any, imports: Any) -> None:
         help="how turns are stored: conversation (default; WriteConversation, description "
         '"[8 May 2023] <speaker>", content the turn) or peer (AddMemories, one memory per turn '
         'with content "[1:56 pm on 8 May, 2023] <speaker>: <text>" and no description, as peer '
-        'harnesses store them, in "eval-<run id>-peer-<sample id>" workspaces)',
+        'harnesses store them, in "eval-<run id>-peer-<sample id>" workspaces) or extract (as '
+        "conversation, with WriteConversation extract and wait: the server's LLM, or its rules "
+        'extractor without one, adds memories beside the turns; "eval-<run id>-extract-<sample id>")',
     )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
     q.set_defaults(func=cmd_eval_locomo)

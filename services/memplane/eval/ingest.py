@@ -1,7 +1,7 @@
 """LoCoMo conversations into memplane workspaces, through the public gRPC API only.
 
 One workspace per conversation (AdminService, admin key), one API key for it, then the
-turns in one of two text formats (`TEXT_FORMATS`); both use scope ``user_id`` = the
+turns in one of three text formats (`TEXT_FORMATS`); all use scope ``user_id`` = the
 sample id ("conv-26"), ``session_id`` = "session_N", and put the dia_id in
 ``metadata.message_id``, which is how search hits map back to LoCoMo evidence.
 
@@ -14,11 +14,16 @@ sample id ("conv-26"), ``session_id`` = "session_N", and put the dia_id in
   turn one EPISODIC memory whose content is "[<raw session date-time>] <speaker>: <text>"
   (e.g. "[1:56 pm on 8 May, 2023] Caroline: I went to a support group"), no name or
   description, metadata only ``message_id``. Request id "locomo-peer/<sample id>/session_N".
+- "extract": as "conversation", with extraction on (WriteConversation extract=true,
+  wait=true): the server's LLM, or without one its rules extractor, adds `user` /
+  `procedural` / ... memories beside the turns, whose provenance names the turns they
+  came from (so a hit on one maps back to evidence like a turn's). Request id
+  "locomo-extract/<sample id>/session_N".
 
 A session longer than `MAX_MESSAGES_PER_WRITE` turns is written in parts ("/part-N").
 Request ids are stable, so a re-run over an existing workspace replays the first reply
 and stores nothing twice. Each workspace created here is labelled with its text format
-(`TEXT_FORMAT_LABEL`) and a reused workspace must carry the same one, so the two formats
+(`TEXT_FORMAT_LABEL`) and a reused workspace must carry the same one, so the formats
 never mix. Used by `memplane import locomo`, `memplane eval locomo` and
 bench/locomo_recall.py.
 """
@@ -51,11 +56,12 @@ ending "/part-N"."""
 
 KEY_DISPLAY_NAME = "memplane locomo"
 
-TextFormat = Literal["conversation", "peer"]
-"""How turns are stored: "conversation" (WriteConversation) or "peer" (AddMemories,
-"[<date_time>] <speaker>: <text>"); see the module docstring."""
+TextFormat = Literal["conversation", "peer", "extract"]
+"""How turns are stored: "conversation" (WriteConversation), "peer" (AddMemories,
+"[<date_time>] <speaker>: <text>") or "extract" (WriteConversation with extraction); see
+the module docstring."""
 
-TEXT_FORMATS: tuple[TextFormat, ...] = ("conversation", "peer")
+TEXT_FORMATS: tuple[TextFormat, ...] = ("conversation", "peer", "extract")
 """The text formats, the default first."""
 
 TEXT_FORMAT_LABEL = "memplane.eval/locomo-text-format"
@@ -238,12 +244,13 @@ async def write_session(
     WriteConversation or AddMemories.
     """
     sample_id = conversation.sample_id
-    if text_format == "conversation":
+    if text_format in ("conversation", "extract"):
         scope = memory_pb2.Scope(user_id=sample_id, session_id=session.session_id)
         chunks = _parts(session_messages(session))
+        extract = text_format == "extract"
         for part, chunk in enumerate(chunks):
-            request_id = session_request_id(sample_id, session, part, len(chunks))
-            await client.write_conversation(scope, chunk, request_id=request_id)
+            request_id = session_request_id(sample_id, session, part, len(chunks), text_format=text_format)
+            await client.write_conversation(scope, chunk, request_id=request_id, extract=extract, wait=extract)
     elif text_format == "peer":
         batches = _parts(peer_memories(conversation, session))
         for part, batch in enumerate(batches):

@@ -12,9 +12,11 @@ reported speech ("you said I …") are skipped. Each statement becomes one `user
 whose content is the sentence as the user wrote it.
 
 Single-valued attributes (`residence`, `workplace`, `name` and every "my X is …" /
-"我的X是…") carry an attribute key: a newer statement with the same key in the same scope
-supersedes the older one (a move supersedes the old address); the others (`identity`,
-`preference`) are multi-valued and only add (a new hobby does not retire the old one).
+"我的X是…") carry an attribute key (prefixed "<name>/" when the message names its speaker:
+in a conversation of several people, LoCoMo's, each has their own): a newer statement
+with the same key in the same scope supersedes the older one (a move supersedes the old
+address); the others (`identity`, `preference`) are multi-valued and only add (a new hobby
+does not retire the old one).
 """
 
 from __future__ import annotations
@@ -99,12 +101,15 @@ def statements(messages: Sequence[ConversationMessage]) -> list[RuleFact]:
             seen.add(key)
             pattern, thing = hit
             attribute = (f"my:{thing}" if pattern.kind == "my" else pattern.kind) if pattern.single else None
-            name = f"my {thing}" if pattern.kind == "my" else pattern.kind
+            if attribute is not None and message.name:  # one speaker's address is not another's
+                attribute = f"{message.name}/{attribute}"
+            name = thing if pattern.kind == "my" else pattern.kind
+            who = f"{message.name}'s" if message.name else "the user's"
             fact = Fact(
                 index=len(found) + 1,
                 type=MemoryType.USER,
                 name=name,
-                description=f"the user's {name}, as they said it",
+                description=f"{who} {name}, as they said it",
                 content=sentence,
                 speaker="user",
                 valid_from=message.created_at,

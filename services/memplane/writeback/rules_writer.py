@@ -60,13 +60,15 @@ def rule_memories(scope: Scope, messages: Sequence[ConversationMessage], now: da
     found = statements(messages)
     last = {f.attribute: i for i, f in enumerate(found) if f.attribute is not None}
     kept = [f for i, f in enumerate(found) if f.attribute is None or last[f.attribute] == i]
-    return [_memory(scope, f, now) for f in kept]
+    return [_memory(scope, f, messages[f.message].name, now) for f in kept]
 
 
-def _memory(scope: Scope, found: RuleFact, now: datetime) -> RuleMemory:
+def _memory(scope: Scope, found: RuleFact, speaker: str, now: datetime) -> RuleMemory:
     fact = found.fact
-    key = statement_key(fact.content)
+    key = statement_key(f"{speaker}\n{fact.content}")  # the same words from two people are two facts
     metadata: dict[str, object] = {"extracted_by": METHOD, "speaker": "user", "statement": key}
+    if speaker:
+        metadata["speaker_name"] = speaker
     if found.attribute is not None:
         metadata["attribute"] = found.attribute
     memory = NewMemory(
