@@ -84,4 +84,5 @@ def test_a_named_speakers_attribute_is_their_own() -> None:
     ben = ConversationMessage(content="I live in Porto.", role=MessageRole.USER, id="d2", name="Ben")
     found = statements([ana, ben])
     assert [f.attribute for f in found] == ["Ana/residence", "Ben/residence"]
-    assert [f.fact.description for f in found] == ["Ana's residence, as they said it", "Ben's residence, as they said it"]
+    descriptions = [f.fact.description for f in found]
+    assert descriptions == ["Ana's residence, as they said it", "Ben's residence, as they said it"]
