@@ -106,3 +106,17 @@ async def test_the_compaction_snippet_runs_as_written_and_summarises(
     # every summarised turn is kept in the session's transcript, marked compacted
     assert len(transcript.messages) == 81 - kept  # 80 turns less the kept ones (the system prompt is not a turn)
     assert all(m.compacted for m in transcript.messages)
+
+
+async def test_the_extraction_snippet_runs_as_written(
+    server: str, admin_key: str, workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    # The session server has no LLM: the snippet meets the rules extractor (the LLM path's
+    # own tests are tests/e2e/test_extraction.py).
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (snippet,) = [block for block in blocks if "extract=True, wait=True" in block]
+    script = tmp_path / "extraction.py"
+    script.write_text(snippet)
+    out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
+    assert out.splitlines()[0].startswith("episodic+rules"), out  # no job without an LLM
+    assert out.splitlines()[1] == "MEMORY_TYPE_USER I work at a bakery now.", out  # the statement, a user memory
