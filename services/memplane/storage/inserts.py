@@ -9,8 +9,13 @@ workspace and runs one statement of data-modifying CTEs (every value a bound par
 the text the same for any number of rows, so psycopg prepares it). Alone on an
 autocommit connection it is a whole transaction, committed by the server as it ends. Its
 CTEs take their row locks in the order the separate statements did — memories, lexeme
-counters (in lexeme order), the stats row, events — so concurrent inserts and deletes
-still never deadlock (test_concurrent_writers_of_shared_lexemes)."""
+counters (in lexeme order), the workspace's counters, events — so concurrent inserts and
+deletes still never deadlock (test_concurrent_writers_of_shared_lexemes).
+
+Since migration 0014 no row of the workspace is locked by every write: the counters are
+the connection's shard of `workspace_counters` and the event ids come from the
+workspace's sequence, so writers on different connections do not wait for each other's
+commits (test_counters.py)."""
 
 from __future__ import annotations
 
@@ -148,8 +153,9 @@ async def insert_memories(
     Errors arrive with the statement's results (at the next fetch, or when the pipeline's
     transaction ends): `QuotaExceededError` (the whole transaction rolls back) when the
     workspace would exceed its `max_memories` or `max_bytes`, read in this transaction so
-    that a quota just changed applies at once (`memplane_check_quotas`, migration 0011);
-    a NOT NULL violation on the event id if the workspace has no stats row (a bug).
+    that a quota just changed applies at once (`memplane_check_workspace_quotas`,
+    migration 0014: over the sums of the counter shards); a NOT NULL violation if the
+    workspace has no counter row or event sequence (a bug).
 
     With *dedupe* (direct AddMemories), a memory whose normalised content
     (`memplane_content_key`: NFKC, lower case, whitespace collapsed) is already a current
