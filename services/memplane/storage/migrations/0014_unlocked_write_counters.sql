@@ -182,7 +182,7 @@ BEGIN
     IF NOT FOUND OR (w.max_memories <= 0 AND w.max_bytes <= 0) THEN
         RETURN true;
     END IF;
-    SELECT sum(memory_count) AS memory_count, sum(content_bytes) AS content_bytes INTO total
+    SELECT sum(memory_count)::bigint AS memory_count, sum(content_bytes)::bigint AS content_bytes INTO total
     FROM workspace_counters WHERE workspace_key = ws;
     RETURN memplane_check_quotas(w.name, total.memory_count, w.max_memories, added, total.content_bytes,
                                  w.max_bytes, added_bytes);
