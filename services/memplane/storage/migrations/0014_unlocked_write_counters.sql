@@ -192,8 +192,12 @@ GRANT EXECUTE ON FUNCTION memplane_check_workspace_quotas(bigint, bigint, bigint
 
 -- memplane_insert_memories (migration 0013's, with its duplicate detection) on the new
 -- counters: the same statements, their event ids from the workspace's sequence and the
--- deltas to this backend's shard; the quotas in a statement of their own, after the
--- shard's row is held. Same signature, so CREATE OR REPLACE keeps its grants.
+-- deltas to a counter shard no other write holds (this backend's if free, else the first
+-- free one: FOR UPDATE SKIP LOCKED; all held, it waits for its own) — with pid mod 8
+-- alone, a server's pool of up to 16 connections put two writers on one row (sampled at
+-- 8 callers: 108 waits on workspace_counters in 1,186 samples); the quotas in a statement
+-- of their own, after the shard's row is held. The lexeme counters are locked before the
+-- shard, as before. Same signature, so CREATE OR REPLACE keeps its grants.
 CREATE OR REPLACE FUNCTION memplane_insert_memories(
     p_ws bigint, p_claim_id text, p_method text, p_digest bytea, p_result jsonb,
     p_ids uuid[], p_user_ids text[], p_agent_ids text[], p_session_ids text[], p_types text[], p_names text[],
@@ -252,13 +256,18 @@ BEGIN
         GROUP BY u.lexeme ORDER BY u.lexeme
         ON CONFLICT (workspace_key, lexeme, shard) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df
         RETURNING 1),
+    pick AS (
+        SELECT coalesce(
+            (SELECT c.shard FROM workspace_counters c
+             WHERE c.workspace_key = p_ws AND (SELECT count(*) FROM df) >= 0 AND EXISTS (SELECT FROM ins)
+             ORDER BY c.shard = memplane_counter_shard() DESC, c.shard LIMIT 1 FOR UPDATE SKIP LOCKED),
+            memplane_counter_shard()) AS shard),
     st AS (
         UPDATE workspace_counters s SET memory_count = s.memory_count + d.n, content_bytes = s.content_bytes + d.bytes,
             lexical_length_sum = s.lexical_length_sum + d.len
         FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes, coalesce(sum(lexical_length), 0) AS len
-              FROM ins) d
-        WHERE s.workspace_key = p_ws AND s.shard = memplane_counter_shard() AND d.n > 0
-            AND (SELECT count(*) FROM df) >= 0
+              FROM ins) d, pick
+        WHERE s.workspace_key = p_ws AND s.shard = pick.shard AND d.n > 0
         RETURNING d.n AS added, d.bytes AS added_bytes),
     ids AS (SELECT memplane_event_ids(p_ws, (SELECT count(*)::integer FROM ins)) AS ids),
     ev AS (
