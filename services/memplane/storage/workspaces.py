@@ -117,8 +117,9 @@ class WorkspaceStore:
         embedding_dimensions: int,
         policy: Mapping[str, Any],
     ) -> Workspace:
-        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`) and
-        create its partitions with their own indexes: an HNSW index (cosine) on the
+        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`), its
+        COUNTER_SHARDS counter rows and its event-id sequence, and create its partitions
+        with their own indexes: an HNSW index (cosine) on the
         embedding cast to its recorded dimension and a CHECK that every stored vector has
         that dimension. Raises `AlreadyExistsError`."""
         columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
@@ -227,7 +228,7 @@ class WorkspaceStore:
             return [_workspace(r) for r in await cur.fetchall()]
 
     async def delete(self, name: str) -> int:
-        """Drop the workspace's partitions and rows; return its memory count.
+        """Drop the workspace's partitions, rows and event-id sequence; return its memory count.
         Touches no other workspace. Raises `NotFoundError`."""
 
         async def delete(conn: Connection) -> int:

@@ -5,7 +5,8 @@
 -- backend samples waited on that row. Now:
 --
 -- 1. The counters are sharded: `workspace_counters` holds COUNTER_SHARDS (8) rows per
---    workspace and a write adds its deltas to the row of its backend
+--    workspace; an insert adds its deltas to a row no other write holds (see
+--    memplane_insert_memories below), updates and deletes to the row of their backend
 --    (memplane_counter_shard(): pid mod 8, as lexeme_df's shards), so writers on
 --    different connections lock different rows. A shard's values may go negative (a
 --    memory inserted through one shard and deleted through another); their sums are the
