@@ -17,9 +17,9 @@
 --    until commit. Ids still start at 1 per workspace and never move with another
 --    workspace's writes; they increase in the order writes take them, and a write that
 --    rolls back (a quota refusal, an error) leaves a gap in its own workspace's ids.
--- 3. Quotas are checked after the write's own shard is updated, in a statement of its
---    own (a fresh snapshot): see memplane_check_workspace_quotas for the bound this puts
---    on concurrent writers.
+-- 3. Quotas are checked after the write's own shard is updated, over the shards' sums,
+--    still exactly: see memplane_check_workspace_quotas (writes of a workspace with a
+--    count or byte quota queue on its quota lock; the others do not).
 -- 4. Read-your-writes tokens (memplane.api.read_tokens) keep their promise — a token
 --    with counter c is cut after every event up to c has committed — by waiting for the
 --    writers still holding ids up to c: see memplane_settled_event_counter.
@@ -158,17 +158,16 @@ $$;
 REVOKE ALL ON FUNCTION memplane_settled_event_counter(bigint) FROM PUBLIC;
 
 -- Quotas of workspace *ws* for a write that added *added* memories and *added_bytes*
--- bytes of text, checked against the sums of its counter shards read now (call it after
--- updating the write's own shard, in a statement of its own or from a later row: this
--- VOLATILE function takes a fresh snapshot). True, or SQLSTATE MPQ01 from
--- memplane_check_quotas. A write that adds nothing is never refused; a workspace without
--- quotas is not summed.
+-- bytes of text, checked against the sums of its counter shards (call it after updating
+-- the write's own shard). True, or SQLSTATE MPQ01 from memplane_check_quotas. A write
+-- that adds nothing is never refused; a workspace without a count or byte quota is not
+-- summed and waits for nobody.
 --
--- Bound under concurrent writers: a writer sees every write committed before its check
--- and its own. The writes it cannot see are in flight on other shards, each holding its
--- shard's row from its update to its commit, so at most one per other shard: a workspace
--- ends at most 7 (shards - 1) times the largest single write over a quota (one memory
--- each for one-memory calls). With one row per workspace this was exact.
+-- Exact under concurrent writers, as with one row per workspace: a write of a workspace
+-- with a quota first takes the workspace's quota lock (advisory, key (workspace, 64):
+-- outside the token slots 0..63), held to its commit, and sums the shards in a statement
+-- after it (this VOLATILE function's own, a fresh snapshot), so it sees every write
+-- checked before it. Only such workspaces' writes queue there; the others' do not.
 CREATE FUNCTION memplane_check_workspace_quotas(ws bigint, added bigint, added_bytes bigint) RETURNS boolean
     LANGUAGE plpgsql VOLATILE
     AS $$
@@ -183,6 +182,7 @@ BEGIN
     IF NOT FOUND OR (w.max_memories <= 0 AND w.max_bytes <= 0) THEN
         RETURN true;
     END IF;
+    PERFORM pg_advisory_xact_lock(memplane_event_lock_key(ws), 64);
     SELECT sum(memory_count)::bigint AS memory_count, sum(content_bytes)::bigint AS content_bytes INTO total
     FROM workspace_counters WHERE workspace_key = ws;
     RETURN memplane_check_quotas(w.name, total.memory_count, w.max_memories, added, total.content_bytes,
