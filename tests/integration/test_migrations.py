@@ -141,7 +141,7 @@ async def test_0009_generates_a_read_token_key_the_tenant_role_cannot_read(empty
 
 
 async def test_0014_moves_counters_to_shards_and_event_ids_to_a_sequence_per_workspace(empty_database: str) -> None:
-    await apply_migrations(empty_database, up_to=12)
+    await apply_migrations(empty_database, up_to=13)
     stats = {"a": (3, 120, 17, 5), "quiet": (0, 0, 0, 0)}  # memory_count, content_bytes, lexical_length_sum, events
     keys = {}
     async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
