@@ -115,7 +115,9 @@ async def bulk_seed(stack: Stack, n: int, rows: Callable[[int, int], Iterable[Ro
         )
         await conn.execute(
             sql.SQL(
-                "UPDATE workspace_stats s SET memory_count = d.n, content_bytes = d.bytes, lexical_length_sum = d.len"
+                "UPDATE workspace_counters s SET memory_count = CASE s.shard WHEN 0 THEN d.n ELSE 0 END,"
+                " content_bytes = CASE s.shard WHEN 0 THEN d.bytes ELSE 0 END,"
+                " lexical_length_sum = CASE s.shard WHEN 0 THEN d.len ELSE 0 END"
                 " FROM (SELECT count(*) AS n, coalesce(sum(content_bytes), 0) AS bytes,"
                 " coalesce(sum(lexical_length), 0) AS len FROM {part}) d WHERE s.workspace_key = {key}"
             ).format(part=sql.Identifier(part), key=sql.Literal(key))

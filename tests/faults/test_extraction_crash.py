@@ -3,7 +3,7 @@ transaction leaves nothing of the job applied; started again, its worker takes t
 over once the lease has passed and applies it once.
 
 "In the middle" is made certain, not hoped for: the model's answer is held until the
-test holds the workspace's `workspace_stats` row (FOR UPDATE) from its own connection,
+test holds the workspace's `workspace_counters` rows (FOR UPDATE, every shard) from its own connection,
 so the job's transaction has locked the job and waits inside its insert of the memories
 (`memplane_insert_memories`, at the counter update); the test sees that backend waiting,
 kills the server, lets go of the row and waits until the orphaned backend has gone. The cluster is the fault tier's own
@@ -97,7 +97,9 @@ async def test_a_worker_killed_mid_job_applies_nothing_and_the_job_completes_aft
         wait_until(lambda: len(fake.requests) == 1, "the worker asks the model")
 
         async with await psycopg.AsyncConnection.connect(dsn) as holder:
-            await holder.execute("SELECT 1 FROM workspace_stats WHERE workspace_key = %s FOR UPDATE", (workspace_key,))
+            await holder.execute(
+                "SELECT 1 FROM workspace_counters WHERE workspace_key = %s FOR UPDATE", (workspace_key,)
+            )
             holder_pid = holder.info.backend_pid
             gate.set()  # the model answers; the job's transaction runs into the held row
             waiting = (

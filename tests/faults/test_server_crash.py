@@ -5,7 +5,7 @@ and the idempotency record agree. (Whether the killed write itself was stored de
 whether it had reached the server whole: an AddMemories is one autocommitted statement.)
 
 "In the middle" is made certain, not hoped for: the test holds the workspace's
-`workspace_stats` row (FOR UPDATE) from its own connection, so the server's transaction
+`workspace_counters` rows (FOR UPDATE, every shard) from its own connection, so the server's transaction
 has inserted every row and waits at its counter update; the test waits until that
 backend is seen waiting for the lock, kills the server, lets go of the row, and waits
 until the orphaned backend has gone."""
@@ -36,7 +36,7 @@ SETTINGS = {"MEMPLANE_LIMITS__MAX_BATCH_SIZE": str(BATCH)}
 async def _stats_row_held(pg_dsn: str, workspace_key: int) -> AsyncIterator[int]:
     """Hold the workspace's counter row; yields the holder's pid."""
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        await conn.execute("SELECT 1 FROM workspace_stats WHERE workspace_key = %s FOR UPDATE", (workspace_key,))
+        await conn.execute("SELECT 1 FROM workspace_counters WHERE workspace_key = %s FOR UPDATE", (workspace_key,))
         pid = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone() or (0,))[0]
         yield int(pid)
         await conn.rollback()
@@ -74,7 +74,7 @@ async def _workspace(server: ServerProcess, admin_key: str, pg_dsn: str) -> tupl
 # it has inserted the rows and their lexeme counts.
 _AT_THE_COUNTER = (
     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s"
-    " AND (query LIKE 'UPDATE workspace_stats%%' OR query LIKE '%%FROM memplane_insert_memories(%%')"
+    " AND (query LIKE 'UPDATE workspace_counters%%' OR query LIKE '%%FROM memplane_insert_memories(%%')"
 )
 
 

@@ -86,7 +86,7 @@ async def test_0013_backfills_the_oldest_copy_of_each_text(old_database: str) ->
             row = await cur.fetchone()
             assert row is not None
             ids[name] = row[0]
-    assert await apply_migrations(old_database) == ["0013_duplicate_content.sql"]
+    assert await apply_migrations(old_database, up_to=13) == ["0013_duplicate_content.sql"]
     async with await psycopg.AsyncConnection.connect(old_database, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT id, content_key, memplane_content_key(content) FROM memories WHERE workspace_key = %s", (ws,)

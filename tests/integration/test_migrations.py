@@ -138,3 +138,42 @@ async def test_0009_generates_a_read_token_key_the_tenant_role_cannot_read(empty
         await conn.execute("SET ROLE memplane_tenant")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             await conn.execute("SELECT secret FROM server_secrets")
+
+
+async def test_0014_moves_counters_to_shards_and_event_ids_to_a_sequence_per_workspace(empty_database: str) -> None:
+    await apply_migrations(empty_database, up_to=13)
+    stats = {"a": (3, 120, 17, 5), "quiet": (0, 0, 0, 0)}  # memory_count, content_bytes, lexical_length_sum, events
+    keys = {}
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        for name, (count, size, length, events) in stats.items():
+            cur = await conn.execute(
+                "INSERT INTO workspaces (name, embedding_model, embedding_dimensions)"
+                " VALUES (%s, 'm', 3) RETURNING key",
+                (name,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            keys[name] = row[0]
+            await conn.execute(
+                "INSERT INTO workspace_stats (workspace_key, memory_count, content_bytes, lexical_length_sum,"
+                " last_event_id) VALUES (%s, %s, %s, %s, %s)",
+                (row[0], count, size, length, events),
+            )
+            await conn.execute(
+                sql.SQL("CREATE TABLE {} PARTITION OF memory_events FOR VALUES IN ({})").format(
+                    sql.Identifier(f"memory_events_w{row[0]}"), sql.Literal(row[0])
+                )
+            )
+    assert await apply_migrations(empty_database, up_to=14) == ["0014_unlocked_write_counters.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        for name, expected in stats.items():
+            cur = await conn.execute(
+                "SELECT memory_count, content_bytes, lexical_length_sum, last_event_id FROM workspace_stats"
+                " WHERE workspace_key = %s",
+                (keys[name],),
+            )
+            assert await cur.fetchone() == expected, name  # the view sums to the old row
+            cur = await conn.execute("SELECT count(*) FROM workspace_counters WHERE workspace_key = %s", (keys[name],))
+            assert await cur.fetchone() == (8,), name
+            cur = await conn.execute("SELECT memplane_event_ids(%s, 2)", (keys[name],))
+            assert await cur.fetchone() == ([expected[3] + 1, expected[3] + 2],), name  # ids go on from the count

@@ -21,7 +21,7 @@ TENANT_TABLES = (
     "memory_events",
     "transcript_messages",
     "idempotency_keys",
-    "workspace_stats",
+    "workspace_counters",
     "tool_result_blobs",
 )
 
@@ -86,7 +86,7 @@ async def test_unqualified_reads_see_only_the_tenant_rows(app: App, tenant_facto
         "memory_events": 4,
         "transcript_messages": 1,
         "idempotency_keys": 1,
-        "workspace_stats": 1,
+        "workspace_counters": 8,
         "tool_result_blobs": 1,
     }
     assert await _counts(app, b.key) == {
@@ -94,7 +94,7 @@ async def test_unqualified_reads_see_only_the_tenant_rows(app: App, tenant_facto
         "memory_events": 3,
         "transcript_messages": 1,
         "idempotency_keys": 1,
-        "workspace_stats": 1,
+        "workspace_counters": 8,
         "tool_result_blobs": 1,
     }
     async with app.db.tenant(a.key) as conn:
@@ -124,7 +124,7 @@ async def test_unqualified_writes_touch_only_the_tenant_rows(app: App, tenant_fa
         "DELETE FROM memories": "memories",
         "UPDATE memory_events SET actor = 'forged'": "memory_events",
         "DELETE FROM transcript_messages": "transcript_messages",
-        "UPDATE workspace_stats SET memory_count = 0": "workspace_stats",
+        "UPDATE workspace_counters SET memory_count = 0": "workspace_counters",
         "DELETE FROM tool_result_blobs": "tool_result_blobs",
     }
     for statement, table in statements.items():

@@ -6,12 +6,14 @@ showed how much all the others wrote in between. The token is now
 
     "<counter>.<base64url(nonce ‖ AES-256-GCM(WAL position))>"
 
-- *counter*: the workspace's own history-event counter (`workspace_stats.last_event_id`)
-  read with the position, after the write's commit. It moves only with this workspace's
-  writes, and orders its tokens: the client keeps the one with the highest counter
-  (`memplane.domain.consistency.newest_token`). A token with counter c was cut after
-  every event up to c had committed, so its position covers them all; ties (a write that
-  recorded no memory event) cover the same memories.
+- *counter*: the workspace's own history-event counter (the last id of its event
+  sequence, migration 0014) read with the position, after the write's commit. It moves
+  only with this workspace's writes, and orders its tokens: the client keeps the one
+  with the highest counter (`memplane.domain.consistency.newest_token`). A token with
+  counter c was cut after every event up to c had committed (the position is read once
+  the writers still holding ids up to c have ended: `memplane_settled_event_counter`),
+  so its position covers them all; ties (a write that recorded no memory event) cover
+  the same memories.
 - the sealed part: the 8-byte position under AES-GCM (NIST SP 800-38D) with a random
   96-bit nonce, so two tokens of one position differ, and with the workspace key and the
   counter as associated data, so a token is refused by any other workspace and a counter

@@ -142,15 +142,14 @@ class Database:
 
     async def write_position(self, workspace_key: int) -> tuple[str, int]:
         """(the server's current WAL write position, `pg_current_wal_lsn()` "X/Y" hex; the
-        workspace's history-event counter, `workspace_stats.last_event_id`), both read after
-        the caller's commits: a standby that has replayed up to the position shows every
-        event up to the counter. Raises `UnavailableError` / `DeadlineExceededError` as
-        every call."""
+        workspace's history-event counter, the last id its sequence gave), read after the
+        caller's commits and after every writer holding an id up to the counter has ended
+        (`memplane_settled_event_counter`, migration 0014: it waits for them): a standby
+        that has replayed up to the position shows every event up to the counter. Raises
+        `UnavailableError` / `DeadlineExceededError` as every call."""
         async with self._connection() as conn:
             cur = await conn.execute(
-                "SELECT pg_current_wal_lsn()::text AS lsn,"
-                " (SELECT last_event_id FROM workspace_stats WHERE workspace_key = %(ws)s) AS counter",
-                {"ws": workspace_key},
+                "SELECT lsn::text AS lsn, counter FROM memplane_settled_event_counter(%(ws)s)", {"ws": workspace_key}
             )
             row = await fetch_one(cur)
             await conn.rollback()

@@ -1,11 +1,12 @@
 """Memory history (`memory_events`): what each write records, and reading it back.
 
-Event ids count 1, 2, 3... per workspace (`workspace_stats.last_event_id`, migration
-0008): they order a workspace's history as it happened and tell nothing of other
-workspaces' activity, which one shared sequence did (the gap between two of a tenant's
-ids was the number of everyone else's events in between). The counter is advanced in the
-writing transaction, on the stats row that every write updates anyway, so its row lock
-serialises nothing that was not already serialised.
+Event ids count 1, 2, 3... per workspace, from the workspace's own sequence
+(`memplane_event_ids`, migration 0014; until then `workspace_stats.last_event_id`,
+migration 0008): they order a workspace's history as its writes took them and tell
+nothing of other workspaces' activity, which one shared sequence did (the gap between two
+of a tenant's ids was the number of everyone else's events in between). A sequence holds
+no lock until commit, so writers of one workspace no longer wait for each other's
+commits; a write that rolls back leaves a gap in its own workspace's ids.
 """
 
 from __future__ import annotations
@@ -21,15 +22,13 @@ from memplane.domain.models import EventKind, Memory, MemoryEvent, Scope
 from memplane.storage.database import Connection
 from memplane.storage.rows import memory_from_snapshot, snapshot
 
-# One write's events in one statement; the LEFT JOIN turns a missing stats row into a
-# NOT NULL violation on the id, never events silently dropped.
+# One write's events in one statement; a workspace without its sequence gets NULL ids, a
+# NOT NULL violation, never events silently dropped.
 _RECORD = """
-WITH c AS (
-    UPDATE workspace_stats SET last_event_id = last_event_id + %(n)s WHERE workspace_key = %(ws)s
-    RETURNING last_event_id - %(n)s AS base)
+WITH c AS (SELECT memplane_event_ids(%(ws)s, %(n)s) AS ids)
 INSERT INTO memory_events (workspace_key, id, memory_id, kind, before, after, actor, request_id,
     scope_user_id, scope_agent_id, scope_session_id, created_at)
-SELECT %(ws)s, c.base + e.ord, e.memory_id, e.kind, e.before::jsonb, e.after::jsonb, %(actor)s, %(request_id)s,
+SELECT %(ws)s, c.ids[e.ord], e.memory_id, e.kind, e.before::jsonb, e.after::jsonb, %(actor)s, %(request_id)s,
     e.user_id, e.agent_id, e.session_id, %(now)s
 FROM unnest(%(memory_ids)s::uuid[], %(kinds)s::text[], %(befores)s::text[], %(afters)s::text[],
             %(user_ids)s::text[], %(agent_ids)s::text[], %(session_ids)s::text[])
@@ -51,8 +50,8 @@ async def record_events(
     now: datetime,
 ) -> None:
     """Insert *events* in the caller's tenant transaction, numbered on from the
-    workspace's count, in the order given. Raises `psycopg.errors.NotNullViolation` if
-    the workspace has no stats row (a bug: every workspace is created with one)."""
+    workspace's sequence, in the order given. Raises `psycopg.errors.NotNullViolation`
+    if the workspace has no sequence (a bug: every workspace is created with one)."""
     if not events:
         return
     await conn.execute(

@@ -243,12 +243,10 @@ class MemoryStore:
         if change.lexical_text is not None:
             await count_changed(conn, workspace.key, row["old_lexical"], row["new_lexical"])
         await conn.execute(
-            "WITH s AS (UPDATE workspace_stats s SET content_bytes = s.content_bytes + %(bytes)s,"
-            "  lexical_length_sum = s.lexical_length_sum + %(len)s FROM workspaces w"
-            "  WHERE s.workspace_key = %(ws)s AND w.key = s.workspace_key"
-            "  RETURNING w.name, s.memory_count, w.max_memories, s.content_bytes, w.max_bytes)"
-            " SELECT memplane_check_quotas(name, memory_count, max_memories, 0, content_bytes, max_bytes,"
-            "  %(bytes)s) FROM s",
+            "WITH s AS (UPDATE workspace_counters s SET content_bytes = s.content_bytes + %(bytes)s,"
+            "  lexical_length_sum = s.lexical_length_sum + %(len)s"
+            "  WHERE s.workspace_key = %(ws)s AND s.shard = memplane_counter_shard() RETURNING 1)"
+            " SELECT memplane_check_workspace_quotas(%(ws)s, 0, %(bytes)s) FROM s",
             {"bytes": row["d_bytes"], "len": row["d_len"], "ws": workspace.key},
         )  # QuotaExceededError at the next fetch or at COMMIT (the transaction then rolls back)
         await record_events(
@@ -335,10 +333,11 @@ class MemoryStore:
                 "WITH d AS (DELETE FROM memories m WHERE m.workspace_key = %(ws)s AND {where}"
                 "  RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes,"
                 "  m.lexical_length, m.lexical),"
-                " s AS (UPDATE workspace_stats SET memory_count = memory_count - (SELECT count(*) FROM d),"
+                " s AS (UPDATE workspace_counters SET memory_count = memory_count - (SELECT count(*) FROM d),"
                 "  content_bytes = content_bytes - (SELECT coalesce(sum(content_bytes), 0) FROM d),"
                 "  lexical_length_sum = lexical_length_sum - (SELECT coalesce(sum(lexical_length), 0) FROM d)"
-                "  WHERE workspace_key = %(ws)s),"
+                "  WHERE workspace_key = %(ws)s AND shard = memplane_counter_shard()"
+                "  AND EXISTS (SELECT FROM d)),"
                 " df AS ({removal})"
                 " SELECT id, user_id, agent_id, session_id FROM d"
             ).format(where=where, removal=removal_cte("d")),
@@ -354,7 +353,8 @@ class MemoryStore:
         return await load_events(conn, workspace.key, memory_id)
 
     async def memory_count(self, conn: Connection, workspace: Workspace) -> int:
-        """All memories of the workspace (from workspace_stats, no row scan)."""
+        """All memories of the workspace (from workspace_stats, the sums of its counter
+        shards: no row scan)."""
         cur = await conn.execute("SELECT memory_count FROM workspace_stats WHERE workspace_key = %s", (workspace.key,))
         return int((await fetch_one(cur))["memory_count"])
 

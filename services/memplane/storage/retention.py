@@ -4,8 +4,8 @@ Reads already hide expired memories (`compile_filter`; `include_expired` shows t
 the sweep reclaims their rows and their text once `retention.grace_seconds` have passed.
 An expired memory is erased as `DeleteMemoriesByScope` erases: the row goes, the
 before/after of its past events are redacted, and one content-free DELETE event (actor
-"retention") records the decision, numbered on from the workspace's own event count; the
-workspace's stats follow in the same statement; so do the BM25 document frequencies
+"retention") records the decision, numbered from the workspace's own event sequence; the
+workspace's counters (the sweep's shard) follow in the same statement; so do the BM25 document frequencies
 (`lexeme_df`).
 """
 
@@ -33,21 +33,22 @@ d AS (
     RETURNING m.workspace_key, m.id, m.user_id, m.agent_id, m.session_id, m.content_bytes, m.lexical_length,
       m.lexical),
 lexemes AS ({removal}),
-stats AS (
-    UPDATE workspace_stats s SET memory_count = s.memory_count - g.n, content_bytes = s.content_bytes - g.bytes,
-        lexical_length_sum = s.lexical_length_sum - g.len, last_event_id = s.last_event_id + g.n
-    FROM (SELECT workspace_key, count(*) AS n, sum(content_bytes) AS bytes, sum(lexical_length) AS len
-          FROM d GROUP BY workspace_key) g
-    WHERE s.workspace_key = g.workspace_key
-    RETURNING s.workspace_key, s.last_event_id - g.n AS base),
+g AS MATERIALIZED (
+    SELECT workspace_key, count(*) AS n, sum(content_bytes) AS bytes, sum(lexical_length) AS len
+    FROM d GROUP BY workspace_key),
+counters AS (
+    UPDATE workspace_counters s SET memory_count = s.memory_count - g.n, content_bytes = s.content_bytes - g.bytes,
+        lexical_length_sum = s.lexical_length_sum - g.len
+    FROM g WHERE s.workspace_key = g.workspace_key AND s.shard = memplane_counter_shard()),
+ids AS (SELECT workspace_key, memplane_event_ids(workspace_key, n::integer) AS ids FROM g),
 redacted AS (
     UPDATE memory_events e SET before = NULL, after = NULL
     FROM d WHERE e.workspace_key = d.workspace_key AND e.memory_id = d.id)
 INSERT INTO memory_events (workspace_key, id, memory_id, kind, actor, scope_user_id, scope_agent_id,
     scope_session_id, created_at)
-SELECT d.workspace_key, stats.base + row_number() OVER (PARTITION BY d.workspace_key ORDER BY d.id), d.id, 'DELETE',
-    %(actor)s, d.user_id, d.agent_id, d.session_id, %(now)s
-FROM d LEFT JOIN stats ON stats.workspace_key = d.workspace_key
+SELECT x.workspace_key, x.ids[x.ord], x.id, 'DELETE', %(actor)s, x.user_id, x.agent_id, x.session_id, %(now)s
+FROM (SELECT d.*, ids.ids, row_number() OVER (PARTITION BY d.workspace_key ORDER BY d.id) AS ord
+      FROM d LEFT JOIN ids ON ids.workspace_key = d.workspace_key) x
 """
 
 

@@ -35,6 +35,17 @@ def partition_name(table: str, workspace_key: int) -> str:
     return f"{table}_w{workspace_key}"
 
 
+# Rows of `workspace_counters` per workspace (migration 0014: a write updates its
+# backend's, pid mod 8, so writers of one workspace on different connections lock
+# different rows; the SQL functions there hold the same number).
+COUNTER_SHARDS = 8
+
+
+def event_sequence_name(workspace_key: int) -> str:
+    """Name of the sequence a workspace's event ids come from (migration 0014)."""
+    return f"memory_events_w{workspace_key}_id_seq"
+
+
 # The workspaces columns UpdateWorkspace may set (Quotas fields keep their names).
 POLICY_COLUMNS = (
     "max_memories",
@@ -106,8 +117,9 @@ class WorkspaceStore:
         embedding_dimensions: int,
         policy: Mapping[str, Any],
     ) -> Workspace:
-        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`) and
-        create its partitions with their own indexes: an HNSW index (cosine) on the
+        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`), its
+        COUNTER_SHARDS counter rows and its event-id sequence, and create its partitions
+        with their own indexes: an HNSW index (cosine) on the
         embedding cast to its recorded dimension and a CHECK that every stored vector has
         that dimension. Raises `AlreadyExistsError`."""
         columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
@@ -126,7 +138,15 @@ class WorkspaceStore:
                 raise AlreadyExistsError("workspace", name) from exc
             row = await fetch_one(cur)
             workspace = _workspace(row)
-            await conn.execute("INSERT INTO workspace_stats (workspace_key) VALUES (%s)", (workspace.key,))
+            await conn.execute(
+                "INSERT INTO workspace_counters (workspace_key, shard) SELECT %s, s FROM generate_series(0, %s - 1) s",
+                (workspace.key, COUNTER_SHARDS),
+            )
+            await conn.execute(
+                sql.SQL("CREATE SEQUENCE {} AS bigint MINVALUE 1").format(
+                    sql.Identifier(event_sequence_name(workspace.key))
+                )
+            )
             for table in PARTITIONED_TABLES:
                 await conn.execute(
                     sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
@@ -208,13 +228,13 @@ class WorkspaceStore:
             return [_workspace(r) for r in await cur.fetchall()]
 
     async def delete(self, name: str) -> int:
-        """Drop the workspace's partitions and rows; return its memory count.
+        """Drop the workspace's partitions, rows and event-id sequence; return its memory count.
         Touches no other workspace. Raises `NotFoundError`."""
 
         async def delete(conn: Connection) -> int:
             cur = await conn.execute(
-                "SELECT w.key, s.memory_count FROM workspaces w JOIN workspace_stats s"
-                " ON s.workspace_key = w.key WHERE w.name = %s FOR UPDATE OF w",
+                "SELECT w.key, (SELECT s.memory_count FROM workspace_stats s WHERE s.workspace_key = w.key)"
+                " AS memory_count FROM workspaces w WHERE w.name = %s FOR UPDATE OF w",
                 (name,),
             )
             row = await cur.fetchone()
@@ -225,7 +245,8 @@ class WorkspaceStore:
                 await conn.execute(
                     sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(partition_name(table, key)))
                 )
-            await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))
+            await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))  # and its counters (cascade)
+            await conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(event_sequence_name(key))))
             return int(row["memory_count"])
 
         return await self._ddl(delete)
