@@ -54,6 +54,16 @@ class ReplicaBehindError(Exception):
     `ReadRouter` answers it by reading from the primary)."""
 
 
+async def _discard_if_pipelined(conn: Connection) -> None:
+    """The pool's check of each returned connection: one still in pipeline mode (psycopg's
+    pipeline object left set, or libpq's pipeline not exited — a task cancelled while it
+    left a pipeline block can leave either) raises, so the pool discards it. Kept, it
+    would pipeline every later statement of whoever got it next: CI saw a plain DELETE
+    report rowcount -1 and the blob sweeper log "deleted -1"."""
+    if conn._pipeline is not None or conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+        raise psycopg.InterfaceError("connection returned in pipeline mode: discarded")
+
+
 class Database:
     """An `AsyncConnectionPool` over one PostgreSQL with pgvector.
 
@@ -85,6 +95,7 @@ class Database:
             timeout=timeout,
             open=False,
             configure=self._configure,
+            reset=_discard_if_pipelined,
             kwargs={"row_factory": dict_row, "autocommit": False}
             | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
