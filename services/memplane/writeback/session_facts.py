@@ -24,8 +24,8 @@ from typing import Any
 from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.domain.models import Memory, NewMemory, Principal, Workspace
 from memplane.llm.chat import LLMError
+from memplane.llm.extraction import Fact
 from memplane.storage.database import Connection
-from memplane.writeback.extraction import Fact
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.reconcile import Audit, JobContext
 from memplane.writeback.requests import Ledger, WriteRequest
@@ -112,15 +112,15 @@ def _derived(request_id: str, part: str) -> str:
 
 
 def _fact(index: int, memory: NewMemory) -> Fact:
-    """An extracted memory as a reconciliation fact (the summariser's extraction is of
-    the user's facts and experience: speaker "user")."""
+    """An extracted memory as a reconciliation fact; its speaker is the metadata's
+    `speaker` ("assistant", else "user": the extraction parser's default)."""
     return Fact(
         index=index,
         type=memory.type,
         name=memory.name,
         description=memory.description,
         content=memory.content,
-        speaker="user",
+        speaker="assistant" if memory.metadata.get("speaker") == "assistant" else "user",
         valid_from=memory.valid_from,
         message_ids=memory.provenance.message_ids,
     )
