@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import ConversationMessage, MessageRole
-from memplane.llm.extraction import extraction_prompt
+from memplane.llm.extraction import extraction_prompt, prompt_sha256
 from memplane.text.language import detect_language
 from memplane.v1 import memory_pb2
 from tests.e2e.test_compaction_summaries import GOOD, GOOD_ZH, T0, chinese_conversation, conversation
@@ -131,6 +131,12 @@ async def test_summarize_session_extracts_typed_memories_with_speaker_dates_and_
     assert '[b6] [time unknown] assistant: [tool_use run_tests({"suite": "billing"})]' in span
     assert "[b7] [time unknown] tool: [tool_result run_tests] 412 passed, 0 failed" in span
 
+    # Audit: the ADD event's decision names the model and the extraction prompt's hash.
+    [event] = await llm_client.list_memory_events(procedural.id)
+    decision = json_format.MessageToDict(event.decision)
+    assert (decision["operation"], decision["outcome"], decision["model"]) == ("ADD", "applied", "fake-model")
+    assert decision["prompt_sha256"] == [prompt_sha256(request["messages"])]
+
     # Summarised again: the reconciliation prompt carries who said each fact.
     def noop(body: dict[str, Any]) -> str:
         ordinals = shown(body)
@@ -152,6 +158,10 @@ async def test_summarize_session_extracts_typed_memories_with_speaker_dates_and_
     assert "F1 (procedural, said by assistant, since 2026-11-27) Idempotent charges:" in facts
     assert "F3 (user, said by user, since 2026-11-27) Postgres version:" in facts
     assert "F4 (project, said by user, since 2026-11-27) Billing v2 deadline:" in facts
+    events = await llm_client.list_memory_events(procedural.id)
+    assert [e.kind for e in events] == [memory_pb2.EVENT_KIND_ADD, memory_pb2.EVENT_KIND_NOOP]
+    digests = json_format.MessageToDict(events[1].decision)["prompt_sha256"]
+    assert digests == [prompt_sha256(llm.requests[3]["messages"]), prompt_sha256(llm.requests[4]["messages"])]
 
 
 async def test_a_chinese_session_yields_chinese_memories(llm: FakeLLM, llm_client: AsyncMemplaneClient) -> None:

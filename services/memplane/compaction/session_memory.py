@@ -32,9 +32,12 @@ class MemoryWriter(Protocol):
         summary: NewMemory,
         facts: Sequence[NewMemory],
         request_id: str = "",
+        *,
+        prompt_sha256: str = "",
     ) -> tuple[list[Memory], str]:
         """Store *summary* (a repeat is a NOOP duplicate) and reconcile *facts* with the
-        stored memories; the memories written and how ("llm" or "none: <reason>")."""
+        stored memories (*prompt_sha256*: the extraction prompt's, for the audit); the
+        memories written and how ("llm" or "none: <reason>")."""
         ...
 
 
@@ -113,20 +116,20 @@ class SessionSummarizer:
             summary = outcome.summary
         clipped = clip_utf8(summary, self._limits.max_content_bytes)
         extracted: list[Fact] = []
-        model = ""
+        model = prompt = ""
         extraction = "none: no LLM configured"
         if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
             limits = (self._limits.max_name_bytes, self._limits.max_description_bytes, self._limits.max_content_bytes)
             try:
                 answer = await self._llm.extract(messages, language=lang, limits=limits, workspace=workspace)
-                extracted, model = answer.extraction.facts, answer.model
+                extracted, model, prompt = answer.extraction.facts, answer.model, answer.prompt_sha256
                 extraction = "llm"
             except SummarizerError as error:
                 extraction = f"none: {error}"
         summary_memory = self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))
         facts = [self._extracted_memory(scope, messages, f, model) for f in extracted]
         stored, reconciliation = await self._writer.write_session(
-            principal, workspace, summary_memory, facts, request_id
+            principal, workspace, summary_memory, facts, request_id, prompt_sha256=prompt
         )
         if facts and reconciliation != "llm":
             extraction = f"{extraction} (not reconciled with stored memories: {reconciliation})"
