@@ -199,15 +199,35 @@ async def test_the_llm_extracts_memories_from_a_session(
 ) -> None:
     extracted = {
         "memories": [
-            {"type": "user", "name": "Database", "description": "DB constraint", "content": "Uses Postgres 16 only"},
+            {
+                "type": "user",
+                "name": "Database",
+                "description": "DB constraint",
+                "content": "Uses Postgres 16 only",
+                "speaker": "user",
+                "valid_from": None,
+                "message_ids": ["b0"],
+            },
             {
                 "type": "procedural",
                 "name": "Billing retries",
                 "description": "How to avoid double billing",
                 "content": "Put an idempotency key on every charge",
+                "speaker": "assistant",
+                "valid_from": None,
+                "message_ids": ["b5"],
             },
-            {"type": "tool", "name": "run_tests", "description": "Test runner", "content": "run_tests takes a suite"},
-        ]
+            {
+                "type": "tool",
+                "name": "run_tests",
+                "description": "Test runner",
+                "content": "run_tests takes a suite",
+                "speaker": "assistant",
+                "valid_from": None,
+                "message_ids": ["b6", "b7"],
+            },
+        ],
+        "forget": [],
     }
     llm.script(json.dumps(GOOD), json.dumps(extracted))
     scope = memory_pb2.Scope(user_id="u1", session_id="billing-1")

@@ -20,8 +20,20 @@ from tests.support import list_all
 
 FACTS = {
     "memories": [
-        {"type": "user", "name": "Home", "description": "Where Ana lives", "content": "Ana lives in Whitefield"},
-        {"type": "user", "name": "Hobby", "description": "What Ana does for fun", "content": "Ana plays chess"},
+        {
+            "type": "user",
+            "name": "Home",
+            "description": "Where Ana lives",
+            "content": "Ana lives in Whitefield",
+            "speaker": "user",
+        },
+        {
+            "type": "user",
+            "name": "Hobby",
+            "description": "What Ana does for fun",
+            "content": "Ana plays chess",
+            "speaker": "user",
+        },
     ]
 }
 MOVED = {
@@ -31,6 +43,7 @@ MOVED = {
             "name": "Home",
             "description": "Where Ana lives",
             "content": "Ana moved to Electronic City",
+            "speaker": "user",
         }
     ]
 }

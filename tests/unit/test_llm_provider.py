@@ -196,9 +196,10 @@ async def test_compaction_uses_the_workspace_model_and_reports_its_rate_limit(fa
     fake.script('{"memories": []}')
     try:
         summarizer = LLMSummarizer(model)
-        assert await summarizer.extract_memories([], summary="", language="en", workspace=acme) == []
+        got = await summarizer.extract([], language="en", limits=(100, 100, 100), workspace=acme)
+        assert got.extraction.facts == []
         with pytest.raises(SummarizerError, match="rate limited: llm_requests_per_minute"):
-            await summarizer.extract_memories([], summary="", language="en", workspace=acme)
+            await summarizer.extract([], language="en", limits=(100, 100, 100), workspace=acme)
     finally:
         await model.close()
     assert [r["model"] for r in fake.requests] == ["acme-model"]

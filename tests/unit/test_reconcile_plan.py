@@ -10,7 +10,8 @@ import pytest
 
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
 from memplane.llm.chat import LLMError
-from memplane.writeback.extraction import Fact, ForgetRequest, Operation, parse_extraction, parse_operations
+from memplane.llm.extraction import Fact, ForgetRequest, parse_extraction
+from memplane.writeback.extraction import Operation, parse_operations
 from memplane.writeback.reconcile import plan
 
 T = datetime(2026, 11, 13, tzinfo=UTC)

@@ -13,7 +13,7 @@ import pytest
 
 from memplane.compaction.extractive import HEADINGS as EXTRACTIVE_HEADINGS
 from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.llm import ChatModel, LLMSummarizer, SummarizerError, parse_memories
+from memplane.compaction.llm import ChatModel, LLMSummarizer, SummarizerError
 from memplane.compaction.sentences import split_sentences
 from memplane.compaction.summary import (
     HEADINGS,
@@ -336,7 +336,10 @@ async def test_an_unreachable_endpoint_is_a_failure() -> None:
         await model.close()
 
 
-async def test_extract_memories_parses_tolerantly(fake: FakeLLM, chat: ChatModel) -> None:
+LIMITS = (200, 1_000, 10_000)
+
+
+async def test_extract_asks_the_extraction_jobs_prompt_and_parses_tolerantly(fake: FakeLLM, chat: ChatModel) -> None:
     answer = (
         "Here you go:\n```json\n"
         + json.dumps(
@@ -347,9 +350,18 @@ async def test_extract_memories_parses_tolerantly(fake: FakeLLM, chat: ChatModel
                         "name": "Python version",
                         "description": "When choosing tooling",
                         "content": "Caroline uses Python 3.11 only.",
+                        "speaker": "user",
+                        "message_ids": ["m2"],
                     },
                     {"type": "procedural", "name": "Session KeyError", "content": "Sign the session id cookie."},
-                    {"type": "TOOL", "name": "run_tests", "description": "", "content": "Pass a path to run_tests."},
+                    {
+                        "type": "TOOL",
+                        "name": "run_tests",
+                        "description": "",
+                        "content": "Pass a path to run_tests.",
+                        "speaker": "assistant",
+                        "valid_from": "2023-05-08",
+                    },
                     {"type": "gossip", "name": "x", "content": "dropped: unknown type"},
                     {"type": "user", "name": "empty", "content": "  "},
                     {"type": "user", "name": "dup", "content": "Caroline uses Python 3.11 only."},
@@ -359,23 +371,39 @@ async def test_extract_memories_parses_tolerantly(fake: FakeLLM, chat: ChatModel
         + "\n```"
     )
     fake.script(answer)
-    memories = await LLMSummarizer(chat).extract_memories(conversation(), summary="## Goal\n- fix", language="en")
-    assert [(m.type, m.name) for m in memories] == [
-        ("user", "Python version"),
-        ("procedural", "Session KeyError"),
-        ("tool", "run_tests"),
+    messages = [ContextMessage(m.role, m.blocks, m.name, f"m{i}", m.created_at) for i, m in enumerate(conversation())]
+    got = await LLMSummarizer(chat).extract(messages, language="en", limits=LIMITS)
+    facts = got.extraction.facts
+    assert [(f.type.value, f.name, f.speaker) for f in facts] == [
+        ("user", "Python version", "user"),
+        ("procedural", "Session KeyError", "user"),
+        ("tool", "run_tests", "assistant"),
     ]
-    assert memories[1].description == ""
+    assert facts[0].message_ids == ("m2",)
+    assert facts[2].valid_from == datetime(2023, 5, 8, tzinfo=UTC)
+    assert facts[1].description == ""
+    assert got.extraction.repairs  # the fence was stripped
+    assert got.model == "fake-model"
     request = fake.requests[0]
-    assert request["response_format"] == {"type": "json_object"}
-    assert "## Goal" in request["messages"][1]["content"]
+    assert request["response_format"]["type"] == "json_schema"
+    assert request["response_format"]["json_schema"]["name"] == "memories"
+    system, prompt = (m["content"] for m in request["messages"])
+    assert all(f'"{word}"' in system for word in ("feedback", "procedural", "tool", "speaker", "valid_from"))
+    assert "the session took place on 2023-05-08 Mon 13:59 UTC" in system
+    assert "[m0] [2023-05-08 Mon 13:56 UTC] user (Caroline): The login page" in prompt
+    assert '[m3] [2023-05-08 Mon 13:59 UTC] assistant: [tool_use run_tests({"path": "tests/auth"})]' in prompt
+    assert "more characters not shown" in prompt  # the 10,000-character output is cut
 
 
-def test_parse_memories_accepts_a_bare_list_and_rejects_prose() -> None:
-    assert [m.type for m in parse_memories('[{"type": "personal", "content": "Likes tea."}]')] == ["user"]
-    assert parse_memories('{"memories": []}') == []
+async def test_extract_writes_in_the_language_asked_and_rejects_prose(fake: FakeLLM, chat: ChatModel) -> None:
+    fake.script('{"memories": []}', "Nothing to remember here.")
+    summarizer = LLMSummarizer(chat)
+    got = await summarizer.extract(conversation(), language="zh", limits=LIMITS)
+    assert got.extraction.facts == []
+    assert "Simplified Chinese (简体中文)" in fake.requests[0]["messages"][0]["content"]
+    assert "[no id]" in fake.requests[0]["messages"][1]["content"]  # messages without ids say so
     with pytest.raises(SummarizerError, match="memories"):
-        parse_memories("Nothing to remember here.")
+        await summarizer.extract(conversation(), language="en", limits=LIMITS)
 
 
 # -- the extractive summariser -------------------------------------------------------

@@ -6,8 +6,9 @@ compaction calls `SummarizerError`).
   Constraints & Preferences, Progress, Key Decisions, Next Steps, Critical Context),
   updating the previous summary when one is given (ReMe's incremental compaction), and
   returns it rendered as Markdown (`summary.render`).
-- `LLMSummarizer.extract_memories` turns a span into durable memories of three kinds,
-  ReMe's personal / task / tool memory (summary_memory): `user`, `procedural`, `tool`.
+- `LLMSummarizer.extract` turns a span into durable memories (ReMe's summary_memory)
+  with the extraction prompt and parser write-back's extraction jobs use
+  (`memplane.llm.extraction`): six types, speaker, dates, message-id provenance.
 
 The prompt shows each message with its time (UTC), role and name, so the model can turn
 "yesterday" into a date. Message text is never logged.
@@ -15,42 +16,31 @@ The prompt shows each message with its time (UTC), role and name, so the model c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 from memplane.compaction.summary import SummaryFormatError, parse_answer, render
 from memplane.domain.context import ContextMessage, TextBlock, ToolUseBlock
 from memplane.domain.models import Workspace
 from memplane.errors import QuotaExceededError
 from memplane.llm.chat import ChatModel, LLMError
-from memplane.llm.repair import parse_object
+from memplane.llm.extraction import (
+    FACTS_SCHEMA,
+    Extraction,
+    extraction_prompt,
+    from_context,
+    parse_extraction,
+    prompt_sha256,
+)
 from memplane.text.language import Language
-
-MemoryKind = Literal["user", "procedural", "tool"]
 
 TOOL_OUTPUT_PROMPT_CHARS = 4_000
 """A tool output is shown to the model up to this many characters (its head), so one
 huge output cannot crowd the conversation out of the prompt."""
 TOOL_INPUT_PROMPT_CHARS = 1_000
 """A tool call's input JSON is shown up to this many characters."""
-MAX_EXTRACTED_MEMORIES = 50
-"""Memories kept from one extraction answer (the prompt asks for at most 20)."""
-
 _LANGUAGE_NAMES: dict[Language, str] = {"en": "English", "zh": "Simplified Chinese (简体中文)"}
-_KIND_ALIASES: dict[str, MemoryKind] = {
-    "user": "user",
-    "personal": "user",
-    "preference": "user",
-    "profile": "user",
-    "procedural": "procedural",
-    "task": "procedural",
-    "procedure": "procedural",
-    "experience": "procedural",
-    "tool": "tool",
-}
 
 
 SummarizerError = LLMError
@@ -58,15 +48,13 @@ SummarizerError = LLMError
 
 
 @dataclass(frozen=True)
-class ExtractedMemory:
-    """A durable memory found in a span: `type` user (a fact about or preference of the
-    user), procedural (reusable task experience) or tool (a tool-usage lesson); `name`
-    a short title, `description` when it is useful, `content` the memory itself."""
+class Extracted:
+    """An extraction answer read (`memplane.llm.extraction.Extraction`), the model that
+    gave it and the SHA-256 of the prompt (for the audit)."""
 
-    type: MemoryKind
-    name: str
-    description: str
-    content: str
+    extraction: Extraction
+    model: str
+    prompt_sha256: str
 
 
 class LLMSummarizer:
@@ -111,60 +99,35 @@ class LLMSummarizer:
             raise SummarizerError(exc.reason) from None
         return render(structured, language)
 
-    async def extract_memories(
+    async def extract(
         self,
         messages: Sequence[ContextMessage],
         *,
-        summary: str,
         language: Language,
+        limits: tuple[int, int, int],
         workspace: Workspace | None = None,
-    ) -> list[ExtractedMemory]:
-        """Durable memories in *messages* (with *summary* of the span as context), in
-        *language*: `user` facts and preferences (ReMe's personal memory), `procedural`
-        task experience (task memory), `tool` usage lessons (tool memory). Items of
-        unknown type or without content are dropped, duplicates too; at most 50 kept.
-        An empty list means nothing worth keeping.
-
-        Raises `SummarizerError` when the call fails or the answer holds no
-        `{"memories": [...]}` object (prose around it is tolerated).
-        """
-        prompt = [
-            {"role": "system", "content": _extraction_system_prompt(language)},
-            {"role": "user", "content": _extraction_user_prompt(messages, summary)},
-        ]
-        answer = await self._ask(prompt, workspace)
-        return parse_memories(answer)
+        now: datetime | None = None,
+    ) -> Extracted:
+        """Durable memories in *messages*, asked with write-back's extraction prompt and
+        read with its parser (`memplane.llm.extraction`: types user, feedback, project,
+        reference, procedural, tool; speaker; valid_from; message ids) in *language*.
+        *limits*: max bytes of (name, description, content); *now* the time of writing
+        (default: the clock). Raises `SummarizerError` when the call fails or the answer
+        holds no `{"memories": [...]}` object (prose around it is tolerated)."""
+        prompt = extraction_prompt(from_context(messages), now=now or datetime.now(UTC), language=language)
+        try:
+            answer = await self._model.chat(
+                prompt, json_mode=True, schema=FACTS_SCHEMA, schema_name="memories", workspace=workspace
+            )
+        except QuotaExceededError as error:
+            raise SummarizerError(f"rate limited: {error.description}") from None
+        return Extracted(parse_extraction(answer.text, limits=limits), answer.model, prompt_sha256(prompt))
 
     async def _ask(self, prompt: list[dict[str, str]], workspace: Workspace | None) -> str:
         try:
             return (await self._model.chat(prompt, json_mode=True, workspace=workspace)).text
         except QuotaExceededError as error:
             raise SummarizerError(f"rate limited: {error.description}") from None
-
-
-def parse_memories(text: str) -> list[ExtractedMemory]:
-    """The memories in an extraction answer: `{"memories": [{type, name, description,
-    content}, ...]}` (in prose or a fence too), or a bare JSON list of such items.
-    Raises `SummarizerError` when there is neither."""
-    parsed = parse_object(text, lambda o: isinstance(o.get("memories"), list))
-    items: Any
-    if parsed is not None:
-        items = parsed.value["memories"]
-    else:
-        items = _json_list(text)
-        if items is None:
-            raise SummarizerError('answer has no {"memories": [...]} object')
-    out: list[ExtractedMemory] = []
-    seen: set[tuple[str, str]] = set()
-    for item in items:
-        memory = _memory(item)
-        if memory is None or (memory.type, memory.content) in seen:
-            continue
-        seen.add((memory.type, memory.content))
-        out.append(memory)
-        if len(out) >= MAX_EXTRACTED_MEMORIES:
-            break
-    return out
 
 
 # -- prompts -------------------------------------------------------------------------
@@ -220,46 +183,6 @@ def _summary_user_prompt(messages: Sequence[ContextMessage], previous_summary: s
     return "\n".join(parts)
 
 
-def _extraction_system_prompt(language: Language) -> str:
-    return "\n".join(
-        [
-            "You turn a span of an AI agent's conversation into durable memories for later conversations.",
-            "",
-            'Answer with ONE JSON object and nothing else: {"memories": [{"type": ..., "name": ...,'
-            ' "description": ..., "content": ...}, ...]}. "type" is one of:',
-            '- "user": a lasting fact about the user or a preference of theirs (who they are, what they'
-            " like, how they want things done).",
-            '- "procedural": experience from the task worth reusing: what worked, what failed and why,'
-            " the steps that solved it.",
-            '- "tool": a lesson about using a tool: arguments that work, errors and their fixes, cost or latency.',
-            '"name" is a short title (at most 8 words); "description" one sentence saying when the memory'
-            ' is useful; "content" the memory itself, self-contained: names instead of pronouns, absolute'
-            " dates (YYYY-MM-DD, from the messages' times) instead of relative ones, identifiers verbatim.",
-            "",
-            "Keep only durable information stated in the messages: no small talk, nothing true only for"
-            ' the moment, nothing invented. At most 20 memories; {"memories": []} when nothing is worth'
-            " keeping.",
-            f'Write "name", "description" and "content" in {_LANGUAGE_NAMES[language]}; keep the JSON keys'
-            ' and the "type" values in English.',
-        ]
-    )
-
-
-def _extraction_user_prompt(messages: Sequence[ContextMessage], summary: str) -> str:
-    parts: list[str] = []
-    if summary.strip():
-        parts += ["Summary of the span:", "<summary>", summary.strip(), "</summary>", ""]
-    parts += [
-        "Messages, oldest first, each as [time] role (name):",
-        "<messages>",
-        transcript(messages),
-        "</messages>",
-        "",
-        "Return the JSON object now.",
-    ]
-    return "\n".join(parts)
-
-
 def transcript(messages: Sequence[ContextMessage]) -> str:
     """The messages as the model sees them: one `[time] role (name): text`
     entry per message (time as "2023-05-08 Mon 13:56 UTC", "time unknown" without a time); tool calls as
@@ -296,31 +219,3 @@ def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]} [... {len(text) - limit} more characters not shown]"
-
-
-# -- answer parsing ------------------------------------------------------------------
-def _json_list(text: str) -> list[Any] | None:
-    decoder = json.JSONDecoder()
-    start = text.find("[")
-    while start != -1:
-        try:
-            value, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            pass
-        else:
-            if isinstance(value, list):
-                return value
-        start = text.find("[", start + 1)
-    return None
-
-
-def _memory(item: Any) -> ExtractedMemory | None:
-    if not isinstance(item, dict):
-        return None
-    kind = _KIND_ALIASES.get(str(item.get("type") or "").strip().lower())
-    content = " ".join(str(item.get("content") or "").split())
-    if kind is None or not content:
-        return None
-    name = " ".join(str(item.get("name") or "").split()) or " ".join(content.split()[:8])
-    description = " ".join(str(item.get("description") or "").split())
-    return ExtractedMemory(type=kind, name=name, description=description, content=content)

@@ -1,6 +1,8 @@
 """Session memories: a session span written as memories through the write-back path
-(ReMe's summary_memory): an EPISODIC session summary plus, with an LLM, the USER /
-PROCEDURAL / TOOL memories it extracts, reconciled there with what is stored."""
+(ReMe's summary_memory): an EPISODIC session summary plus, with an LLM, the memories it
+extracts with the extraction jobs' own prompt and parser (`memplane.llm.extraction`:
+user, feedback, project, reference, procedural, tool; who said it; the date it became
+true; the message ids it came from), reconciled there with what is stored."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from typing import Protocol
 
 from memplane.compaction.compactor import MessageCompactor
 from memplane.compaction.knobs import language_for
-from memplane.compaction.llm import ExtractedMemory, LLMSummarizer, SummarizerError
+from memplane.compaction.llm import LLMSummarizer, SummarizerError
 from memplane.domain.context import ContextMessage, SummarizerChoice, SummaryMethod
 from memplane.domain.models import Memory, MemoryType, NewMemory, Principal, Provenance, Scope, Workspace
 from memplane.domain.validation import Violations, check_request_id, check_scope, check_text
 from memplane.errors import FailedPreconditionError
+from memplane.llm.extraction import Fact
 from memplane.settings import LimitsSettings
 
 
@@ -29,9 +32,12 @@ class MemoryWriter(Protocol):
         summary: NewMemory,
         facts: Sequence[NewMemory],
         request_id: str = "",
+        *,
+        prompt_sha256: str = "",
     ) -> tuple[list[Memory], str]:
         """Store *summary* (a repeat is a NOOP duplicate) and reconcile *facts* with the
-        stored memories; the memories written and how ("llm" or "none: <reason>")."""
+        stored memories (*prompt_sha256*: the extraction prompt's, for the audit); the
+        memories written and how ("llm" or "none: <reason>")."""
         ...
 
 
@@ -75,9 +81,12 @@ class SessionSummarizer:
     ) -> SessionMemories:
         """Write a session span as memories through the write-back path: an EPISODIC
         session summary (the given one, else the LLM's, else extractive — an LLM failure
-        falls back to extractive and says so) plus, with an LLM, the USER / PROCEDURAL /
-        TOOL memories it extracts (ReMe's summary_memory), reconciled with the stored ones
-        (`MemoryWriter.write_session`). Raises `InvalidArgumentError` (scope.session_id,
+        falls back to extractive and says so) plus, with an LLM, the memories it extracts
+        (ReMe's summary_memory) with the extraction jobs' prompt and parser (six types;
+        metadata `speaker`; `valid_from` the date the fact became true, else the span's last
+        message time; provenance the message ids it came from, else the span's), reconciled
+        with the stored ones (`MemoryWriter.write_session`). Forget requests in the answer
+        are ignored: SummarizeSession never deletes. Raises `InvalidArgumentError` (scope.session_id,
         messages, summary, request_id) and what `WriteBackService.add` raises (quota,
         embedding mismatch)."""
         v = Violations()
@@ -106,20 +115,21 @@ class SessionSummarizer:
                 raise FailedPreconditionError(f"no summary could be made: {outcome.failure}")
             summary = outcome.summary
         clipped = clip_utf8(summary, self._limits.max_content_bytes)
-        extracted: list[ExtractedMemory] = []
+        extracted: list[Fact] = []
+        model = prompt = ""
         extraction = "none: no LLM configured"
         if self._llm is not None and messages and summarizer is not SummarizerChoice.EXTRACTIVE:
+            limits = (self._limits.max_name_bytes, self._limits.max_description_bytes, self._limits.max_content_bytes)
             try:
-                extracted = await self._llm.extract_memories(
-                    messages, summary=summary, language=lang, workspace=workspace
-                )
+                answer = await self._llm.extract(messages, language=lang, limits=limits, workspace=workspace)
+                extracted, model, prompt = answer.extraction.facts, answer.model, answer.prompt_sha256
                 extraction = "llm"
             except SummarizerError as error:
                 extraction = f"none: {error}"
         summary_memory = self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))
-        facts = [self._extracted_memory(scope, messages, e) for e in extracted]
+        facts = [self._extracted_memory(scope, messages, f, model) for f in extracted]
         stored, reconciliation = await self._writer.write_session(
-            principal, workspace, summary_memory, facts, request_id
+            principal, workspace, summary_memory, facts, request_id, prompt_sha256=prompt
         )
         if facts and reconciliation != "llm":
             extraction = f"{extraction} (not reconciled with stored memories: {reconciliation})"
@@ -150,15 +160,22 @@ class SessionSummarizer:
             provenance=self._provenance(scope, messages),
         )
 
-    def _extracted_memory(self, scope: Scope, messages: Sequence[ContextMessage], item: ExtractedMemory) -> NewMemory:
+    def _extracted_memory(self, scope: Scope, messages: Sequence[ContextMessage], fact: Fact, model: str) -> NewMemory:
+        """*fact* as a memory of *scope*: provenance the span's message ids it names (all
+        the span's when it names none of them), valid from its date, else the span's last
+        message time; metadata as the extraction jobs' (speaker, model)."""
+        span = self._provenance(scope, messages)
+        ids = tuple(i for i in fact.message_ids if i in span.message_ids) or span.message_ids
+        times = [m.created_at for m in messages if m.created_at is not None]
         return NewMemory(
-            content=clip_utf8(item.content, self._limits.max_content_bytes),
+            content=fact.content,
             scope=scope,
-            type=MemoryType(item.type),
-            name=clip_utf8(item.name, self._limits.max_name_bytes),
-            description=clip_utf8(item.description, self._limits.max_description_bytes),
-            metadata={"kind": "extracted", "extracted_by": "llm"},
-            provenance=self._provenance(scope, messages),
+            type=fact.type,
+            name=fact.name,
+            description=fact.description,
+            metadata={"kind": "extracted", "extracted_by": "llm", "speaker": fact.speaker, "model": model},
+            valid_from=fact.valid_from or (max(times) if times else None),
+            provenance=Provenance(session_id=scope.session_id, message_ids=ids),
         )
 
 

@@ -183,8 +183,10 @@ class CompactionServiceServicer:
     def SummarizeSession(self, request, context):
         """Turn a span of a session into durable memories through the write-back path: one
         EPISODIC session summary (the given summary, or one made as CompactMessages makes
-        it), plus, with an LLM configured, the USER / PROCEDURAL / TOOL memories it
-        extracts (ReMe's summary_memory). The extracted memories are reconciled with the
+        it), plus, with an LLM configured, the memories it extracts (ReMe's
+        summary_memory) with WriteConversation's extraction prompt: USER / FEEDBACK /
+        PROJECT / REFERENCE / PROCEDURAL / TOOL, each with metadata.speaker, valid_from and
+        the message ids it came from as provenance. The extracted memories are reconciled with the
         nearest stored memories of the scope's user and agent as WriteConversation's
         extraction is (ADD / UPDATE / SUPERSEDE / NOOP), and the summary is a NOOP when the
         same text is stored already: summarising a span again duplicates nothing. The

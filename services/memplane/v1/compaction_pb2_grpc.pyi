@@ -106,8 +106,10 @@ class CompactionServiceStub:
     SummarizeSession: _grpc.UnaryUnaryMultiCallable[_compaction_pb2.SummarizeSessionRequest, _compaction_pb2.SummarizeSessionResponse]
     """Turn a span of a session into durable memories through the write-back path: one
     EPISODIC session summary (the given summary, or one made as CompactMessages makes
-    it), plus, with an LLM configured, the USER / PROCEDURAL / TOOL memories it
-    extracts (ReMe's summary_memory). The extracted memories are reconciled with the
+    it), plus, with an LLM configured, the memories it extracts (ReMe's
+    summary_memory) with WriteConversation's extraction prompt: USER / FEEDBACK /
+    PROJECT / REFERENCE / PROCEDURAL / TOOL, each with metadata.speaker, valid_from and
+    the message ids it came from as provenance. The extracted memories are reconciled with the
     nearest stored memories of the scope's user and agent as WriteConversation's
     extraction is (ADD / UPDATE / SUPERSEDE / NOOP), and the summary is a NOOP when the
     same text is stored already: summarising a span again duplicates nothing. The
@@ -195,8 +197,10 @@ class CompactionServiceAsyncStub(CompactionServiceStub):
     SummarizeSession: _aio.UnaryUnaryMultiCallable[_compaction_pb2.SummarizeSessionRequest, _compaction_pb2.SummarizeSessionResponse]  # type: ignore[assignment]
     """Turn a span of a session into durable memories through the write-back path: one
     EPISODIC session summary (the given summary, or one made as CompactMessages makes
-    it), plus, with an LLM configured, the USER / PROCEDURAL / TOOL memories it
-    extracts (ReMe's summary_memory). The extracted memories are reconciled with the
+    it), plus, with an LLM configured, the memories it extracts (ReMe's
+    summary_memory) with WriteConversation's extraction prompt: USER / FEEDBACK /
+    PROJECT / REFERENCE / PROCEDURAL / TOOL, each with metadata.speaker, valid_from and
+    the message ids it came from as provenance. The extracted memories are reconciled with the
     nearest stored memories of the scope's user and agent as WriteConversation's
     extraction is (ADD / UPDATE / SUPERSEDE / NOOP), and the summary is a NOOP when the
     same text is stored already: summarising a span again duplicates nothing. The
@@ -323,8 +327,10 @@ class CompactionServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_compaction_pb2.SummarizeSessionResponse, _abc.Awaitable[_compaction_pb2.SummarizeSessionResponse]]:
         """Turn a span of a session into durable memories through the write-back path: one
         EPISODIC session summary (the given summary, or one made as CompactMessages makes
-        it), plus, with an LLM configured, the USER / PROCEDURAL / TOOL memories it
-        extracts (ReMe's summary_memory). The extracted memories are reconciled with the
+        it), plus, with an LLM configured, the memories it extracts (ReMe's
+        summary_memory) with WriteConversation's extraction prompt: USER / FEEDBACK /
+        PROJECT / REFERENCE / PROCEDURAL / TOOL, each with metadata.speaker, valid_from and
+        the message ids it came from as provenance. The extracted memories are reconciled with the
         nearest stored memories of the scope's user and agent as WriteConversation's
         extraction is (ADD / UPDATE / SUPERSEDE / NOOP), and the summary is a NOOP when the
         same text is stored already: summarising a span again duplicates nothing. The

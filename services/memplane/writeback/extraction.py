@@ -1,13 +1,10 @@
-"""What the LLM is asked in a write-back extraction job, and how its answers are read.
+"""What the LLM is asked to reconcile in a write-back extraction job, and how its answer
+is read; the extraction call before it (call 1) is `memplane.llm.extraction`, shared with
+SummarizeSession, and its names are importable from here too.
 
 Two calls per job (mem0's extract-then-update shape):
-1. `extraction_prompt`: the conversation span -> durable memories of types user,
-   feedback, project, reference, procedural (ReMe's task memory: what worked, what
-   failed, under which conditions) and tool (ReMe's tool memory), each with name,
-   description and content in the conversation's language, who said it (an
-   assistant's suggestion is not a user fact), the date it became true (absolute,
-   resolved from the message times) and the message ids it came from; plus the user's
-   explicit requests to forget something.
+1. `extraction_prompt` (`memplane.llm.extraction`): the conversation span -> durable
+   memories of six types with speaker, dates and provenance, and forget requests.
 2. `reconciliation_prompt`: those facts beside the nearest stored memories of the same
    scope, numbered [1], [2], ... (small ordinals: a model copies "3" reliably, a UUID
    not; ids never reach the model) -> one operation per fact: ADD, UPDATE, SUPERSEDE,
@@ -20,56 +17,49 @@ fact silently).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
 from typing import Any
 
-from memplane.domain.models import ConversationMessage, Memory, MemoryType
+from memplane.domain.models import Memory
 from memplane.llm.chat import LLMError
+from memplane.llm.extraction import (
+    EXTRACTED_TYPES,
+    FACTS_SCHEMA,
+    MAX_FACTS,
+    MESSAGE_PROMPT_CHARS,
+    Extraction,
+    Fact,
+    ForgetRequest,
+    extraction_prompt,
+    language_of,
+    parse_extraction,
+    prompt_sha256,
+    session_time,
+)
 from memplane.llm.repair import parse_object
-from memplane.text.language import Language, detect_language
 
-EXTRACTED_TYPES = ("user", "feedback", "project", "reference", "procedural", "tool")
+__all__ = [
+    "EXTRACTED_TYPES",
+    "FACTS_SCHEMA",
+    "MAX_FACTS",
+    "MESSAGE_PROMPT_CHARS",
+    "OPERATIONS",
+    "OPERATIONS_SCHEMA",
+    "Extraction",
+    "Fact",
+    "ForgetRequest",
+    "Operation",
+    "extraction_prompt",
+    "language_of",
+    "parse_extraction",
+    "parse_operations",
+    "prompt_sha256",
+    "reconciliation_prompt",
+    "session_time",
+]
+
 OPERATIONS = ("ADD", "UPDATE", "SUPERSEDE", "DELETE", "NOOP")
-MAX_FACTS = 30
-"""Memories kept from one extraction answer (the prompt asks for at most 20)."""
-MESSAGE_PROMPT_CHARS = 4_000
-"""A message is shown to the model up to this many characters."""
-_LANGUAGE_NAMES: dict[Language, str] = {"en": "English", "zh": "Simplified Chinese (简体中文)"}
-
-FACTS_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "memories": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "type": {"type": "string", "enum": list(EXTRACTED_TYPES)},
-                    "name": {"type": "string"},
-                    "description": {"type": "string"},
-                    "content": {"type": "string"},
-                    "speaker": {"type": "string", "enum": ["user", "assistant"]},
-                    "valid_from": {"type": ["string", "null"]},
-                    "message_ids": {"type": "array", "items": {"type": "string"}},
-                },
-                "required": ["type", "name", "description", "content", "speaker"],
-            },
-        },
-        "forget": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"content": {"type": "string"}, "message_ids": {"type": "array"}},
-                "required": ["content"],
-            },
-        },
-    },
-    "required": ["memories"],
-}
 
 OPERATIONS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -92,114 +82,12 @@ OPERATIONS_SCHEMA: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class Fact:
-    """One extracted memory (ordinal `index`, from 1). `speaker` "user" or "assistant";
-    `valid_from` the date it became true (None: the session's time)."""
-
-    index: int
-    type: MemoryType
-    name: str
-    description: str
-    content: str
-    speaker: str
-    valid_from: datetime | None
-    message_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ForgetRequest:
-    """The user asked to forget *content* (ordinal `index`, from 1)."""
-
-    index: int
-    content: str
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """A parsed extraction answer and the repairs its JSON needed."""
-
-    facts: list[Fact]
-    forget: list[ForgetRequest]
-    repairs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Operation:
     """One reconciliation operation as the model wrote it (ordinals, unchecked)."""
 
     operation: str
     fact: int | None
     memory: int | None
-
-
-def prompt_sha256(messages: Sequence[dict[str, str]]) -> str:
-    """Hex SHA-256 of a prompt (its messages as canonical JSON), for the audit."""
-    return hashlib.sha256(json.dumps(list(messages), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def language_of(messages: Sequence[ConversationMessage]) -> Language:
-    """ "zh" or "en" by `memplane.text.language.detect_language` over the messages' text."""
-    return detect_language(m.content for m in messages)
-
-
-def session_time(messages: Sequence[ConversationMessage], now: datetime) -> datetime:
-    """The time of the span's last message (the session's "now"), else *now*."""
-    times = [m.created_at for m in messages if m.created_at is not None]
-    return max(times) if times else now
-
-
-def extraction_prompt(messages: Sequence[ConversationMessage], *, now: datetime) -> list[dict[str, str]]:
-    """The chat messages of call 1 for a span (oldest first); *now* is the time of writing."""
-    language = _LANGUAGE_NAMES[language_of(messages)]
-    when = _when(session_time(messages, now))
-    system = "\n".join(
-        [
-            "You turn a span of a conversation between a user and an AI assistant into durable memories"
-            " for later conversations.",
-            "",
-            'Answer with ONE JSON object and nothing else: {"memories": [{"type", "name", "description",'
-            ' "content", "speaker", "valid_from", "message_ids"}, ...], "forget": [{"content",'
-            ' "message_ids"}, ...]}.',
-            '"type" is one of:',
-            '- "user": a lasting fact about the user or a preference of theirs (who they are, where they'
-            " live, what they like, how they want things done).",
-            "- \"feedback\": the user's judgement of the assistant's work (what to keep doing, what to stop).",
-            '- "project": a fact about the work in progress: goals, owners, deadlines, decisions.',
-            '- "reference": where something is found: a URL, a document, a dashboard, a person to ask.',
-            '- "procedural": task experience worth reusing: what worked, what failed and why, under which'
-            " conditions, the steps that solved it.",
-            '- "tool": a lesson about using a tool: arguments that worked, errors seen and their fixes.',
-            '"name": a short title (at most 8 words). "description": one sentence saying when the memory'
-            ' is useful. "content": the memory itself, self-contained: names instead of pronouns,'
-            " identifiers verbatim.",
-            '"speaker": "user" when the user said or confirmed it, "assistant" when only the assistant'
-            " said it. An assistant's suggestion is NOT a fact about the user: keep it only as what it is"
-            ' (e.g. "The assistant suggested ..."), with speaker "assistant".',
-            f"Dates: the session took place on {when}; every message shows its time. Write absolute dates"
-            " (YYYY-MM-DD) instead of relative ones (yesterday, last week, next Friday), computed from the"
-            ' time of the message that says them. "valid_from": the date (YYYY-MM-DD) the fact became true'
-            " when the conversation says it, else null.",
-            '"message_ids": the ids (in brackets before each message) the memory comes from.',
-            '"forget": only when the user explicitly asks to forget or delete something they told before'
-            ' ("forget my address"): what to forget, in their words. Never infer it.',
-            "Keep only durable information stated in the messages: no small talk, nothing true only for"
-            ' the moment, nothing invented. At most 20 memories; {"memories": [], "forget": []} when'
-            " nothing is worth keeping.",
-            f'Write "name", "description" and "content" in the language of the conversation: {language}.'
-            ' Keep the JSON keys and the "type" and "speaker" values in English.',
-        ]
-    )
-    user = "\n".join(
-        [
-            "Messages, oldest first, each as [id] [time] role (name): text",
-            "<messages>",
-            *(_entry(m) for m in messages),
-            "</messages>",
-            "",
-            "Return the JSON object now.",
-        ]
-    )
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def reconciliation_prompt(
@@ -245,33 +133,6 @@ def reconciliation_prompt(
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
 
 
-def parse_extraction(text: str, *, limits: tuple[int, int, int]) -> Extraction:
-    """Facts and forget requests in call 1's answer; items of an unknown type or without
-    content are dropped (counted nowhere: the model's own noise), exact repeats too.
-    *limits*: max bytes of (name, description, content), longer text is cut. Raises
-    `LLMError` when the answer holds no {"memories": [...]} object."""
-    parsed = parse_object(text, lambda o: isinstance(o.get("memories"), list))
-    if parsed is None:
-        raise LLMError('answer has no {"memories": [...]} object')
-    facts: list[Fact] = []
-    seen: set[tuple[str, str]] = set()
-    for item in parsed.value["memories"]:
-        fact = _fact(item, len(facts) + 1, limits)
-        if fact is None or (fact.type.value, fact.content) in seen:
-            continue
-        seen.add((fact.type.value, fact.content))
-        facts.append(fact)
-        if len(facts) >= MAX_FACTS:
-            break
-    forget: list[ForgetRequest] = []
-    raw_forget = parsed.value.get("forget")
-    for item in raw_forget if isinstance(raw_forget, list) else []:
-        content = " ".join(str(item.get("content") or "").split()) if isinstance(item, dict) else ""
-        if content:
-            forget.append(ForgetRequest(len(forget) + 1, content))
-    return Extraction(facts, forget, parsed.repairs)
-
-
 def parse_operations(text: str) -> tuple[list[Operation], tuple[str, ...]]:
     """Operations in call 2's answer (ordinals as written; checking them is the
     caller's) and the repairs the JSON needed. Raises `LLMError` when the answer holds
@@ -287,28 +148,6 @@ def parse_operations(text: str) -> tuple[list[Operation], tuple[str, ...]]:
     return out, parsed.repairs
 
 
-def _fact(item: Any, index: int, limits: tuple[int, int, int]) -> Fact | None:
-    if not isinstance(item, dict):
-        return None
-    kind = str(item.get("type") or "").strip().lower()
-    content = " ".join(str(item.get("content") or "").split())
-    if kind not in EXTRACTED_TYPES or not content:
-        return None
-    name = " ".join(str(item.get("name") or "").split()) or " ".join(content.split()[:8])
-    speaker = "assistant" if str(item.get("speaker") or "").strip().lower() == "assistant" else "user"
-    ids = item.get("message_ids")
-    return Fact(
-        index=index,
-        type=MemoryType(kind),
-        name=_clip(name, limits[0]),
-        description=_clip(" ".join(str(item.get("description") or "").split()), limits[1]),
-        content=_clip(content, limits[2]),
-        speaker=speaker,
-        valid_from=_date(item.get("valid_from")),
-        message_ids=tuple(str(i) for i in ids if isinstance(i, str | int)) if isinstance(ids, list) else (),
-    )
-
-
 def _ordinal(value: Any) -> int | None:
     """3, "3", "[3]", "F3" -> 3; anything else None."""
     if isinstance(value, bool):
@@ -319,36 +158,5 @@ def _ordinal(value: Any) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _date(value: Any) -> datetime | None:
-    try:
-        day = date.fromisoformat(str(value or "")[:10])
-    except ValueError:
-        return None
-    return datetime.combine(day, time(), tzinfo=UTC)
-
-
-def _clip(text: str, max_bytes: int) -> str:
-    data = text.encode()
-    return text if len(data) <= max_bytes else data[:max_bytes].decode(errors="ignore")
-
-
 def _numbered(stored: Sequence[Memory]) -> list[tuple[int, Memory]]:
     return list(enumerate(stored, start=1))
-
-
-def _entry(message: ConversationMessage) -> str:
-    text = message.content
-    if len(text) > MESSAGE_PROMPT_CHARS:
-        text = f"{text[:MESSAGE_PROMPT_CHARS]} [... {len(text) - MESSAGE_PROMPT_CHARS} more characters not shown]"
-    head = f"[{message.id}] [{_when(message.created_at)}] {message.role.value}"
-    if message.name:
-        head += f" ({message.name})"
-    return f"{head}: {text}"
-
-
-def _when(at: datetime | None) -> str:
-    """ "2023-05-08 Mon 13:56 UTC" (the weekday helps with "next Friday")."""
-    if at is None:
-        return "time unknown"
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-    return at.strftime("%Y-%m-%d %a %H:%M UTC")

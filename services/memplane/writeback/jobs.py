@@ -37,6 +37,16 @@ from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import ConversationMessage, Memory, MemoryType, Scope, Workspace, index_text
 from memplane.errors import MemplaneError, NotFoundError
 from memplane.llm.chat import ChatModel, Completion, LLMError
+from memplane.llm.extraction import (
+    FACTS_SCHEMA,
+    Extraction,
+    Fact,
+    ForgetRequest,
+    extraction_prompt,
+    parse_extraction,
+    prompt_sha256,
+    session_time,
+)
 from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import ExtractionSettings, LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
@@ -45,19 +55,7 @@ from memplane.storage.jobs import ExtractionJobStore
 from memplane.storage.memories import MemoryStore
 from memplane.storage.workspaces import WorkspaceStore
 from memplane.text.segment import segment
-from memplane.writeback.extraction import (
-    FACTS_SCHEMA,
-    OPERATIONS_SCHEMA,
-    Extraction,
-    Fact,
-    ForgetRequest,
-    extraction_prompt,
-    parse_extraction,
-    parse_operations,
-    prompt_sha256,
-    reconciliation_prompt,
-    session_time,
-)
+from memplane.writeback.extraction import OPERATIONS_SCHEMA, parse_operations, reconciliation_prompt
 from memplane.writeback.reconcile import Applier, Audit, JobContext, Step, plan
 
 _log = logging.getLogger(__name__)

@@ -29,12 +29,13 @@ import numpy as np
 
 from memplane.domain.extraction import ExtractionJob
 from memplane.domain.models import EventKind, Memory, NewMemory, Provenance, Workspace, index_text
+from memplane.llm.extraction import Fact, ForgetRequest
 from memplane.storage.database import Connection
 from memplane.storage.history import annotate_latest_event, record_events
 from memplane.storage.inserts import PreparedMemory
 from memplane.storage.memories import Change, MemoryStore
 from memplane.text.segment import segment
-from memplane.writeback.extraction import Fact, ForgetRequest, Operation
+from memplane.writeback.extraction import Operation
 
 _NEEDS_FACT = frozenset({"ADD", "UPDATE", "SUPERSEDE", "NOOP"})
 _NEEDS_MEMORY = frozenset({"UPDATE", "SUPERSEDE", "NOOP", "DELETE"})

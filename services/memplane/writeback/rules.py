@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memplane.domain.models import ConversationMessage, MemoryType, MessageRole
-from memplane.writeback.extraction import Fact
+from memplane.llm.extraction import Fact
 
 METHOD = "rules"
 """The `method` recorded on memories and events this extractor writes."""

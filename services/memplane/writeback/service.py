@@ -188,11 +188,14 @@ class WriteBackService:
         summary: NewMemory,
         facts: Sequence[NewMemory],
         request_id: str = "",
+        *,
+        prompt_sha256: str = "",
     ) -> tuple[list[Memory], str]:
-        """SummarizeSession's write: *summary* stored as `add` stores it, *facts* reconciled
-        with the nearest stored memories (`memplane.writeback.session_facts`); the memories
-        and how the facts were reconciled ("llm" or "none: <reason>"). Raises as `add`."""
-        written = await self._sessions.write(principal, workspace, summary, facts, request_id)
+        """SummarizeSession's write (`memplane.writeback.session_facts.SessionFactWriter.write`):
+        the memories and how the facts were reconciled ("llm" or "none: <reason>")."""
+        written = await self._sessions.write(
+            principal, workspace, summary, facts, request_id, prompt_sha256=prompt_sha256
+        )
         return written.memories, written.reconciliation
 
     async def write_conversation(

@@ -24,8 +24,8 @@ from typing import Any
 from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.domain.models import Memory, NewMemory, Principal, Workspace
 from memplane.llm.chat import LLMError
+from memplane.llm.extraction import Fact
 from memplane.storage.database import Connection
-from memplane.writeback.extraction import Fact
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.reconcile import Audit, JobContext
 from memplane.writeback.requests import Ledger, WriteRequest
@@ -59,10 +59,13 @@ class SessionFactWriter:
         summary: NewMemory,
         facts: Sequence[NewMemory],
         request_id: str = "",
+        *,
+        prompt_sha256: str = "",
     ) -> SessionWrite:
         """Store *summary*, then reconcile *facts* (all of *summary*'s scope) with what is
-        stored. A retry with *request_id* gets the first reply (the summary and the facts
-        are written under request ids derived from it, `_derived`). Raises what
+        stored; *prompt_sha256*, the extraction prompt's hash, goes on every decision. A
+        retry with *request_id* gets the first reply (the summary and the facts are
+        written under request ids derived from it, `_derived`). Raises what
         `WriteBackService.add` raises; an LLM failure falls back to adding."""
         [stored_summary] = await self._add(principal, workspace, [summary], _derived(request_id, "summary"))
         chat = self._runner.chat if self._runner is not None else None
@@ -83,7 +86,7 @@ class SessionFactWriter:
         scope = summary.scope
         now = datetime.now(UTC)
         job = _session_job(workspace, summary, principal, request_id=request_id, now=now)
-        audit = Audit("", chat.model_for(workspace), [], [])
+        audit = Audit("", chat.model_for(workspace), [prompt_sha256] if prompt_sha256 else [], [])
         ordered = [_fact(i, m) for i, m in enumerate(facts, start=1)]
         try:
             steps, vectors = await runner.reconcile(chat, workspace, scope, ordered, (), audit=audit)
@@ -112,15 +115,15 @@ def _derived(request_id: str, part: str) -> str:
 
 
 def _fact(index: int, memory: NewMemory) -> Fact:
-    """An extracted memory as a reconciliation fact (the summariser's extraction is of
-    the user's facts and experience: speaker "user")."""
+    """An extracted memory as a reconciliation fact; its speaker is the metadata's
+    `speaker` ("assistant", else "user": the extraction parser's default)."""
     return Fact(
         index=index,
         type=memory.type,
         name=memory.name,
         description=memory.description,
         content=memory.content,
-        speaker="user",
+        speaker="assistant" if memory.metadata.get("speaker") == "assistant" else "user",
         valid_from=memory.valid_from,
         message_ids=memory.provenance.message_ids,
     )
