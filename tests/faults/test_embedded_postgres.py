@@ -53,6 +53,14 @@ def _postmasters(pgdata: Path) -> list[psutil.Process]:
     return found
 
 
+def _alive(process: psutil.Process) -> bool:
+    """Whether *process* still runs (a zombie has exited)."""
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def _eventually(check: Callable[[], bool], what: str) -> None:
     """Poll *check* until it holds; fail naming *what* after WAIT_SECONDS."""
     try:
@@ -131,9 +139,13 @@ async def test_a_killed_postmaster_is_restarted_by_its_server(serve: object, adm
         await client.add_memories([mem(f"the glacier moved {i} metres") for i in range(3)])
         await _until_status(statuses, health_pb2.HealthCheckResponse.SERVING, server.log)
         [postmaster] = _postmasters(pgdata)
+        backends = postmaster.children(recursive=True)
         with _restarts_held(server.data_dir):
             postmaster.send_signal(signal.SIGKILL)
             await _eventually(lambda: not _postmasters(pgdata), "the killed postmaster gone")
+            # Its backends outlive it until each notices (under load, long enough to serve a
+            # query: CI saw the search below succeed on one): down means they are gone too.
+            await _eventually(lambda: not any(_alive(b) for b in backends), "the postmaster's backends gone")
             with pytest.raises(UnavailableError):
                 await client.search("glacier metres", mode=LEXICAL)
             with pytest.raises(UnavailableError):
