@@ -248,3 +248,39 @@ async def test_sync_cli_syncs_a_local_sandbox_directory(
     bad = ["sync", str(tmp_path / "Not_A_Name"), "--target", server, "--api-key", workspace.key]
     assert await loop.run_in_executor(None, main, bad) == 2
     assert "must be named like a workspace" in capsys.readouterr().err
+
+
+async def test_a_renamed_file_keeps_its_memory_and_takes_its_edit(workspace: TestWorkspace, tmp_path: Path) -> None:
+    tea = await _add(workspace, "Alice likes green tea", "Tea")
+    coffee = await _add(workspace, "Bob likes coffee", "Coffee")
+    backend, handle = await _sandbox(tmp_path, workspace)
+    await _sync(workspace, backend, handle)
+    root = Path(handle.root)
+    edited, untouched = root / "Memory/tea-notes.md", root / "Memory/zz-coffee.md"  # before and after the old names
+    (root / _path(tea)).rename(edited)
+    edited.write_text(edited.read_text().replace("green tea", "white tea"))
+    (root / _path(coffee)).rename(untouched)
+
+    report = await _sync(workspace, backend, handle)
+    assert report.updated == ["Memory/tea-notes.md"]
+    assert not report.deleted
+    assert not report.conflicts
+    assert (await workspace.client.get_memory(tea.id)).content == "Alice likes white tea"
+    assert (await workspace.client.get_memory(coffee.id)).version == 1
+    assert not edited.exists()  # back under their rendered names
+    assert not untouched.exists()
+    assert "Alice likes white tea" in (root / _path(tea)).read_text()
+    assert (root / _path(coffee)).is_file()
+
+
+async def test_a_file_put_in_the_journal_is_kept_and_reported(workspace: TestWorkspace, tmp_path: Path) -> None:
+    backend, handle = await _sandbox(tmp_path, workspace)
+    await _sync(workspace, backend, handle)
+    mine = Path(handle.root) / "Memory/journal/2026-01-02.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("---\nname: My day\ntype: episodic\n---\n\nI wrote this myself\n")
+
+    report = await _sync(workspace, backend, handle)
+    assert list(report.problems) == ["Memory/journal/2026-01-02.md"]
+    assert mine.read_text().endswith("I wrote this myself\n")
+    assert "journal" in (Path(handle.root) / ERRORS_FILE).read_text()

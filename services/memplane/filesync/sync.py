@@ -10,6 +10,8 @@ One pass (`sync_once`) compares each file under ``Memory/`` with what the last p
   ``expected_version`` the version the file was rendered from;
 - a new file with valid frontmatter and no ``memplane_id`` -> AddMemories (in the
   sync's scope); the file is then replaced by the new memory's rendered file;
+- a memory file renamed (its ``memplane_id`` found at a new path) -> taken in as an
+  edit, then written back under its rendered name;
 - a deleted memory file -> DeleteMemory (same ``expected_version``). History keeps it:
   ListMemoryEvents(id) ends with a DELETE event whose ``before`` is the memory, which
   AddMemories can store again (`memplane.filesync.restore`);
@@ -24,11 +26,13 @@ Every memory written carries metadata ``synced_by: "file-sync"``: the server rec
 each change's actor as the API key that made it, so the mark is how a memory's history
 tells a file edit from an RPC. Then the view is rendered again and written (only
 changed files). ``MEMORY.md`` and the journal are rendered from memplane: an edit to
-them is not synced, it is replaced and named in the errors note.
+them is not synced, it is replaced and named in the errors note; a file a person puts
+in the journal is kept and named there.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -64,6 +68,8 @@ from memplane.v1 import memory_pb2
 
 FILE_SYNC = "file-sync"
 _INDEX = f"{MEMORY_DIR}/{INDEX_FILE}"
+_RENDERED_ID = re.compile(rb"^memplane_id:[ \t]*([0-9a-fA-F-]{32,36})[ \t]*\r?$", re.MULTILINE)
+_HEAD_BYTES = 2_048
 _JOURNAL = f"{MEMORY_DIR}/{JOURNAL_DIR}/"
 
 
@@ -119,6 +125,8 @@ class _Pass:
         self.current = {m.id: m for m in memories if is_current(m, now)}
         self.report = SyncReport()
         self.keep: set[str] = set()
+        self.moved: set[str] = set()  # ids of memory files found at another path (renamed)
+        self.journal_candidates: set[str] = set()  # journal files no pass left: kept unless rendered
 
     def problem(self, path: str, why: str) -> None:
         self.report.problems[path] = why
@@ -181,6 +189,8 @@ class _Pass:
         memory = self.current.get(entry.memplane_id)
         if memory is None:
             return  # deleted on both sides
+        if memory.id in self.moved:
+            return  # renamed: the file at its new path is taken in (and renamed back)
         kept = f"deleted here, but memory {memory.id} changed in memplane since; it was kept and rendered again"
         if memory.version != entry.memplane_version:
             self.report.conflicts.append(path)
@@ -199,6 +209,9 @@ class _Pass:
     async def take_in(self, present: dict[str, bytes], state: dict[str, FileState]) -> None:
         """Take in every file of *present* (path -> bytes) not as *state* remembers it,
         and every deletion of a file *state* has."""
+        for path, head in present.items():
+            if path not in state:
+                self.moved.update(m.decode() for m in _RENDERED_ID.findall(head[:_HEAD_BYTES]))
         for path in sorted(set(present) | set(state)):
             entry, data = state.get(path), present.get(path)
             if data is not None and entry is not None and entry.sha256 == sha256(data):
@@ -206,6 +219,8 @@ class _Pass:
             if path == _INDEX or path.startswith(_JOURNAL):
                 if data is not None and entry is not None:
                     self.report.problems[path] = "is rendered from memplane: the edit was not synced and was replaced"
+                elif data is not None and path.startswith(_JOURNAL):
+                    self.journal_candidates.add(path)
                 continue
             if data is None:
                 if entry is not None and entry.memplane_id:
@@ -296,6 +311,8 @@ async def sync_once(
         await backend.delete(handle, path)  # the new memory's own file replaces it
     memories = await _memories(client) if run.report.changed_memories() else list(run.every.values())
     view = render_view(memories, now=now(), count_tokens=count_tokens, max_index_tokens=max_index_tokens)
+    for path in run.journal_candidates - set(view.files):
+        run.problem(path, "is in the journal, which memplane renders from episodic memories: add memories in Memory/")
     written = await write_view(backend, handle, view, keep=run.keep)
     run.report.written, run.report.removed = written.written, written.removed
     new_state = dump_state(_remembered(view.files, state, run.keep))
