@@ -1,6 +1,7 @@
 """`memplane sync DIR`: two-way sync of the key's workspace with the local sandbox DIR
 (the local backend's directory of one workspace: ``DIR/Memory/``), one pass or, with
-``--watch SECONDS``, one pass every SECONDS until interrupted. `memplane restore ID`
+``--watch SECONDS``, one pass every SECONDS until interrupted (a pass the server does not
+answer is reported and tried again at the next one). `memplane restore ID`
 stores a memory deleted by a sync (its file deleted) again from its history."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.compaction.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 from memplane.domain.validation import WORKSPACE_NAME
+from memplane.errors import DeadlineExceededError, UnavailableError
 from memplane.filesync import SyncReport, restore_deleted, sync_once
 from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.sandbox import LocalSandboxes
@@ -53,10 +55,16 @@ async def cmd_sync(ns: argparse.Namespace, settings: Settings) -> int:
     count = token_counter(ns.encoding).count_text
     async with workspace_client(ns, settings) as client:
         while True:
-            report = await sync_once(
-                client, backend, handle, count_tokens=count, scope=scope, max_index_tokens=ns.max_index_tokens
-            )
-            print(_summary(report), file=sys.stderr)
+            try:
+                report = await sync_once(
+                    client, backend, handle, count_tokens=count, scope=scope, max_index_tokens=ns.max_index_tokens
+                )
+            except (UnavailableError, DeadlineExceededError) as error:
+                if not ns.watch:
+                    raise
+                print(f"sync: {type(error).__name__}: {error}; trying again in {ns.watch:g} s", file=sys.stderr)
+            else:
+                print(_summary(report), file=sys.stderr)
             if not ns.watch:
                 return 0
             await asyncio.sleep(ns.watch)  # the poll interval, not a synchronisation

@@ -32,6 +32,7 @@ in the journal is kept and named there.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ from memplane.mdview.render import (
 )
 from memplane.sandbox import SandboxBackend, SandboxFileNotFoundError, SandboxHandle
 from memplane.v1 import memory_pb2
+
+_log = logging.getLogger(__name__)
 
 FILE_SYNC = "file-sync"
 _INDEX = f"{MEMORY_DIR}/{INDEX_FILE}"
@@ -129,6 +132,7 @@ class _Pass:
         self.journal_candidates: set[str] = set()  # journal files no pass left: kept unless rendered
 
     def problem(self, path: str, why: str) -> None:
+        _log.warning("file sync: %s left as it is: %s", path, why)
         self.report.problems[path] = why
         self.keep.add(path)
 
