@@ -284,3 +284,25 @@ async def test_a_file_put_in_the_journal_is_kept_and_reported(workspace: TestWor
     assert list(report.problems) == ["Memory/journal/2026-01-02.md"]
     assert mine.read_text().endswith("I wrote this myself\n")
     assert "journal" in (Path(handle.root) / ERRORS_FILE).read_text()
+
+
+async def test_a_file_the_server_refuses_is_reported_and_nothing_is_half_written(
+    workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    tea = await _add(workspace, "Alice likes green tea", "Tea")
+    backend, handle = await _sandbox(tmp_path, workspace)
+    await _sync(workspace, backend, handle)
+    root = Path(handle.root)
+    path = root / _path(tea)
+    too_long = path.read_text().replace("Alice likes green tea", "tea " * 10_000)  # 40,000 bytes > 32 KiB
+    path.write_text(too_long)
+    (root / "Memory/huge.md").write_text("---\nname: Huge\ntype: user\n---\n\n" + "x" * 40_000 + "\n")
+
+    report = await _sync(workspace, backend, handle)
+    assert set(report.problems) == {_path(tea), "Memory/huge.md"}
+    assert "memory.content" in report.problems[_path(tea)]
+    assert not report.changed_memories()
+    assert path.read_text() == too_long
+    assert (root / "Memory/huge.md").is_file()
+    (only,) = (await workspace.client.list_memories()).memories
+    assert (only.content, only.version) == ("Alice likes green tea", 1)
