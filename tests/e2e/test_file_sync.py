@@ -306,3 +306,21 @@ async def test_a_file_the_server_refuses_is_reported_and_nothing_is_half_written
     assert (root / "Memory/huge.md").is_file()
     (only,) = (await workspace.client.list_memories()).memories
     assert (only.content, only.version) == ("Alice likes green tea", 1)
+
+
+async def test_a_symlink_out_of_the_sandbox_is_reported_not_followed(workspace: TestWorkspace, tmp_path: Path) -> None:
+    tea = await _add(workspace, "Alice likes green tea", "Tea")
+    backend, handle = await _sandbox(tmp_path, workspace)
+    await _sync(workspace, backend, handle)
+    outside = tmp_path / "secret.md"
+    outside.write_text("---\nname: Secret\ntype: user\n---\n\nnot for memplane\n")
+    link = Path(handle.root) / "Memory/secret.md"
+    link.symlink_to(outside)
+
+    report = await _sync(workspace, backend, handle)
+    assert list(report.problems) == ["Memory/secret.md"]
+    assert "leaves the sandbox root through a symlink" in report.problems["Memory/secret.md"]
+    assert not report.changed_memories()
+    assert link.is_symlink()
+    assert outside.read_text().endswith("not for memplane\n")
+    assert [m.id for m in (await workspace.client.list_memories()).memories] == [tea.id]

@@ -64,7 +64,7 @@ from memplane.mdview.render import (
     memory_file,
     render_view,
 )
-from memplane.sandbox import SandboxBackend, SandboxFileNotFoundError, SandboxHandle
+from memplane.sandbox import SandboxBackend, SandboxFileNotFoundError, SandboxHandle, SandboxPathError
 from memplane.v1 import memory_pb2
 
 _log = logging.getLogger(__name__)
@@ -102,21 +102,29 @@ async def _read(backend: SandboxBackend, handle: SandboxHandle, path: str) -> by
         return None
 
 
-async def _scan(backend: SandboxBackend, handle: SandboxHandle) -> dict[str, bytes]:
+async def _scan(backend: SandboxBackend, handle: SandboxHandle) -> tuple[dict[str, bytes], dict[str, str]]:
     """Path -> bytes of every ``.md`` file of ``Memory/`` and ``Memory/journal/`` (dot
-    files — the sync's own, editors' temporaries — left out)."""
+    files — the sync's own, editors' temporaries — left out), and path -> why of those
+    the sandbox refuses to read (a symlink leading out of it)."""
     files: dict[str, bytes] = {}
+    refused: dict[str, str] = {}
     for directory in (MEMORY_DIR, _JOURNAL.rstrip("/")):
         try:
             entries = await backend.list_dir(handle, directory)
         except SandboxFileNotFoundError:
             continue
         for entry in entries:
-            if not entry.is_dir and entry.name.endswith(".md") and not entry.name.startswith("."):
-                data = await _read(backend, handle, f"{directory}/{entry.name}")
-                if data is not None:
-                    files[f"{directory}/{entry.name}"] = data
-    return files
+            path = f"{directory}/{entry.name}"
+            if entry.is_dir or not entry.name.endswith(".md") or entry.name.startswith("."):
+                continue
+            try:
+                data = await _read(backend, handle, path)
+            except SandboxPathError as error:
+                refused[path] = f"cannot be read: {error}"
+                continue
+            if data is not None:
+                files[path] = data
+    return files, refused
 
 
 class _Pass:
@@ -212,11 +220,11 @@ class _Pass:
 
     async def take_in(self, present: dict[str, bytes], state: dict[str, FileState]) -> None:
         """Take in every file of *present* (path -> bytes) not as *state* remembers it,
-        and every deletion of a file *state* has."""
+        and every deletion of a file *state* has (a path already kept is neither)."""
         for path, head in present.items():
             if path not in state:
                 self.moved.update(m.decode() for m in _RENDERED_ID.findall(head[:_HEAD_BYTES]))
-        for path in sorted(set(present) | set(state)):
+        for path in sorted((set(present) | set(state)) - self.keep):
             entry, data = state.get(path), present.get(path)
             if data is not None and entry is not None and entry.sha256 == sha256(data):
                 continue
@@ -308,8 +316,10 @@ async def sync_once(
     version it expects, so an edit already written shows as a conflict whose copy
     AddMemories finds a duplicate of the updated memory (stored once, nothing lost)."""
     state = load_state(await _read(backend, handle, STATE_FILE))
-    present = await _scan(backend, handle)
+    present, refused = await _scan(backend, handle)
     run = _Pass(client, await _memories(client), now(), scope or memory_pb2.Scope())
+    for path, why in refused.items():
+        run.problem(path, why)
     await run.take_in(present, state)
     for path in run.report.added:
         await backend.delete(handle, path)  # the new memory's own file replaces it
