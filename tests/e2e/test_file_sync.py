@@ -324,3 +324,18 @@ async def test_a_symlink_out_of_the_sandbox_is_reported_not_followed(workspace: 
     assert link.is_symlink()
     assert outside.read_text().endswith("not for memplane\n")
     assert [m.id for m in (await workspace.client.list_memories()).memories] == [tea.id]
+
+
+async def test_a_file_deleted_here_whose_memory_changed_there_is_kept(workspace: TestWorkspace, tmp_path: Path) -> None:
+    tea = await _add(workspace, "Alice likes green tea", "Tea")
+    backend, handle = await _sandbox(tmp_path, workspace)
+    await _sync(workspace, backend, handle)
+    (Path(handle.root) / _path(tea)).unlink()
+    await workspace.client.update_memory(tea.id, memory_pb2.MemoryInput(content="Alice likes mint tea"), ["content"])
+
+    report = await _sync(workspace, backend, handle)
+    assert report.conflicts == [_path(tea)]
+    assert not report.deleted
+    assert "changed in memplane since" in report.problems[_path(tea)]
+    assert (await workspace.client.get_memory(tea.id)).content == "Alice likes mint tea"
+    assert "Alice likes mint tea" in (Path(handle.root) / _path(tea)).read_text()  # rendered again
