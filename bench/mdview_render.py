@@ -9,8 +9,19 @@ ratio is what the sandbox interface costs. Memories are synthetic (seeded): 90 %
 six non-episodic types with a name, a description and 1-3 sentences; 10 % episodic
 turns over 30 days. Medians of `--repeats` runs, each in a fresh directory.
 
-    python bench/mdview_render.py                 # ~4 min on a loaded 2-core box
-    python bench/mdview_render.py --sizes 1000 --repeats 1
+Then the two-way sync (`memplane.filesync.sync_once`, issue 13 item 3) per
+`--sync-sizes` against a throw-away server (`_harness.bench_server`: embedded
+PostgreSQL, real gRPC), the memories stored with AddMemories (precomputed random
+vectors, so seeding does not time the embedding model): the first pass into an empty
+sandbox, a pass with no edits (list over gRPC, read and hash every file, render,
+compare: what a `--watch` poll costs), a pass with 10 files edited (10 UpdateMemory,
+each embedded by the server, and a second listing), and as the reference the same run's
+`list_all_memories` + `render_view` + `write_view` over an unchanged sandbox (what a
+one-way re-render costs): the ratio is what detecting edits adds.
+
+    python bench/mdview_render.py                 # ~5 min on a loaded 2-core box
+    python bench/mdview_render.py --sizes 1000 --repeats 1 --sync-sizes 1000
+    python bench/mdview_render.py --sync-sizes ''  # no server
 """
 
 from __future__ import annotations
@@ -27,8 +38,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+from _harness import bench_server, log
+
+from memplane.client.transfer import list_all_memories
 from memplane.compaction.tokens import token_counter
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
+from memplane.filesync import sync_once
+from memplane.filesync.convert import memory_from_proto, memory_input
 from memplane.mdview import View, render_view, write_view
 from memplane.sandbox import LocalSandboxes
 
@@ -126,10 +143,57 @@ async def measure(n: int, repeats: int) -> dict[str, float]:
     return result
 
 
+async def measure_sync(n: int, repeats: int) -> dict[str, float]:
+    """Seconds (medians of *repeats*) of the sync passes for *n* stored memories."""
+    count = token_counter("o200k_base").count_text
+    figures: dict[str, list[float]] = {"first": [], "idle": [], "edits": [], "reference": []}
+    rng = np.random.default_rng(7)
+    async with bench_server() as stack, stack.client() as client:
+        dims = stack.workspace.embedding_dimensions
+        items = []
+        for m in (m for m in memories(n * 2) if m.type != MemoryType.EPISODIC):
+            item = memory_input(content=m.content, type=m.type, name=m.name, description=m.description, metadata={})
+            vector = rng.normal(size=dims)
+            item.embedding.extend((vector / np.linalg.norm(vector)).tolist())
+            items.append(item)
+        items = items[:n]
+        for start in range(0, n, 200):
+            await client.add_memories(items[start : start + 200])
+        log(f"stored {n:,} memories")
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="filesync-bench-") as tmp:
+                backend = LocalSandboxes(Path(tmp))
+                handle = await backend.ensure("bench")
+                for key in ("first", "idle"):
+                    start = time.perf_counter()
+                    report = await sync_once(client, backend, handle, count_tokens=count)
+                    figures[key].append(time.perf_counter() - start)
+                    if report.changed_memories() or report.problems:
+                        raise RuntimeError(f"an unedited sandbox changed memories: {report}")
+                start = time.perf_counter()
+                view = render_view(
+                    [memory_from_proto(m) for m in await list_all_memories(client)], now=datetime.now(UTC),
+                    count_tokens=count,
+                )  # fmt: skip
+                await write_view(backend, handle, view)
+                figures["reference"].append(time.perf_counter() - start)
+                edited = sorted(p for p in view.files if p.endswith(".md") and "_" in p.rsplit("/", 1)[-1])[:10]
+                for path in edited:
+                    file = Path(handle.root) / path
+                    file.write_text(file.read_text().rstrip("\n") + f" Edited {uuid.uuid4().hex[:8]}.\n")
+                start = time.perf_counter()
+                report = await sync_once(client, backend, handle, count_tokens=count)
+                figures["edits"].append(time.perf_counter() - start)
+                if len(report.updated) != len(edited):
+                    raise RuntimeError(f"{len(edited)} edits gave {report}")
+    return {k: statistics.median(v) for k, v in figures.items()}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="memory counts (default 1000,10000)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per size (default 3; medians)")
+    parser.add_argument("--sync-sizes", default="1000", help="stored memories of the sync rows ('' for none)")
     ns = parser.parse_args()
     print(f"flags: sizes={ns.sizes} repeats={ns.repeats}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'memories':>9} {'files':>6} {'listed':>6} {'render ms':>10} {'write ms':>9} {'rewrite ms':>11}"
@@ -139,6 +203,15 @@ async def main() -> None:
         print(
             f"{n:>9,} {r['files']:>6,.0f} {r['listed']:>6,.0f} {r['render'] * 1e3:>10.1f} {r['write'] * 1e3:>9.1f}"
             f" {r['rewrite'] * 1e3:>11.1f} {r['plain'] * 1e3:>9.1f} {r['write'] / r['plain']:>11.1f}x"
+        )
+    if ns.sync_sizes:
+        print(f"{'memories':>9} {'sync first ms':>14} {'no edits ms':>12} {'10 edits ms':>12} {'reference ms':>13}"
+              f" {'no edits/ref':>13}")  # fmt: skip
+    for n in (int(s) for s in ns.sync_sizes.split(",") if s):
+        r = await measure_sync(n, ns.repeats)
+        print(
+            f"{n:>9,} {r['first'] * 1e3:>14.1f} {r['idle'] * 1e3:>12.1f} {r['edits'] * 1e3:>12.1f}"
+            f" {r['reference'] * 1e3:>13.1f} {r['idle'] / r['reference']:>12.1f}x"
         )
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 

@@ -188,7 +188,7 @@ def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; help texts show the defaults *settings* (the environment's)
     give, e.g. the port of MEMPLANE_GRPC__PORT."""
-    from memplane.cli import compact, locomo, markdown, transfer
+    from memplane.cli import compact, locomo, markdown, sync, transfer
 
     settings = settings or Settings()
 
@@ -256,6 +256,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     transfer.add_parsers(imports, exports)
     markdown.add_parsers(exports)
     compact.add_parsers(sub)
+    sync.add_parsers(sub)
     return parser
 
 

@@ -12,35 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memplane.api.convert import memory_type_from_proto, opt_time, scope_from_proto, struct_to_dict, to_datetime
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.client.transfer import list_all_memories
 from memplane.compaction.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
-from memplane.domain.models import Memory, Provenance
+from memplane.filesync.convert import memory_from_proto
 from memplane.mdview import render_view
 from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.settings import Settings
-from memplane.v1 import memory_pb2
-
-
-def memory_from_proto(memory: memory_pb2.Memory) -> Memory:
-    """The domain form of a memory read over the API."""
-    return Memory(
-        id=memory.id,
-        scope=scope_from_proto(memory.scope),
-        type=memory_type_from_proto(memory.type, "type", default=None),
-        name=memory.name,
-        description=memory.description,
-        content=memory.content,
-        metadata=struct_to_dict(memory.metadata),
-        valid_from=to_datetime(memory.valid_from_time, "valid_from_time"),
-        valid_to=opt_time(memory, "valid_to_time"),
-        expires_at=opt_time(memory, "expire_time"),
-        provenance=Provenance(memory.provenance.session_id, tuple(memory.provenance.message_ids)),
-        version=memory.version,
-        created_at=to_datetime(memory.create_time, "create_time"),
-        updated_at=to_datetime(memory.update_time, "update_time"),
-    )
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ removed: they are new memories for the sync to read."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from memplane.mdview.render import INDEX_FILE, JOURNAL_DIR, MEMORY_DIR, View
@@ -41,11 +42,16 @@ async def _rendered_by_us(backend: SandboxBackend, handle: SandboxHandle, path: 
     return head.startswith(b"---") and _RENDERED_MARK in head.split(b"\n---", 1)[0] + b"\n"
 
 
-async def write_view(backend: SandboxBackend, handle: SandboxHandle, view: View) -> WriteReport:
-    """Make the sandbox's ``Memory/`` tree hold *view*. Raises what the backend raises
-    (`SandboxNotFoundError` for a destroyed sandbox)."""
+async def write_view(
+    backend: SandboxBackend, handle: SandboxHandle, view: View, *, keep: Collection[str] = ()
+) -> WriteReport:
+    """Make the sandbox's ``Memory/`` tree hold *view*, except the paths in *keep*
+    (files a sync could not take in: neither written nor removed). Raises what the
+    backend raises (`SandboxNotFoundError` for a destroyed sandbox)."""
     written, unchanged, removed = [], [], []
     for path, text in sorted(view.files.items()):
+        if path in keep:
+            continue
         data = text.encode()
         try:
             same = await backend.read_file(handle, path) == data
@@ -60,7 +66,7 @@ async def write_view(backend: SandboxBackend, handle: SandboxHandle, view: View)
         path
         for path in await _existing(backend, handle, MEMORY_DIR)
         + await _existing(backend, handle, f"{MEMORY_DIR}/{JOURNAL_DIR}")
-        if path not in view.files and await _rendered_by_us(backend, handle, path)
+        if path not in view.files and path not in keep and await _rendered_by_us(backend, handle, path)
     ]
     for path in stale:
         await backend.delete(handle, path)

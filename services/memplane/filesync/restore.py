@@ -1,0 +1,34 @@
+"""Restoring a memory a sync deleted (a memory file deleted in the sandbox, by mistake):
+its history's last DELETE event holds the memory as it was (`before`), which is stored
+again with AddMemories — a new id and version 1, every other field as it was. The next
+sync renders it into the sandbox again."""
+
+from __future__ import annotations
+
+from memplane.client.aio import AsyncMemplaneClient
+from memplane.errors import NotFoundError
+from memplane.v1 import memory_pb2
+
+
+async def restore_deleted(client: AsyncMemplaneClient, memory_id: str) -> memory_pb2.Memory:
+    """Store the deleted memory *memory_id* of the key's workspace again; returns the new
+    memory. Raises `NotFoundError` when its history holds no DELETE event with the memory
+    (never deleted, or erased by scope: that keeps no content)."""
+    events = await client.list_memory_events(memory_id)
+    deletes = [e for e in events if e.kind == memory_pb2.EVENT_KIND_DELETE and e.HasField("before")]
+    if not deletes:
+        raise NotFoundError("deleted memory", memory_id)
+    before = deletes[-1].before
+    item = memory_pb2.MemoryInput(
+        content=before.content,
+        scope=before.scope,
+        type=before.type,
+        name=before.name,
+        description=before.description,
+        metadata=before.metadata,
+        provenance=before.provenance,
+    )
+    for name in ("valid_from_time", "valid_to_time", "expire_time"):
+        if before.HasField(name):
+            getattr(item, name).CopyFrom(getattr(before, name))
+    return (await client.add_memories([item]))[0]
