@@ -128,6 +128,7 @@ CHART_MANAGED = {
     ("grpc", "port"),
     ("embedding", "api_key"),
     ("llm", "api_key"),
+    ("rerank", "api_key"),
 }
 _KEPT = ("type", "anyOf", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "default", "items")
 

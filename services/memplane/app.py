@@ -30,6 +30,7 @@ from memplane.llm.chat import ChatModel
 from memplane.llm.rate import LLMRateLimiter
 from memplane.quota.concurrency import ConcurrencyLimiter
 from memplane.quota.meter import EmbeddingMeter
+from memplane.retrieval.rerank import Reranker
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
@@ -78,9 +79,10 @@ class App:
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
     embedder_health: EndpointHealth | None = None  # an embedding endpoint's; None for a local model
+    reranker: Reranker | None = None  # the rerank endpoint's client; None without rerank.url
 
     async def close(self) -> None:
-        """Stop the sweepers and the invalidation listener, close the LLM client and the
+        """Stop the sweepers and the invalidation listener, close the LLM and rerank clients and the
         connection pool, and stop the embedded PostgreSQL (if this process was its last
         holder)."""
         await self.invalidations.stop()
@@ -93,6 +95,8 @@ class App:
         await self.idempotency_sweeper.stop()
         if self.chat_model is not None:
             await self.chat_model.close()
+        if self.reranker is not None:
+            await self.reranker.close()
         await self.db.close()
         await self.reads.close()
         if self.embedded is not None:
@@ -208,6 +212,7 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
     chat_model = build_chat_model(settings.llm)
+    reranker = Reranker(settings.rerank) if settings.rerank.url is not None else None
     jobs = ExtractionJobStore()
     extraction = ExtractionRunner(
         db=db,
@@ -239,7 +244,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         reads=reads,
         embedder=embedder,
         authenticator=authenticator,
-        retrieval=RetrievalService(reads, memories, meter, settings.limits, settings.retrieval),
+        retrieval=RetrievalService(reads, memories, meter, settings.limits, settings.retrieval, reranker=reranker),
+        reranker=reranker,
         writeback=writeback,
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
         compaction=CompactionService(

@@ -258,6 +258,39 @@ class RetrievalSettings(BaseModel):
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
 
 
+class RerankSettings(BaseModel):
+    """An optional rerank stage of SearchMemories: a cross-encoder behind any Cohere-, Jina- or
+    Hugging Face TEI-compatible /rerank endpoint re-scores the best fused candidates. Unset url:
+    no rerank stage, the search is unchanged (see README, "Choosing the embedder and the fusion")."""
+
+    url: str | None = Field(
+        default=None,
+        description="Full URL of the endpoint, e.g. https://api.cohere.com/v2/rerank, https://api.jina.ai/v1/rerank "
+        "or http://tei:8080/rerank. Unset: no rerank stage.",
+    )
+    protocol: Literal["cohere", "tei"] = Field(
+        default="cohere",
+        description="cohere: POST {model, query, documents, top_n} -> {results: [{index, relevance_score}]} "
+        "(Cohere v1/v2, Jina, vLLM, Infinity); tei: POST {query, texts, truncate} -> [{index, score}] "
+        "(Hugging Face text-embeddings-inference).",
+    )
+    model: str = Field(default="", description="Model name sent by protocol cohere (TEI serves one model).")
+    api_key: SecretStr | None = Field(default=None, description="Sent as `Authorization: Bearer`; unset: none.")
+    top_n: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="Best fused candidates re-scored per search (the rest follow in fused order). 32 is TEI's "
+        "default --max-client-batch-size; Cohere takes up to 1,000 documents.",
+    )
+    timeout: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds the whole stage may take (connect, send, model, reply); past it, or on any error, "
+        "the search returns the fused order and says so (SearchMemoriesResponse.rerank_status).",
+    )
+
+
 class LLMSettings(BaseModel):
     """The chat model that writes structured summaries and extracts memories: any
     OpenAI-compatible /chat/completions endpoint. Unset base_url: no LLM; compaction is
@@ -422,6 +455,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)

@@ -112,6 +112,11 @@ app.kubernetes.io/component: {{ .component }}
   valueFrom:
     secretKeyRef: {name: {{ .name }}, key: {{ .key }}}
 {{- end }}{{ end }}
+{{- with .Values.secrets.rerankApiKey }}{{ if .name }}
+- name: MEMPLANE_RERANK__API_KEY
+  valueFrom:
+    secretKeyRef: {name: {{ .name }}, key: {{ .key }}}
+{{- end }}{{ end }}
 {{- if .Values.metrics.enabled }}
 - name: OTEL_METRICS_EXPORTER
   value: prometheus

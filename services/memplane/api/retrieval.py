@@ -8,7 +8,7 @@ from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.retrieval.fusion import FusionMethod, SignalHit
-from memplane.retrieval.service import RetrievalService, SearchMode, SearchRequest
+from memplane.retrieval.service import RerankStatus, RetrievalService, SearchMode, SearchRequest
 from memplane.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 _MODES = {
@@ -21,6 +21,12 @@ _FUSIONS = {
     retrieval_pb2.FUSION_METHOD_UNSPECIFIED: None,  # the server's setting (retrieval.fusion)
     retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
     retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
+}
+
+_RERANK_STATUSES = {
+    RerankStatus.NONE: retrieval_pb2.RERANK_STATUS_UNSPECIFIED,
+    RerankStatus.APPLIED: retrieval_pb2.RERANK_STATUS_APPLIED,
+    RerankStatus.FALLBACK: retrieval_pb2.RERANK_STATUS_FALLBACK,
 }
 
 
@@ -71,6 +77,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     vector=_signal(h.vector),
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
+                    rerank=_signal(h.rerank),
                 )
                 for h in result.hits
             ],
@@ -78,7 +85,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 embedding_duration=convert.duration(result.embedding_seconds),
                 database_duration=convert.duration(result.database_seconds),
                 total_duration=convert.duration(result.total_seconds),
+                rerank_duration=convert.duration(result.rerank_seconds) if result.rerank_seconds else None,
             ),
+            rerank_status=_RERANK_STATUSES[result.rerank_status],
+            rerank_note=result.rerank_note,
         )
 
     @rpc

@@ -3,7 +3,10 @@
 Search, per request: validate → embed all queries in one call → in one tenant
 transaction, for each query fetch vector and lexical candidates (top_k x multiplier,
 at least `min_candidates`) → fuse per query → merge queries keeping each memory's best
-score → cut at min_score and top_k → load the memories.
+score → cut at min_score and top_k → load the memories. With a reranker configured
+(`memplane.retrieval.rerank`), SQL keeps max(top_k, rerank.top_n) hits per query and the
+best top_n merged candidates are re-scored and reordered before the cut; a reranker that
+fails or times out leaves the fused order, and the result says so.
 
 Vector plan: a filter selecting at most `exact_scan_max_rows` rows is scanned exactly
 through the btree scope indexes (recall 1.0; shared case C003: HNSW post-filtering
@@ -21,8 +24,9 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from memplane.domain.consistency import LSN_METADATA_KEY, parse_lsn
@@ -33,6 +37,7 @@ from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.rerank import Reranker, RerankError
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
@@ -40,6 +45,8 @@ from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
 from memplane.storage.search import SearchSpec
 from memplane.text.segment import segment
+
+_log = logging.getLogger(__name__)
 
 
 class SearchMode:
@@ -68,23 +75,38 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class Hit:
-    """A memory with its fused score, per-signal details and the best query's index."""
+    """A memory with its fused score, per-signal details and the best query's index;
+    `rerank` is the reranker's score, normalised score and rank among the re-scored
+    candidates (None: not re-scored)."""
 
     memory: Memory
     score: float
     vector: SignalHit | None
     lexical: SignalHit | None
     query_index: int
+    rerank: SignalHit | None = None
+
+
+class RerankStatus:
+    """What the rerank stage did to a search."""
+
+    NONE = ""  # no reranker configured, or no hits
+    APPLIED = "applied"  # the re-scored candidates are in the reranker's order
+    FALLBACK = "fallback"  # it failed or timed out: fused order, `rerank_note` says why
 
 
 @dataclass(frozen=True)
 class SearchResult:
-    """Hits best first, and where the server's time went (seconds)."""
+    """Hits best first, where the server's time went (seconds), and the rerank stage's
+    outcome (`RerankStatus`, a note on a fallback)."""
 
     hits: list[Hit]
     embedding_seconds: float
     database_seconds: float
     total_seconds: float
+    rerank_seconds: float = 0.0
+    rerank_status: str = RerankStatus.NONE
+    rerank_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,8 @@ class RetrievalService:
         meter: EmbeddingMeter,
         limits: LimitsSettings,
         settings: RetrievalSettings,
+        *,
+        reranker: Reranker | None = None,
     ) -> None:
         self._reads = reads
         self._memories = memories
@@ -114,6 +138,7 @@ class RetrievalService:
         self._embedder = meter.embedder
         self._limits = limits
         self._settings = settings
+        self._reranker = reranker
         self._counts: dict[tuple[int, str], tuple[float, int]] = {}
 
     def _validate_search(self, request: SearchRequest) -> None:
@@ -171,7 +196,7 @@ class RetrievalService:
             use_vector=use_vector,
             use_lexical=use_lexical,
             depth=depth,
-            top_k=request.top_k,
+            top_k=max(request.top_k, self._reranker.top_n) if self._reranker is not None else request.top_k,
             min_score=request.min_score,
             exact=exact,
             prefilter=exact and request.filter.narrows,
@@ -195,12 +220,25 @@ class RetrievalService:
         cursors = await self._reads.read(workspace.key, send, after_lsn=after_lsn, pipeline_settings=settings)
         per_query = await search_sql.read(cursors)
         db_seconds = time.perf_counter() - t0
-        ranked = search_sql.merge_queries(per_query)[: request.top_k]
+        merged = search_sql.merge_queries(per_query)
         hits = [
             Hit(memory=r.memory, score=r.score, vector=_hit(r.vector), lexical=_hit(r.lexical), query_index=i)
-            for r, i in ranked
+            for r, i in merged
         ]
-        return SearchResult(hits, embed_seconds, db_seconds, time.perf_counter() - started)
+        if self._reranker is None or not hits:
+            return SearchResult(hits[: request.top_k], embed_seconds, db_seconds, time.perf_counter() - started)
+        t0 = time.perf_counter()
+        hits, status, note = await _rerank(self._reranker, request.queries, hits)
+        rerank_seconds = time.perf_counter() - t0
+        return SearchResult(
+            hits[: request.top_k],
+            embed_seconds,
+            db_seconds,
+            time.perf_counter() - started,
+            rerank_seconds=rerank_seconds,
+            rerank_status=status,
+            rerank_note=note,
+        )
 
     async def _exact(self, workspace: Workspace, flt: MemoryFilter, now: datetime) -> bool:
         """Whether the filtered rows are few enough (`exact_scan_max_rows`) to scan exactly:
@@ -269,6 +307,22 @@ class RetrievalService:
 
 
 _MAX_CACHED_COUNTS = 10_000
+
+
+async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit]) -> tuple[list[Hit], str, str]:
+    """*hits* (fused order) with the first `top_n` re-scored and reordered by the
+    reranker (ties keep fused order), the rest after them; on a `RerankError` the hits
+    unchanged, status FALLBACK and the error as the note (also logged)."""
+    head, tail = hits[: reranker.top_n], hits[reranker.top_n :]
+    try:
+        scores = await reranker.rescore(queries, [h.memory.content for h in head])
+    except RerankError as exc:
+        note = f"rerank failed, fused order kept: {exc}"
+        _log.warning("%s", note)
+        return hits, RerankStatus.FALLBACK, note
+    rescored = [replace(h, rerank=s) for h, s in zip(head, scores, strict=True)]
+    rescored.sort(key=lambda h: h.rerank.rank if h.rerank is not None else 0)
+    return rescored + tail, RerankStatus.APPLIED, ""
 
 
 def _check_lsn(after_lsn: str) -> None:

@@ -82,6 +82,42 @@ SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 3
 """Lexical (BM25 over full-text, CJK segmented) only."""
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 
+class _RerankStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RerankStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RerankStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RERANK_STATUS_UNSPECIFIED: _RerankStatus.ValueType  # 0
+    """No rerank stage: the server has no reranker configured (or there were no hits);
+    hits are in fused order.
+    """
+    RERANK_STATUS_APPLIED: _RerankStatus.ValueType  # 1
+    """The best `rerank.top_n` fused candidates were re-scored and are in the reranker's
+    order (SearchHit.rerank); any further hits follow in fused order.
+    """
+    RERANK_STATUS_FALLBACK: _RerankStatus.ValueType  # 2
+    """The reranker failed or did not answer within `rerank.timeout`: hits are in fused
+    order and SearchMemoriesResponse.rerank_note says why.
+    """
+
+class RerankStatus(_RerankStatus, metaclass=_RerankStatusEnumTypeWrapper):
+    """What the server's rerank stage did to a search."""
+
+RERANK_STATUS_UNSPECIFIED: RerankStatus.ValueType  # 0
+"""No rerank stage: the server has no reranker configured (or there were no hits);
+hits are in fused order.
+"""
+RERANK_STATUS_APPLIED: RerankStatus.ValueType  # 1
+"""The best `rerank.top_n` fused candidates were re-scored and are in the reranker's
+order (SearchHit.rerank); any further hits follow in fused order.
+"""
+RERANK_STATUS_FALLBACK: RerankStatus.ValueType  # 2
+"""The reranker failed or did not answer within `rerank.timeout`: hits are in fused
+order and SearchMemoriesResponse.rerank_note says why.
+"""
+Global___RerankStatus: _TypeAlias = RerankStatus  # noqa: Y015
+
 @_typing.final
 class SearchMemoriesRequest(_message.Message):
     """Request of SearchMemories."""
@@ -191,6 +227,7 @@ class SearchHit(_message.Message):
     VECTOR_FIELD_NUMBER: _builtins.int
     LEXICAL_FIELD_NUMBER: _builtins.int
     QUERY_INDEX_FIELD_NUMBER: _builtins.int
+    RERANK_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score, 0 to 1 (RRF is scaled so that rank 1 in every signal scores 1)."""
     query_index: _builtins.int
@@ -207,6 +244,16 @@ class SearchHit(_message.Message):
     def lexical(self) -> Global___SignalScore:
         """The lexical signal's score and rank."""
 
+    @_builtins.property
+    def rerank(self) -> Global___SignalScore:
+        """The reranker's view of the hit when the server has a rerank stage
+        (MEMPLANE_RERANK__URL) and it re-scored this hit: score is the model's relevance
+        (its own scale; the best over `queries`), normalized_score that min-max normalised
+        over the re-scored candidates, rank the 1-based position in the reranker's order.
+        Unset: no reranker, the hit was past the re-scored candidates, or the stage fell
+        back (see SearchMemoriesResponse.rerank_status).
+        """
+
     def __init__(
         self,
         *,
@@ -215,10 +262,11 @@ class SearchHit(_message.Message):
         vector: Global___SignalScore | None = ...,
         lexical: Global___SignalScore | None = ...,
         query_index: _builtins.int = ...,
+        rerank: Global___SignalScore | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "vector", b"vector"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -233,6 +281,7 @@ class SearchTiming(_message.Message):
     EMBEDDING_DURATION_FIELD_NUMBER: _builtins.int
     DATABASE_DURATION_FIELD_NUMBER: _builtins.int
     TOTAL_DURATION_FIELD_NUMBER: _builtins.int
+    RERANK_DURATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def embedding_duration(self) -> _duration_pb2.Duration:
         """Time spent embedding the queries."""
@@ -245,16 +294,21 @@ class SearchTiming(_message.Message):
     def total_duration(self) -> _duration_pb2.Duration:
         """Whole server-side handling, from request to response."""
 
+    @_builtins.property
+    def rerank_duration(self) -> _duration_pb2.Duration:
+        """Time spent in the rerank stage (zero without one), within total_duration."""
+
     def __init__(
         self,
         *,
         embedding_duration: _duration_pb2.Duration | None = ...,
         database_duration: _duration_pb2.Duration | None = ...,
         total_duration: _duration_pb2.Duration | None = ...,
+        rerank_duration: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "total_duration", b"total_duration"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "rerank_duration", b"rerank_duration", "total_duration", b"total_duration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "total_duration", b"total_duration"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_duration", b"database_duration", "embedding_duration", b"embedding_duration", "rerank_duration", b"rerank_duration", "total_duration", b"total_duration"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -268,6 +322,12 @@ class SearchMemoriesResponse(_message.Message):
 
     HITS_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
+    RERANK_STATUS_FIELD_NUMBER: _builtins.int
+    RERANK_NOTE_FIELD_NUMBER: _builtins.int
+    rerank_status: Global___RerankStatus.ValueType
+    """Whether the rerank stage ran, or fell back to the fused order."""
+    rerank_note: _builtins.str
+    """Why the rerank stage fell back (RERANK_STATUS_FALLBACK); empty otherwise."""
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]:
         """Hits, best first, at most top_k."""
@@ -281,10 +341,12 @@ class SearchMemoriesResponse(_message.Message):
         *,
         hits: _abc.Iterable[Global___SearchHit] | None = ...,
         timing: Global___SearchTiming | None = ...,
+        rerank_status: Global___RerankStatus.ValueType = ...,
+        rerank_note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timing", b"timing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "timing", b"timing"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "rerank_note", b"rerank_note", "rerank_status", b"rerank_status", "timing", b"timing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -196,7 +196,7 @@ def test_the_config_schema_is_settings_minus_what_the_chart_sets() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     managed = {"data_dir", "database.dsn", "database.read_dsn", "database.migrate_on_start", "auth.admin_key"}
     managed |= {"auth.admin_key_file", "auth.bootstrap_default_workspace", "grpc.host", "grpc.port"}
-    managed |= {"embedding.api_key", "llm.api_key"}
+    managed |= {"embedding.api_key", "llm.api_key", "rerank.api_key"}
     expected: set[str] = set()
     for name, field in Settings.model_fields.items():
         group = field.annotation
