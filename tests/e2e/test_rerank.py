@@ -1,11 +1,15 @@
 """The rerank stage of SearchMemories over real gRPC, against a loopback endpoint speaking
 Cohere's /v2/rerank protocol (tests/fake_rerank.py): the reranker's order wins, a
-reranker that hangs or fails leaves the fused order and the reply says so, and a server
+reranker that hangs, fails, is unreachable or answers malformed leaves the fused order and
+the reply says so, only the best top_n are re-scored, and a server
 without a reranker replies as before. TEI's protocol is checked on the client itself."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -41,6 +45,33 @@ def reranker(fake_reranker: FakeReranker) -> Iterator[FakeReranker]:
     fake_reranker.reset()
 
 
+@asynccontextmanager
+async def _serve(
+    data_dir: Path, pg_dsn: str, admin_key: str, embedder: CachedEmbedder, url: str, top_n: int
+) -> AsyncIterator[str]:
+    """A server over the session database whose rerank stage is *url* (Cohere protocol,
+    timeout 1 s); yields its target."""
+    settings = settings_for(data_dir, pg_dsn, admin_key).model_copy(
+        update={
+            "rerank": RerankSettings(
+                url=url,
+                protocol="cohere",
+                model="fake-rerank-v1",
+                api_key=SecretStr("rk-test"),
+                top_n=top_n,
+                timeout=TIMEOUT_SECONDS,
+            )
+        }
+    )
+    app = await build_app(settings, embedder=embedder)
+    running = await start_server(app, host="127.0.0.1", port=0)
+    try:
+        yield f"127.0.0.1:{running.port}"
+    finally:
+        await running.stop(0)
+        await app.close()
+
+
 @pytest.fixture(scope="module")
 async def rerank_server(
     pg_dsn: str,
@@ -49,26 +80,11 @@ async def rerank_server(
     fake_reranker: FakeReranker,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[str]:
-    """Target of a server over the session database whose rerank stage is the fake
-    (Cohere protocol, top_n 20, timeout 1 s)."""
-    base = settings_for(tmp_path_factory.mktemp("memplane-rerank"), pg_dsn, admin_key)
-    settings = base.model_copy(
-        update={
-            "rerank": RerankSettings(
-                url=f"{fake_reranker.base_url}/v2/rerank",
-                protocol="cohere",
-                model="fake-rerank-v1",
-                api_key=SecretStr("rk-test"),
-                top_n=TOP_N,
-                timeout=TIMEOUT_SECONDS,
-            )
-        }
-    )
-    app = await build_app(settings, embedder=embedder)
-    running = await start_server(app, host="127.0.0.1", port=0)
-    yield f"127.0.0.1:{running.port}"
-    await running.stop(0)
-    await app.close()
+    """Target of a server whose rerank stage is the fake (top_n 20, timeout 1 s)."""
+    data_dir = tmp_path_factory.mktemp("memplane-rerank")
+    url = f"{fake_reranker.base_url}/v2/rerank"
+    async with _serve(data_dir, pg_dsn, admin_key, embedder, url, TOP_N) as target:
+        yield target
 
 
 @pytest.fixture
@@ -111,6 +127,50 @@ async def test_hits_follow_the_rerankers_scores(
     assert body["query"] == "Project Gamma PostgreSQL"
     assert sorted(body["documents"]) == sorted(f"Project {n} uses PostgreSQL" for n in NAMES)
     assert body["top_n"] == len(NAMES)
+
+
+async def test_only_top_n_candidates_are_rescored_the_rest_follow_fused(
+    workspace: TestWorkspace,
+    reranker: FakeReranker,
+    pg_dsn: str,
+    embedder: CachedEmbedder,
+    admin_key: str,
+    tmp_path: Path,
+) -> None:
+    names = await _projects(workspace)
+    fused = await workspace.client.search("Project Gamma PostgreSQL", top_k=5)
+    fused_order = [names[h.memory.id] for h in fused.hits]
+    reranker.scores = {f"Project {fused_order[1]} ": 5.0, f"Project {fused_order[0]} ": 1.0}
+    url = f"{reranker.base_url}/v2/rerank"
+    async with (
+        _serve(tmp_path, pg_dsn, admin_key, embedder, url, top_n=2) as target,
+        AsyncMemplaneClient(target, workspace.key, timeout=30.0) as client,
+    ):
+        reply = await client.search("Project Gamma PostgreSQL", top_k=5)
+    assert reply.rerank_status == retrieval_pb2.RERANK_STATUS_APPLIED
+    assert [names[h.memory.id] for h in reply.hits] == [fused_order[1], fused_order[0], *fused_order[2:]]
+    assert [h.rerank.rank for h in reply.hits[:2]] == [1, 2]
+    assert not any(h.HasField("rerank") for h in reply.hits[2:])
+    [(_, _, body)] = reranker.requests
+    assert len(body["documents"]) == 2
+
+
+async def test_unreachable_reranker_leaves_the_fused_order(
+    workspace: TestWorkspace, pg_dsn: str, embedder: CachedEmbedder, admin_key: str, tmp_path: Path
+) -> None:
+    names = await _projects(workspace)
+    fused = await workspace.client.search("Project Gamma PostgreSQL", top_k=5)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v2/rerank"
+    async with (
+        _serve(tmp_path, pg_dsn, admin_key, embedder, url, top_n=TOP_N) as target,
+        AsyncMemplaneClient(target, workspace.key, timeout=30.0) as client,
+    ):
+        reply = await client.search("Project Gamma PostgreSQL", top_k=5)
+    assert reply.rerank_status == retrieval_pb2.RERANK_STATUS_FALLBACK
+    assert "ConnectError" in reply.rerank_note
+    assert [names[h.memory.id] for h in reply.hits] == [names[h.memory.id] for h in fused.hits]
 
 
 async def test_reranker_past_its_timeout_leaves_the_fused_order(
