@@ -44,6 +44,11 @@ WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND wait_event
 """
 
 
+WAITING_QUERIES = WAITING_ON_LOCKS.replace(
+    "SELECT count(*)", "SELECT left(query, 200) || ' [' || state || ', waited ' || (now() - state_change)::text || ']'"
+)
+
+
 @asynccontextmanager
 async def memories_locked(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[int, ...]]]:
     """An open transaction (as the superuser) holding ACCESS EXCLUSIVE on memories and its
@@ -68,8 +73,11 @@ async def until_none_waiting(dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while (waiting := await waiting_on_locks(conn)) > 0:
             if time.monotonic() > deadline:
+                cur = await conn.execute(WAITING_QUERIES, (f"%{SWEEP_MARKER}%",))
+                queries = [row[0] for row in await cur.fetchall()]  # which statement, for the next reader
                 pytest.fail(
-                    f"{waiting} statements of the server still wait on the lock {CANCEL_WAIT} s after their RPCs ended"
+                    f"{waiting} statements of the server still wait on the lock {CANCEL_WAIT} s after their RPCs"
+                    f" ended: {queries}"
                 )
             await asyncio.sleep(0.1)  # a poll interval, not a synchronisation: the condition is re-read
 
