@@ -158,8 +158,31 @@ class MemoryStore:
         limit: int,
         after: tuple[datetime, str] | None,
     ) -> tuple[list[Memory], int]:
-        """A page of memories matching *flt*, newest first (created_at, id), starting after
-        the keyset *after*; and the total count matching the filter."""
+        """A page of memories matching *flt* (`list_matching`) and the total count matching
+        the filter."""
+        memories = await self.list_matching(conn, workspace, flt, now=now, limit=limit, after=after)
+        count_params = Params(ws=workspace.key)
+        cur = await conn.execute(
+            sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = %(ws)s AND {}").format(
+                compile_filter(flt, count_params, now)
+            ),
+            count_params.values,
+        )
+        row = await fetch_one(cur)
+        return memories, int(row["n"])
+
+    async def list_matching(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        flt: MemoryFilter,
+        *,
+        now: datetime,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[Memory]:
+        """At most *limit* memories matching *flt*, newest first (created_at, id), starting
+        after the keyset *after*; one statement, no count."""
         params = Params(ws=workspace.key, limit=limit)
         where = compile_filter(flt, params, now)
         keyset: sql.Composable = sql.SQL("TRUE")
@@ -174,16 +197,7 @@ class MemoryStore:
             ).format(cols=sql.SQL(MEMORY_COLUMNS), where=where, keyset=keyset),
             params.values,
         )
-        memories = [memory_from_row(r) for r in await cur.fetchall()]
-        count_params = Params(ws=workspace.key)
-        cur = await conn.execute(
-            sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = %(ws)s AND {}").format(
-                compile_filter(flt, count_params, now)
-            ),
-            count_params.values,
-        )
-        row = await fetch_one(cur)
-        return memories, int(row["n"])
+        return [memory_from_row(r) for r in await cur.fetchall()]
 
     async def update(
         self,

@@ -17,6 +17,7 @@ Memories the LLM path wrote are never changed here.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import unicodedata
 from collections.abc import Sequence
@@ -122,13 +123,11 @@ async def reconcile(
                 metadata["supersedes"] = locked.id
                 valid_from = closing
         message_id = transcript_ids[rule.message]
-        memory = NewMemory(
-            **{
-                **rule.memory.__dict__,
-                "metadata": {**metadata, "message_id": message_id},
-                "valid_from": valid_from,
-                "provenance": Provenance(scope.session_id, (message_id,)),
-            }
+        memory = dataclasses.replace(
+            rule.memory,
+            metadata={**metadata, "message_id": message_id},
+            valid_from=valid_from,
+            provenance=Provenance(scope.session_id, (message_id,)),
         )
         out.append(PreparedMemory(memory=memory, lexical_text=prepared.lexical_text, embedding=prepared.embedding))
     return out
@@ -145,5 +144,5 @@ async def _current(
         types=(MemoryType.USER,),
         metadata=All((Condition(("extracted_by",), Operator.EQ, METHOD),)),
     )
-    page, _ = await store.list_page(conn, workspace, flt, now=now, limit=_CURRENT_LIMIT, after=None)
+    page = await store.list_matching(conn, workspace, flt, now=now, limit=_CURRENT_LIMIT)
     return [m for m in page if (m.scope.user_id, m.scope.agent_id) == (scope.user_id, scope.agent_id)]
