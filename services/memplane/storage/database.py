@@ -9,7 +9,6 @@ workspace DDL and cross-workspace reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -208,8 +207,7 @@ class Database:
         """
         async with (
             self._connection(after_lsn, wait_seconds) as conn,
-            conn.pipeline() if pipeline else contextlib.nullcontext(),
-            conn.transaction(),
+            _pipelined_transaction(conn) if pipeline else conn.transaction(),
         ):
             await conn.execute(
                 "SELECT set_config('role', 'memplane_tenant', true),"
@@ -251,7 +249,10 @@ class Database:
         setting = "SELECT set_config('memplane.workspace_key', memplane_enter_workspace(%s), true), " + ", ".join(
             "set_config(%s, %s, true)" for _ in names
         )
-        async with self._connection(after_lsn, wait_seconds) as conn, conn.pipeline(), conn.transaction():
+        async with (
+            self._connection(after_lsn, wait_seconds) as conn,
+            _pipelined_transaction(conn),
+        ):
             await conn.execute(setting, [workspace_key, *(v for pair in zip(names, values, strict=True) for v in pair)])
             yield conn
 
@@ -282,6 +283,43 @@ class Database:
             if exc.sqlstate != WORKSPACE_GONE_SQLSTATE:
                 raise
             raise UnauthenticatedError("the workspace of this API key was deleted") from exc
+
+
+@asynccontextmanager
+async def _pipelined_transaction(conn: Connection) -> AsyncIterator[None]:
+    """A transaction in pipeline mode on *conn* that closes the connection when the
+    caller's block is cancelled (or interrupted).
+
+    A pipelined statement's result is read only at a fetch or when the block exits, and
+    libpq reports the connection IDLE meanwhile, so a cancellation that lands outside a
+    fetch — at an await of the caller's, or at the event-loop yield psycopg makes after a
+    completed send — comes with no cancel request from psycopg (it sends one only inside
+    its own waits, for an ACTIVE connection), or with one PostgreSQL drops because it
+    arrived between two messages (postgres.c, ProcessInterrupts: a cancel "while reading
+    a command from the client" is ignored). The transaction's exit (ROLLBACK, then the
+    pipeline's Sync) would then wait for that statement's result with nothing to bound
+    it: a statement queued on a lock waited until the lock went, long after its RPC's
+    deadline. Closed instead, the backend ends within CLIENT_CHECK_INTERVAL_MS and rolls
+    back, the exits see a closed connection and skip (psycopg logs that it ignored the
+    pipeline's exit), and the pool replaces it. A cancellation inside the COMMIT's own
+    wait is psycopg's to cancel (it does, bounded at 5 s).
+    tests/integration/test_cancelled_pipeline.py."""
+    async with conn.pipeline(), conn.transaction(), _close_on_interrupt(conn):
+        yield
+
+
+@asynccontextmanager
+async def _close_on_interrupt(conn: Connection) -> AsyncIterator[None]:
+    """Close *conn* when the block is cancelled or interrupted (see `_pipelined_transaction`)."""
+    try:
+        yield
+    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+        if not conn.closed:
+            # Unconditionally: libpq reports the transaction IDLE here with a statement still
+            # running (the results of a pipeline are psycopg's to track, not libpq's).
+            _log.debug("pipelined transaction interrupted: connection closed (its statements may be in flight)")
+            await conn.close()
+        raise
 
 
 def _quota_exceeded(exc: psycopg.DatabaseError) -> QuotaExceededError:
