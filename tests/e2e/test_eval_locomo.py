@@ -166,3 +166,21 @@ async def test_the_eval_command_runs_with_extraction_on(
     assert "text format: extract" in out
     overall = next(line.split() for line in out.splitlines() if line.split()[:2] == ["lexical", "overall"])
     assert overall[2:4] == ["2", "1.000"]  # n, R@1: the extracted memory does not push its turn's evidence out
+
+
+async def test_the_split_reports_conversations_one_to_five_apart_from_the_held_out_rest(
+    tmp_path: Path, server: str, admin_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = json.loads(locomo_file(tmp_path).read_text())[0]
+    samples = [{**one, "sample_id": f"{SAMPLE}-{n}"} for n in range(1, 7)]  # six conversations, two questions each
+    samples[5] = {**samples[5], "qa": samples[5]["qa"][:1]}  # the sixth (held out) asks one
+    path = tmp_path / "locomo-six.json"
+    path.write_text(json.dumps(samples))
+    argv = ["eval", "locomo", str(path), "--split", "--modes", "lexical", "--no-progress"]
+    argv += ["--target", server, "--api-key", admin_key]
+    code = await asyncio.get_running_loop().run_in_executor(None, main, argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    overall = {cells[0]: cells[2] for cells in (line.split() for line in out.splitlines()) if cells[1:2] == ["overall"]}
+    assert overall == {"lexical": "11", "lexical/tuning": "10", "lexical/held-out": "1"}  # n per half
+    assert any(line.split()[:2] == ["lexical/held-out", "4"] for line in out.splitlines())  # per category too

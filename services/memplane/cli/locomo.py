@@ -14,7 +14,8 @@ the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
   `--text-format peer` stores each turn instead as a peer harness does: one AddMemories
   memory "[<session date_time>] <speaker>: <text>" (no description), in fresh
   "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest); `--text-format
-  extract` writes the conversation format with extraction on.
+  extract` writes the conversation format with extraction on. `--split` adds the rows of
+  conversations 1-5 (tuning) and 6-10 (held out) apart (memplane.eval.runner.split_label).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         keep=ns.keep,
         progress=not ns.no_progress,
         text_format=ns.text_format,
+        split=ns.split,
     )
     async with admin_client(ns, settings) as admin:
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
@@ -152,6 +154,12 @@ def add_parsers(sub: Any, imports: Any) -> None:
         'harnesses store them, in "eval-<run id>-peer-<sample id>" workspaces) or extract (as '
         "conversation, with WriteConversation extract and wait: the server's LLM, or its rules "
         'extractor without one, adds memories beside the turns; "eval-<run id>-extract-<sample id>")',
+    )
+    q.add_argument(
+        "--split",
+        action="store_true",
+        help="also report conversations 1-5 (tuning) and 6-10 (held out) apart, as <mode>/tuning and "
+        "<mode>/held-out rows: choose weights on the tuning half, read the held-out one",
     )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
     q.set_defaults(func=cmd_eval_locomo)

@@ -78,6 +78,39 @@ class EvalConfig:
     prefix: str = field(default_factory=lambda: f"eval-{secrets.token_hex(3)}")
     progress: bool = True
     text_format: TextFormat = "conversation"
+    split: bool = False  # also report the tuning and held-out halves (`split_label`)
+
+
+TUNING_CONVERSATIONS = 5
+"""Conversations 1-5 of the file (its order) are the tuning half, 6-10 the held-out half
+(issue 14: every weight, window and threshold is chosen on 1-5 only)."""
+
+SPLITS = ("tuning", "held-out")
+"""The halves of `--split`, as they appear in the mode column: "<mode>/tuning",
+"<mode>/held-out"."""
+
+
+def split_label(index: int) -> str:
+    """The half of the conversation at 0-based *index* in the file: "tuning" for the first
+    `TUNING_CONVERSATIONS`, "held-out" after them."""
+    return SPLITS[0] if index < TUNING_CONVERSATIONS else SPLITS[1]
+
+
+def split_rows(
+    by_mode: Mapping[str, Sequence[tuple[str, QuestionScore]]], *, split: bool
+) -> dict[str, list[MetricRow]]:
+    """Table rows per mode from (half, score) pairs: every mode over all questions, and with
+    *split* "<mode>/tuning" and "<mode>/held-out" after it (a half with no question is left
+    out)."""
+    rows: dict[str, list[MetricRow]] = {}
+    for mode, scored in by_mode.items():
+        rows[mode] = summarize(score for _, score in scored)
+        if split:
+            for half in SPLITS:
+                chosen = [score for label, score in scored if label == half]
+                if chosen:
+                    rows[f"{mode}/{half}"] = summarize(chosen)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -237,14 +270,16 @@ async def _ask(
 
 async def ask_questions(
     spaces: WorkspaceSet, conversations: Sequence[Conversation], config: EvalConfig, log: _SearchLog
-) -> dict[str, list[QuestionScore]]:
-    """Ask every scored question once per mode; the scores by mode."""
+) -> dict[str, list[tuple[str, QuestionScore]]]:
+    """Ask every scored question once per mode; by mode, each score with the half of its
+    conversation (`split_label` of its position in *conversations*)."""
     jobs = [
         (mode, conversation.sample_id, question)
         for conversation in conversations
         for question in conversation.scored_questions()
         for mode in config.modes
     ]
+    half = {c.sample_id: split_label(index) for index, c in enumerate(conversations)}
     with tqdm(total=len(jobs), unit="search", desc="search", disable=not config.progress) as bar:
 
         async def one(mode: str, sample_id: str, question: Question) -> QuestionScore:
@@ -253,9 +288,9 @@ async def ask_questions(
             return score
 
         scores = await gather_bounded([one(*job) for job in jobs], config.concurrency)
-    by_mode: dict[str, list[QuestionScore]] = {mode: [] for mode in config.modes}
-    for (mode, _, _), score in zip(jobs, scores, strict=True):
-        by_mode[mode].append(score)
+    by_mode: dict[str, list[tuple[str, QuestionScore]]] = {mode: [] for mode in config.modes}
+    for (mode, sample_id, _), score in zip(jobs, scores, strict=True):
+        by_mode[mode].append((half[sample_id], score))
     return by_mode
 
 
@@ -290,7 +325,7 @@ async def run_locomo_eval(
         names = tuple(a.name for a in spaces.accesses)
     _log.info("evaluated %d searches over %d workspaces", log.count(), len(names))
     return EvalReport(
-        rows={mode: summarize(scores) for mode, scores in by_mode.items()},
+        rows=split_rows(by_mode, split=config.split),
         embedding_models=models,
         ingest=ingest,
         searches=log.count(),
