@@ -1,20 +1,22 @@
-"""The sandbox backends under the contract suite: one factory each. A new backend (pod,
-e2b over a fake envd) joins the suite by adding its factory to `BACKENDS`; the factory
+"""The sandbox backends under the contract suite: one factory each. A new backend joins
+the suite by adding its factory to `BACKENDS`; the factory
 yields a ready backend and cleans up what it started (session fixtures it needs, e.g.
 `podman_socket`, through *request*)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import aiodocker
 import pytest
 
-from memplane.sandbox import LocalSandboxes, SandboxBackend
+from memplane.sandbox import LocalSandboxes, SandboxBackend, SandboxHandle
 from memplane.sandbox.docker import DockerSandboxes
+from memplane.sandbox.e2b import METADATA_KEY, E2BSandboxes
+from tests.fake_e2b import FakeE2B
 from tests.fix_podman import SANDBOX_IMAGE, podman_socket
 
 __all__ = ["podman_socket"]  # the session fixture, visible to the tests here
@@ -56,7 +58,32 @@ async def _docker(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[Sa
         await docker.close()
 
 
-BACKENDS: dict[str, BackendFactory] = {"local": _local, "exec-derived": _exec_derived, "docker": _docker}
+@pytest.fixture(scope="session")
+def fake_e2b() -> Iterator[FakeE2B]:
+    """E2B's control plane and envd on loopback (tests/fake_e2b.py), for the session."""
+    with FakeE2B() as cloud:
+        yield cloud
+
+
+@asynccontextmanager
+async def _e2b(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    """The real `e2b` SDK against the fake E2B; this test's sandboxes killed at the end."""
+    cloud: FakeE2B = request.getfixturevalue("fake_e2b")
+    run = uuid.uuid4().hex[:12]
+    backend = E2BSandboxes(connection=cloud.connection(), metadata={TEST_LABEL: run})
+    try:
+        yield backend
+    finally:
+        for box in [b for b in list(cloud.sandboxes.values()) if b.metadata.get(TEST_LABEL) == run]:
+            await backend.destroy(SandboxHandle("e2b", box.metadata[METADATA_KEY], box.sandbox_id, "/"))
+
+
+BACKENDS: dict[str, BackendFactory] = {
+    "local": _local,
+    "exec-derived": _exec_derived,
+    "docker": _docker,
+    "e2b": _e2b,
+}
 TEST_LABEL = "memplane.io/test-run"
 
 
