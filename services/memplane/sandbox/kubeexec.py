@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import httpx_ws
 import kr8s.asyncio
 
@@ -140,10 +141,11 @@ async def kube_exec(
     return collector.result()
 
 
-def _message(response: Any) -> str:
-    """The `metav1.Status` message of a refused upgrade, else its status and text."""
+def _message(response: httpx.Response) -> str:
+    """Why an upgrade was refused: the `metav1.Status` message when the body can still be
+    read (httpx-ws may have closed it), else the HTTP status."""
     try:
-        body = json.loads(response.read() if hasattr(response, "read") else response.content)
-        return str(body.get("message") or body)
-    except (ValueError, AttributeError, TypeError):
-        return f"HTTP {response.status_code}"
+        body = json.loads(response.read())
+        return f"HTTP {response.status_code}: {body.get('message') or body}"
+    except (httpx.StreamError, ValueError, AttributeError):
+        return f"the API server refused the exec upgrade with HTTP {response.status_code}"

@@ -30,9 +30,10 @@ import kr8s
 import kr8s.asyncio
 from kr8s.asyncio.objects import APIObject, PersistentVolumeClaim, Pod
 
+from memplane.errors import FailedPreconditionError
 from memplane.sandbox.base import ExecResult, SandboxHandle, check_workspace
 from memplane.sandbox.errors import SandboxNotFoundError, SandboxNotReadyError
-from memplane.sandbox.kubeexec import PodGoneError, kube_exec
+from memplane.sandbox.kubeexec import KubeExecError, PodGoneError, kube_exec
 from memplane.sandbox.podspec import CONTAINER, SANDBOX_ROOT, claim_body, pod_body
 from memplane.sandbox.tarexec import TarExecIO
 
@@ -168,12 +169,18 @@ class PodSandboxes(TarExecIO):
         return obj
 
     async def _kube_create(self, kind: type[APIObject], body: dict[str, Any]) -> None:
-        """Create *body*; one that exists already (409) is left as it is."""
+        """Create *body*; one that exists already (409) is left as it is. Raises
+        `FailedPreconditionError` with the API server's message when it refuses the
+        object (invalid, forbidden by admission or RBAC, over a quota)."""
         try:
             await self._object(kind, body).create()
         except kr8s.ServerError as error:
-            if error.response is None or error.response.status_code != _CONFLICT:
-                raise
+            status = error.response.status_code if error.response is not None else None
+            if status == _CONFLICT:
+                return
+            if status is not None and 400 <= status < 500:
+                raise FailedPreconditionError(f"cannot create the sandbox's {body['kind']}: {error}") from error
+            raise
 
     async def _kube_delete(self, kind: type[APIObject], name: str) -> None:
         with contextlib.suppress(kr8s.NotFoundError):  # gone already
@@ -181,12 +188,21 @@ class PodSandboxes(TarExecIO):
 
     # -- the exec stream ------------------------------------------------------------
     async def _stream(self, handle: SandboxHandle, argv: list[str], stdin: bytes | None) -> ExecResult:
+        """Over the exec websocket; a Pod that is not running (the exec refused) is
+        `SandboxNotReadyError` saying what it reports, a deleted one `SandboxNotFoundError`."""
+        name = self._name(handle)
         try:
-            return await kube_exec(
-                self._api, self._namespace, self._name(handle), container=CONTAINER, argv=argv, stdin=stdin
-            )
+            return await kube_exec(self._api, self._namespace, name, container=CONTAINER, argv=argv, stdin=stdin)
         except PodGoneError:
             raise SandboxNotFoundError(handle.workspace) from None
+        except KubeExecError as exc:
+            pod = await self._kube_get(Pod, name)
+            if pod is None:
+                raise SandboxNotFoundError(handle.workspace) from None
+            raw: Mapping[str, Any] = pod.raw
+            if (raw.get("status") or {}).get("phase") != "Running":
+                raise SandboxNotReadyError(handle.workspace, f"{describe(raw)} ({exc})") from None
+            raise
 
 
 def _ended_or_ending(raw: Mapping[str, Any]) -> bool:
