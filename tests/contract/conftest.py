@@ -1,20 +1,25 @@
-"""The sandbox backends under the contract suite: one factory each. A new backend (pod,
-e2b over a fake envd) joins the suite by adding its factory to `BACKENDS`; the factory
+"""The sandbox backends under the contract suite: one factory each. A new backend joins
+the suite by adding its factory to `BACKENDS`; the factory
 yields a ready backend and cleans up what it started (session fixtures it needs, e.g.
 `podman_socket`, through *request*)."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import aiodocker
 import pytest
 
-from memplane.sandbox import LocalSandboxes, SandboxBackend
+from memplane.sandbox import LocalSandboxes, SandboxBackend, SandboxHandle, SandboxNotFoundError
+from memplane.sandbox.base import ExecResult
 from memplane.sandbox.docker import DockerSandboxes
+from memplane.sandbox.e2b import METADATA_KEY, E2BSandboxes
+from memplane.sandbox.tarexec import TarExecIO
+from tests.fake_e2b import FakeE2B
 from tests.fix_podman import SANDBOX_IMAGE, podman_socket
 
 __all__ = ["podman_socket"]  # the session fixture, visible to the tests here
@@ -56,7 +61,70 @@ async def _docker(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[Sa
         await docker.close()
 
 
-BACKENDS: dict[str, BackendFactory] = {"local": _local, "exec-derived": _exec_derived, "docker": _docker}
+class TarOverDockerExec(TarExecIO, DockerSandboxes):
+    """The pod backend's file I/O and exec code (`memplane.sandbox.tarexec`: tar over an
+    exec stream, the `cd`/`timeout` wrapper) on a Podman container: the container's
+    lifecycle is the docker backend's, and `_stream` — what `PodSandboxes` sends over
+    the Kubernetes exec websocket — runs the same argv and stdin through a Docker API
+    exec (stdin closed by half-closing the hijacked connection, as v5's close does)."""
+
+    async def _stream(self, handle: SandboxHandle, argv: list[str], stdin: bytes | None) -> ExecResult:
+        try:
+            execution = await self._container(handle).exec(cmd=argv, stdout=True, stderr=True, stdin=stdin is not None)
+        except aiodocker.DockerError as exc:
+            if exc.status in (404, 409):
+                raise SandboxNotFoundError(handle.workspace) from None
+            raise
+        out, err = bytearray(), bytearray()
+        async with execution.start(detach=False) as stream:
+            if stdin is not None:
+                with contextlib.suppress(ConnectionError, RuntimeError):  # it exited without reading
+                    await stream.write_in(stdin)
+                    stream._resp.connection.transport.write_eof()  # type: ignore[union-attr]
+            while (message := await stream.read_out()) is not None:
+                (out if message.stream == 1 else err).extend(message.data)
+        code = (await execution.inspect())["ExitCode"]
+        return ExecResult(int(code if code is not None else -1), bytes(out), bytes(err))
+
+
+@asynccontextmanager
+async def _pod_io(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    """`TarOverDockerExec` on Podman: the pod backend's I/O half (its lifecycle is
+    tests/e2e/k8s/test_pod_sandbox.py's, against a real API server)."""
+    async with _docker(tmp, request) as docker_backend:
+        assert isinstance(docker_backend, DockerSandboxes)
+        backend = TarOverDockerExec.__new__(TarOverDockerExec)
+        backend.__dict__.update(docker_backend.__dict__)
+        yield backend
+
+
+@pytest.fixture(scope="session")
+def fake_e2b() -> Iterator[FakeE2B]:
+    """E2B's control plane and envd on loopback (tests/fake_e2b.py), for the session."""
+    with FakeE2B() as cloud:
+        yield cloud
+
+
+@asynccontextmanager
+async def _e2b(tmp: Path, request: pytest.FixtureRequest) -> AsyncIterator[SandboxBackend]:
+    """The real `e2b` SDK against the fake E2B; this test's sandboxes killed at the end."""
+    cloud: FakeE2B = request.getfixturevalue("fake_e2b")
+    run = uuid.uuid4().hex[:12]
+    backend = E2BSandboxes(connection=cloud.connection(), metadata={TEST_LABEL: run})
+    try:
+        yield backend
+    finally:
+        for box in [b for b in list(cloud.sandboxes.values()) if b.metadata.get(TEST_LABEL) == run]:
+            await backend.destroy(SandboxHandle("e2b", box.metadata[METADATA_KEY], box.sandbox_id, "/"))
+
+
+BACKENDS: dict[str, BackendFactory] = {
+    "local": _local,
+    "exec-derived": _exec_derived,
+    "docker": _docker,
+    "e2b": _e2b,
+    "pod-io": _pod_io,
+}
 TEST_LABEL = "memplane.io/test-run"
 
 

@@ -3,7 +3,7 @@ with its own `reason`, so the gRPC edge maps it by its parent and the SDK back b
 
 from __future__ import annotations
 
-from memplane.errors import DeadlineExceededError, FieldViolation, InvalidArgumentError, NotFoundError
+from memplane.errors import DeadlineExceededError, FieldViolation, InvalidArgumentError, NotFoundError, UnavailableError
 
 
 class SandboxPathError(InvalidArgumentError):
@@ -44,3 +44,15 @@ class SandboxExecTimeoutError(DeadlineExceededError):
     def __init__(self, argv: list[str], timeout_seconds: float) -> None:
         self.argv, self.timeout_seconds = argv, timeout_seconds
         super().__init__(f"{argv[0]!r} did not finish within {timeout_seconds:g} s and was killed")
+
+
+class SandboxNotReadyError(UnavailableError):
+    """The sandbox was created or resumed but did not become ready in time (a pod not
+    scheduled, its volume not bound, its image not pulled); the message says what it
+    waits on. Retry later."""
+
+    reason = "SANDBOX_NOT_READY"
+
+    def __init__(self, workspace: str, why: str) -> None:
+        self.workspace = workspace
+        super().__init__(f"sandbox {workspace!r} is not ready: {why}")
