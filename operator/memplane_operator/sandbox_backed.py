@@ -170,9 +170,12 @@ async def release_backed(
 ) -> str:
     """Destroy (*destroy*) or suspend the recorded sandbox of class ``recorded.className``
     (its spec *classes_spec*; None when that class is gone: nothing can reach the sandbox,
-    it is left and the returned text says so). Raises `SandboxUnavailableError` while the
-    backend is out of reach, `StepBlocked` for parameters that no longer parse. Returns
-    what was done (for logs)."""
+    it is left and the returned text says so). Without a recorded ref the sandbox is looked
+    for by name (a create cut short before the status write). Raises
+    `SandboxUnavailableError` while the backend is out of reach and a sandbox is recorded
+    (with none recorded, it is most likely one never made: left, with a warning),
+    `StepBlocked` for parameters that no longer parse or a refusal. Returns what was done
+    (for logs)."""
     class_name = str(recorded.get("className") or "")
     kind = str(recorded.get("type") or "")
     if classes_spec is None or classes_spec.get("type") != kind:
@@ -185,6 +188,9 @@ async def release_backed(
     try:
         await ctx.runtime.sandboxes.call(kind, f"{'destroy' if destroy else 'suspend'} {handle.ref}", operation)
     except backends.BackendUnavailableError as error:
+        if not recorded.get("ref"):  # never recorded: most likely never made (the backend was down all along)
+            ctx.logger.warning("no sandbox recorded and %s; a sandbox %s, if any, is left", error, handle.ref)
+            return f"left (no sandbox recorded; the backend is unavailable: {error})"
         raise _unavailable(ctx, class_name, error) from error
     except backends.BackendRefusedError as error:
         raise _blocked(ctx, "BackendRefused", f"SandboxClass {class_name!r}: {error}") from error
