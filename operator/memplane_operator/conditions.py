@@ -104,5 +104,7 @@ FAILED_REASONS = frozenset(
         "Unsupported",
         "InvalidSpec",
         "RejectedByServices",
+        "InvalidParameters",
+        "BackendRefused",
     }
 )

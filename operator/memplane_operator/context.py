@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memplane.client import AsyncMemplaneClient
+from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY, Conditions
 from memplane_operator.kube import Kube
 from memplane_operator.model import WorkspaceSpec
@@ -23,12 +24,16 @@ OWNER_LABELS = ("memplane.io/namespace", "memplane.io/name", "memplane.io/uid")
 @dataclass
 class Runtime:
     """Process-wide state, made at startup (kopf's memo): clients, settings and one lock per
-    MemoryWorkspace, so a timer never reconciles an object while a change handler does."""
+    MemoryWorkspace, so a timer never reconciles an object while a change handler does; the
+    open sandbox backends and, per MemoryWorkspace uid, how many sandbox calls in a row
+    found the backend unavailable (the retry backoff)."""
 
     settings: OperatorSettings
     admin: AsyncMemplaneClient
     kube: Kube
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    sandboxes: Backends = field(default_factory=Backends)
+    sandbox_failures: dict[str, int] = field(default_factory=dict)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The lock of the object with *uid*."""

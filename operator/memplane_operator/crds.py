@@ -186,7 +186,11 @@ def _workspace_spec() -> Schema:
                 pattern=DNS_SUBDOMAIN_PATTERN,
             ),
             "storageSize": _quantity("Size of the sandbox volume (default 1Gi)."),
-            "idleTimeout": _duration("Idle time after which a running sandbox is suspended."),
+            "idleTimeout": _duration(
+                "Idle time after which a running sandbox is suspended (default: the SandboxClass's "
+                "idleTimeout, else never). Activity: the annotation memplane.io/sandbox-activity (an RFC 3339 "
+                "time); a newer one resumes a suspended sandbox."
+            ),
         },
     )
     credentials = _object(
@@ -278,6 +282,17 @@ def _workspace_status() -> Schema:
                     "className": _string("The SandboxClass used."),
                     "type": _string("Its type.", enum=SANDBOX_TYPES),
                     "claimName": _string("The PersistentVolumeClaim of a local sandbox."),
+                    "ref": _string("The backend's reference of the sandbox (docker: the container id)."),
+                    "root": _string("The sandbox root, an absolute path inside the sandbox."),
+                    "state": _string(
+                        "Running, or Suspended after spec.sandbox.idleTimeout without activity.",
+                        enum=["Running", "Suspended"],
+                    ),
+                    "lastActivityTime": _string(
+                        "The latest activity seen: the annotation memplane.io/sandbox-activity, or the "
+                        "operator's create or resume of the sandbox.",
+                        format="date-time",
+                    ),
                 },
             ),
         },
@@ -408,7 +423,7 @@ def _sandbox_class_spec() -> Schema:
                 {
                     "host": _string("Docker Engine API endpoint, e.g. unix:///run/podman/podman.sock.", minLength=1),
                     "image": _string("Image of the sandbox container.", minLength=1),
-                    "network": _string("Container network (default none).", default="none"),
+                    "network": _string("Container network mode (default none: no network).", default="none"),
                 },
                 required=["host", "image"],
             ),
@@ -424,6 +439,10 @@ def _sandbox_class_spec() -> Schema:
                 required=["template", "apiKeySecretRef"],
             ),
             "allowedNamespaces": _label_selector("Namespaces whose workspaces may use this class (unset: all)."),
+            "idleTimeout": _duration(
+                "Idle time after which a workspace's running sandbox is suspended, for workspaces that set "
+                "no spec.sandbox.idleTimeout (unset: never). Types with compute only (docker, pod, e2b)."
+            ),
         },
         required=["type"],
         **{"x-kubernetes-validations": only_for + needs},

@@ -29,10 +29,12 @@ import kr8s
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
 from memplane_operator import credentials, sandbox, steps, workspace
+from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY
 from memplane_operator.context import FINALIZER, Ctx, Runtime, StepBlocked
 from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
+from memplane_operator.sandbox_backed import SandboxUnavailableError
 from memplane_operator.settings import OperatorSettings
 
 WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
@@ -84,10 +86,11 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 async def cleanup(**kwargs: Any) -> None:
-    """Close the AdminService channel at exit."""
+    """Close the AdminService channel and the sandbox backends' clients at exit."""
     memo = kwargs["memo"]
     if hasattr(memo, "runtime"):
         await _runtime(memo).admin.close()
+        await _runtime(memo).sandboxes.close()
 
 
 async def probe_admin(**kwargs: Any) -> str:
@@ -170,9 +173,12 @@ async def resync(**kwargs: Any) -> None:
 
 async def delete(**kwargs: Any) -> None:
     """Finalizer: honour reclaimPolicy for a workspace this object owns; revoke its keys,
-    delete its Secret and (with Delete) its sandbox claim — those two are the object's own,
-    so they go even when the workspace is already gone. Idempotent; while the services are
-    unreachable the finalizer stays and the phase reads Deleting."""
+    delete its Secret and, by reclaimPolicy, its sandbox (Delete: the claim deleted, a
+    backend's sandbox destroyed; Retain: kept, a backend's suspended) — those are the
+    object's own, so they go even when the workspace is already gone. Idempotent; while the
+    services or the sandbox backend are unreachable the finalizer stays and the phase reads
+    Deleting. Class parameters that no longer parse, or a backend refusing, leave the
+    sandbox as it is (a warning Event says so) rather than hold the object forever."""
     logger = kwargs["logger"]
     patch: kopf.Patch = kwargs["patch"]
     runtime = _runtime(kwargs["memo"])
@@ -182,17 +188,25 @@ async def delete(**kwargs: Any) -> None:
         async with runtime.lock(ctx.uid):
             outcome = await workspace.reclaim_workspace(ctx)
             revoked = await credentials.release_credentials(ctx)
-            claim = await sandbox.release_sandbox(ctx)
+            try:
+                released = await sandbox.release_sandbox(ctx, kwargs["sandbox_classes"])
+            except StepBlocked as blocked:
+                logger.warning("sandbox left as it is: %s", blocked)
+                released = f"left ({blocked})"
     except UnavailableError as error:  # the finalizer stays until the services answer
         ctx.conditions.set(READY, False, "Deleting", f"waiting for the AdminService to release the workspace: {error}")
         patch.status.update(ctx.status_patch())
         raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
+    except SandboxUnavailableError as error:  # ... and until the sandbox backend answers
+        ctx.conditions.set(READY, False, "Deleting", f"waiting for the sandbox backend: {error}")
+        patch.status.update(ctx.status_patch())
+        raise kopf.TemporaryError(str(error), delay=error.delay) from error
     logger.info(
-        "released (%s): %s; %d key(s) revoked; sandbox claim deleted: %s",
+        "released (%s): %s; %d key(s) revoked; sandbox: %s",
         ctx.spec.reclaim_policy,
         outcome,
         revoked,
-        claim,
+        released,
     )
     runtime.locks.pop(ctx.uid, None)
 
@@ -206,7 +220,12 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
         admin = AsyncMemplaneClient(
             settings.admin_target, settings.read_admin_key(), timeout=settings.rpc_timeout_seconds
         )
-        kwargs["memo"].runtime = Runtime(settings=settings, admin=admin, kube=Kube(await kr8s.asyncio.api()))
+        kwargs["memo"].runtime = Runtime(
+            settings=settings,
+            admin=admin,
+            kube=Kube(await kr8s.asyncio.api()),
+            sandboxes=Backends(call_timeout_seconds=settings.sandbox_call_timeout_seconds),
+        )
         kwargs["logger"].info("memplane operator: AdminService at %s", settings.admin_target)
 
     kopf.on.startup(id="startup", registry=registry)(startup)

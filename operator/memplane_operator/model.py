@@ -104,6 +104,7 @@ class WorkspaceSpec:
     storage_size: str
     quotas: admin_pb2.WorkspaceQuotas
     retention: admin_pb2.RetentionPolicy
+    idle_timeout: str = ""  # spec.sandbox.idleTimeout (a DURATION_PATTERN string; "": the class's)
     embedding: EmbeddingSpec = field(default_factory=EmbeddingSpec)
     problems: tuple[str, ...] = ()
 
@@ -127,6 +128,7 @@ class WorkspaceSpec:
             suspend=bool(spec.get("suspend", False)),
             sandbox_class=sandbox.get("sandboxClassName") or "",
             storage_size=str(sandbox.get("storageSize") or DEFAULT_STORAGE_SIZE),
+            idle_timeout=str(sandbox.get("idleTimeout") or ""),
             quotas=admin_pb2.WorkspaceQuotas(
                 max_memories=int(quotas.get("maxMemories", 0)),
                 max_bytes=_bounded(

@@ -1,8 +1,15 @@
 """The sandbox of a MemoryWorkspace, from its SandboxClass.
 
 Implemented here: `none` (no files) and `local` (a PersistentVolumeClaim the workspace's
-files live on). `pod`, `docker` and `e2b` need the sandbox backends of the sandbox/files
-work and are reported as SandboxReady=False, reason Unsupported, until they land.
+files live on). The types with an adapter in `memplane_operator.backends` (docker) are
+driven through their `memplane.sandbox` backend (`memplane_operator.sandbox_backed`);
+a type with none (pod and e2b, until their backends land) is reported as
+SandboxReady=False, reason Unsupported.
+
+When a live workspace moves to another SandboxClass (spec.sandbox.sandboxClassName edited,
+or the default class changed), its old sandbox is released first by reclaimPolicy, as at
+deletion: Delete destroys it (a container removed, a claim deleted), Retain keeps it (a
+container stopped, a claim left); then the new class's sandbox is made.
 
 A local sandbox's claim carries no ownerReference: at deletion, reclaimPolicy decides
 (Delete removes it, Retain keeps it for a re-created MemoryWorkspace of the same name).
@@ -16,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memplane_operator import backends, sandbox_backed
 from memplane_operator.conditions import SANDBOX_READY
 from memplane_operator.context import Ctx, StepBlocked
 from memplane_operator.crds import DEFAULT_CLASS_ANNOTATION
@@ -23,8 +31,11 @@ from memplane_operator.kube import KubeConflictError, Namespace, PersistentVolum
 
 # SandboxClass index: class name -> (spec, annotations) of every SandboxClass.
 ClassIndex = Mapping[str, Any]
-SUPPORTED = frozenset({"none", "local"})
+BUILT_IN = frozenset({"none", "local"})  # provisioned by the operator itself, without a backend
 CLAIM_SUFFIX = "-sandbox"
+# Every field of status.sandbox: a status written whole names the absent ones as null (a
+# merge patch keeps the fields it does not name).
+STATUS_KEYS = ("className", "type", "claimName", "ref", "root", "state", "lastActivityTime")
 
 
 def claim_name(ctx: Ctx) -> str:
@@ -127,18 +138,25 @@ async def _ensure_claim(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> s
     return str(phase)
 
 
+def _supported() -> str:
+    return ", ".join(sorted(BUILT_IN | set(backends.ADAPTERS)))
+
+
 async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
-    """The sandbox the workspace's class asks for exists. Sets SandboxReady and
-    status.sandbox. Raises `StepBlocked` for a missing or unsupported class, a namespace
-    the class does not allow, or a lost claim."""
+    """The sandbox the workspace's class asks for exists (a sandbox of a class it left is
+    released first). Sets SandboxReady and status.sandbox. Raises `StepBlocked` for a
+    missing or unsupported class, a namespace the class does not allow, a lost claim,
+    invalid class parameters or a backend's refusal; `SandboxUnavailableError` while a
+    backend is out of reach."""
     resolved = resolve_class(ctx, classes)
+    cleared = await _release_previous(ctx, classes, resolved[0] if resolved else None)
     if resolved is None:
-        ctx.status["sandbox"] = {"type": "none"}
+        ctx.status["sandbox"] = {**cleared, **dict.fromkeys(STATUS_KEYS), "type": "none"}
         ctx.conditions.set(SANDBOX_READY, True, "NoSandbox", "no sandbox requested and no default SandboxClass")
         return
     class_name, spec = resolved
     kind = spec.get("type", "none")
-    ctx.status["sandbox"] = {"className": class_name, "type": kind}
+    ctx.status["sandbox"] = {**cleared, "className": class_name, "type": kind}
     if not await _allowed(ctx, spec):
         ctx.conditions.set(
             SANDBOX_READY,
@@ -147,19 +165,29 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
             f"SandboxClass {class_name!r} does not allow namespace {ctx.namespace!r} (spec.allowedNamespaces)",
         )
         raise StepBlocked(class_name)
-    if kind not in SUPPORTED:
+    if kind not in BUILT_IN and backends.adapter_for(kind) is None:
         ctx.conditions.set(
             SANDBOX_READY,
             False,
             "Unsupported",
-            f"sandbox type {kind!r} (SandboxClass {class_name!r}) is not implemented yet; none and local are",
+            f"sandbox type {kind!r} (SandboxClass {class_name!r}) has no backend in this operator yet; "
+            f"supported: {_supported()}",
         )
         raise StepBlocked(kind)
     if kind == "none":
+        ctx.status["sandbox"] = {**dict.fromkeys(STATUS_KEYS), "className": class_name, "type": kind}
         ctx.conditions.set(SANDBOX_READY, True, "NoSandbox", f"SandboxClass {class_name!r} is of type none")
         return
+    if kind != "local":
+        await sandbox_backed.ensure_backed(ctx, class_name, spec)
+        return
     phase = await _ensure_claim(ctx, class_name, spec)
-    ctx.status["sandbox"]["claimName"] = claim_name(ctx)
+    ctx.status["sandbox"] = {
+        **dict.fromkeys(STATUS_KEYS),
+        "className": class_name,
+        "type": kind,
+        "claimName": claim_name(ctx),
+    }
     ctx.conditions.set(
         SANDBOX_READY,
         True,
@@ -168,12 +196,49 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
     )
 
 
-async def release_sandbox(ctx: Ctx) -> bool:
-    """At deletion: with reclaimPolicy Delete, delete the local sandbox's claim if it is the
-    one the operator made for this workspace (its labels say so; absent is fine), whether or
-    not the workspace still exists; with Retain keep it. Returns whether one was deleted."""
-    if ctx.spec.reclaim_policy != "Delete":
-        return False
+def _class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:
+    found = _only(classes.get(name, ())) if name else None
+    return None if found is None else dict(found[0])
+
+
+async def _release_previous(ctx: Ctx, classes: ClassIndex, current: str | None) -> dict[str, None]:
+    """The sandbox status.sandbox records of a class other than *current*, released by
+    reclaimPolicy (see the module's docstring). Returns the status fields that forget it
+    (every recorded one, as null), or {} when there was none to release."""
+    recorded = dict(ctx.observed.get("sandbox") or {})
+    previous = str(recorded.get("className") or "")
+    if not previous or previous == current:
+        return {}
+    destroy = ctx.spec.reclaim_policy == "Delete"
+    if recorded.get("ref") and recorded.get("type") in backends.ADAPTERS:
+        done = await sandbox_backed.release_backed(ctx, recorded, _class_spec(classes, previous), destroy=destroy)
+    elif recorded.get("claimName"):
+        done = f"claim {claim_name(ctx)} " + ("deleted" if destroy and await _delete_claim(ctx) else "kept")
+    else:
+        done = "nothing to release"
+    ctx.logger.info("left SandboxClass %r (%s): %s", previous, ctx.spec.reclaim_policy, done)
+    return dict.fromkeys(recorded)
+
+
+async def release_sandbox(ctx: Ctx, classes: ClassIndex) -> str:
+    """At deletion, by reclaimPolicy: Delete deletes the local sandbox's claim (if it is the
+    one the operator made for this workspace: its labels say so; absent is fine) and
+    destroys a backend's sandbox; Retain keeps both (a backend's sandbox suspended).
+    Returns what was done (for logs). Raises `SandboxUnavailableError` while the backend is
+    out of reach (the finalizer stays)."""
+    destroy = ctx.spec.reclaim_policy == "Delete"
+    recorded = dict(ctx.observed.get("sandbox") or {})
+    kind = str(recorded.get("type") or "")
+    if kind in backends.ADAPTERS:  # a ref not recorded yet (cut short after the create): found by name
+        spec = _class_spec(classes, str(recorded.get("className") or ""))
+        return await sandbox_backed.release_backed(ctx, recorded, spec, destroy=destroy)
+    if not destroy:
+        return "sandbox claim kept"
+    return f"sandbox claim deleted: {await _delete_claim(ctx)}"
+
+
+async def _delete_claim(ctx: Ctx) -> bool:
+    """Delete the local sandbox's claim if the operator made it for this workspace."""
     claim = await ctx.runtime.kube.read(PersistentVolumeClaim, claim_name(ctx), ctx.namespace)
     labels = ((claim or {}).get("metadata") or {}).get("labels") or {}
     ours = labels.get("app.kubernetes.io/managed-by") == "memplane-operator"

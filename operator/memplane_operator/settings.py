@@ -46,6 +46,12 @@ class OperatorSettings(BaseSettings):
         "quotas), usage reported, rotated keys revoked after their grace period.",
     )
     rpc_timeout_seconds: float = Field(default=15.0, gt=0, description="Deadline of one AdminService call.")
+    sandbox_call_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Deadline of one sandbox backend call (ensure, suspend, destroy); past it the backend "
+        "reads as unavailable (SandboxReady=False, BackendUnavailable) and the call is retried with backoff.",
+    )
     health_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint (/healthz).")  # noqa: S104
     health_port: int = Field(default=8080, ge=0, le=65535, description="Port of the liveness endpoint; 0 disables it.")
     log_json: bool = Field(default=False, description="Log one JSON object per line (for clusters).")

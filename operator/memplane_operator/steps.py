@@ -24,6 +24,7 @@ from memplane_operator.conditions import CONFLICT, DATABASE_READY, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError
 from memplane_operator.model import WorkspaceSpec
+from memplane_operator.sandbox_backed import SandboxUnavailableError
 
 STEPS = ("workspace", "credentials", "policy", "sandbox", "status")
 
@@ -94,6 +95,8 @@ async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:
         await STEP_FUNCTIONS[name](ctx, classes)
     except StepBlocked as blocked:
         raise _retry(ctx, f"{name}: {blocked}", retry) from blocked
+    except SandboxUnavailableError as error:  # SandboxReady=False, BackendUnavailable: retried with backoff
+        raise _retry(ctx, f"{name}: {error}", error.delay) from error
     except (UnauthenticatedError, PermissionDeniedError) as error:
         ctx.conditions.set(
             DATABASE_READY, False, "AdminKeyRejected", f"the AdminService refused the admin key: {error}"

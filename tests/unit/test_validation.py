@@ -8,9 +8,9 @@ import pytest
 
 from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, Not, Operator
 from memplane.domain.models import NewMemory, Provenance, Scope
+from memplane.domain.names import WORKSPACE_NAME
 from memplane.domain.validation import (
     IDENTITY_KEYS,
-    WORKSPACE_NAME,
     Violations,
     check_filter,
     check_metadata,

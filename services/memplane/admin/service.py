@@ -11,7 +11,8 @@ from memplane.admin.auth import Authenticator
 from memplane.domain.apikeys import KEY_ID, importable
 from memplane.domain.context import DEFAULT_TOKEN_ENCODING
 from memplane.domain.models import ApiKeyRecord, Quotas, Retention, Workspace, WorkspaceUsage
-from memplane.domain.validation import WORKSPACE_NAME, Violations, check_text, check_workspace_name
+from memplane.domain.names import WORKSPACE_NAME
+from memplane.domain.validation import Violations, check_text, check_workspace_name
 from memplane.embedding.base import Embedder
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.settings import LimitsSettings

@@ -14,7 +14,7 @@ from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.compaction.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
-from memplane.domain.validation import WORKSPACE_NAME
+from memplane.domain.names import WORKSPACE_NAME
 from memplane.errors import DeadlineExceededError, UnavailableError
 from memplane.filesync import SyncReport, restore_deleted, sync_once
 from memplane.mdview.render import INDEX_MAX_TOKENS

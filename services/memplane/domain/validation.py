@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import unicodedata
 import uuid
 from datetime import datetime
@@ -14,6 +13,7 @@ from typing import Any
 
 from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, MetadataExpr, Not, Operator
 from memplane.domain.models import NewMemory, Scope
+from memplane.domain.names import WORKSPACE_NAME
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.settings import LimitsSettings
 
@@ -22,8 +22,6 @@ from memplane.settings import LimitsSettings
 IDENTITY_KEYS = frozenset(
     {"user_id", "agent_id", "session_id", "workspace", "workspace_id", "workspace_key", "run_id", "tenant_id"}
 )
-
-WORKSPACE_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")  # \Z: "$" would accept a trailing newline
 
 
 class Violations:

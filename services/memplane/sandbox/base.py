@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from memplane.domain.validation import WORKSPACE_NAME
+from memplane.domain.names import WORKSPACE_NAME
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxPathError
 from memplane.sandbox.paths import ROOT, confine, is_within, join_root

@@ -1,7 +1,7 @@
 """`DockerSandboxes`: a container per workspace over the Docker Engine API (aiodocker),
 tested against Podman's Docker-compatible socket.
 
-The container runs `sleep infinity` from *image* with no network and 1,024 open files and
+The container runs `sleep infinity` from *image* with no network (by default) and 1,024 open files and
 processes; the sandbox root is `/sandbox` inside it (its working directory). Suspending
 stops the container (its files stay in its writable layer); `ensure` starts it again;
 destroying removes it with its files. File I/O is tar over the archive API (what `docker
@@ -44,7 +44,8 @@ _GRACE_SECONDS = 10.0  # beyond the command's own timeout, for the API round tri
 class DockerSandboxes(SandboxBackend):
     """Sandboxes as containers named `<name_prefix><workspace>`, labelled with the
     workspace (and *labels*). *docker* is an open `aiodocker.Docker` (the caller closes
-    it); *stop_timeout_seconds* is what `suspend` gives the container before SIGKILL."""
+    it); *network* the container's network mode ("none": no network); *stop_timeout_seconds*
+    is what `suspend` gives the container before SIGKILL."""
 
     kind = "docker"
 
@@ -55,9 +56,11 @@ class DockerSandboxes(SandboxBackend):
         *,
         name_prefix: str = "memplane-sandbox-",
         labels: Mapping[str, str] | None = None,
+        network: str = "none",
         stop_timeout_seconds: int = 5,
     ) -> None:
         self._docker, self._image, self._prefix = docker, image, name_prefix
+        self._network = network
         self._labels = dict(labels or {})
         self._stop_timeout = stop_timeout_seconds
         self._locks: dict[str, asyncio.Lock] = {}
@@ -69,7 +72,7 @@ class DockerSandboxes(SandboxBackend):
             "Cmd": ["sleep", "infinity"],
             "WorkingDir": SANDBOX_ROOT,
             "Labels": {**self._labels, WORKSPACE_LABEL: workspace},
-            "HostConfig": {"NetworkMode": "none", "Ulimits": limits},
+            "HostConfig": {"NetworkMode": self._network, "Ulimits": limits},
         }
 
     async def ensure(self, workspace: str) -> SandboxHandle:

@@ -222,11 +222,12 @@ async def test_drift_is_repaired(kube: KubeCluster, k8s_namespace: str, services
 
 
 async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_namespace: str) -> None:
-    docker: dict[str, Any] = {
+    # e2b has no backend in the operator yet (memplane_operator.backends.ADAPTERS).
+    cloud: dict[str, Any] = {
         "apiVersion": "memplane.io/v1alpha1",
         "kind": "SandboxClass",
-        "metadata": {"name": "docker-t"},
-        "spec": {"type": "docker", "docker": {"host": "unix:///run/podman/podman.sock", "image": "busybox"}},
+        "metadata": {"name": "cloud-t"},
+        "spec": {"type": "e2b", "e2b": {"template": "base", "apiKeySecretRef": {"name": "e2b", "key": "api-key"}}},
     }
     elsewhere: dict[str, Any] = {
         "apiVersion": "memplane.io/v1alpha1",
@@ -234,15 +235,15 @@ async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_names
         "metadata": {"name": "team-only"},
         "spec": {"type": "local", "allowedNamespaces": {"matchLabels": {"memplane.io/team": "x"}}},
     }
-    await apply(kube, docker, elsewhere)
+    await apply(kube, cloud, elsewhere)
     await apply(
         kube,
-        workspace(k8s_namespace, "docker", sandbox={"sandboxClassName": "docker-t"}),
+        workspace(k8s_namespace, "cloud", sandbox={"sandboxClassName": "cloud-t"}),
         workspace(k8s_namespace, "missing", sandbox={"sandboxClassName": "later"}),
         workspace(k8s_namespace, "denied", sandbox={"sandboxClassName": "team-only"}),
     )
     for name, reason in (
-        ("docker", "Unsupported"),
+        ("cloud", "Unsupported"),
         ("missing", "SandboxClassNotFound"),
         ("denied", "NamespaceNotAllowed"),
     ):
@@ -258,7 +259,7 @@ async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_names
     await wait_ready(kube, k8s_namespace, "missing")
     await kube.akubectl("label", "namespace", k8s_namespace, "memplane.io/team=x")
     await wait_ready(kube, k8s_namespace, "denied")
-    for name in ("docker-t", "team-only", "later"):
+    for name in ("cloud-t", "team-only", "later"):
         await kube.akubectl("delete", "sandboxclass", name)
 
 
