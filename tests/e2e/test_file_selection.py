@@ -18,14 +18,14 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient, MemplaneClient
 from memplane.compaction.tokens import token_counter
-from memplane.errors import InvalidArgumentError
+from memplane.errors import InvalidArgumentError, UnauthenticatedError
 from memplane.filesync.convert import memory_from_proto
 from memplane.mdview import render_view
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
 from tests.fake_llm import Delay, FakeLLM, HttpError, Respond
 from tests.fix_llm import LLM_TIMEOUT_SECONDS
 from tests.fix_server import TestWorkspace, WorkspaceFactory
-from tests.support import fields, list_all, mem
+from tests.support import fields, list_all, mem, unit_vectors
 
 LLM, SEARCH, NONE = (
     retrieval_pb2.SELECTION_METHOD_LLM,
@@ -252,6 +252,35 @@ async def test_another_workspaces_files_are_never_offered_nor_returned(
     assert list(reply.unknown_files) == [their_file.path.removeprefix("Memory/")]
     offered = manifest(llm.requests[0])
     assert list(offered.values()) == ["The user drinks oolong tea"]
+
+
+async def test_the_200_most_recently_updated_files_are_offered(
+    workspace: TestWorkspace, llm_client: AsyncMemplaneClient, llm: FakeLLM
+) -> None:
+    vectors = unit_vectors(205, seed=13)  # given embeddings: the model need not embed 205 texts
+    ref = T.MEMORY_TYPE_REFERENCE
+    old = await workspace.client.add_memories(
+        [mem(f"old note {i}", type=ref, description=f"old {i}", embedding=vectors[i]) for i in range(5)]
+    )
+    await workspace.client.add_memories(
+        [mem(f"new note {i}", type=ref, description=f"new {i}", embedding=vectors[5 + i]) for i in range(200)]
+    )
+    refreshed = memory_pb2.MemoryInput(description="old 0 refreshed")
+    await workspace.client.update_memory(old[0].id, refreshed, ["description"])
+    llm.script('{"selected_files": []}')
+    reply = await llm_client.select_memory_files("notes")
+    assert (reply.offered_count, reply.unoffered_count) == (200, 5)
+    descriptions = list(manifest(llm.requests[0]).values())
+    assert len(descriptions) == 200
+    assert descriptions[0] == "old 0 refreshed"  # most recently updated first, as MEMORY.md
+    assert not {f"old {i}" for i in range(1, 5)} & set(descriptions)
+    assert sum(d.startswith("new ") for d in descriptions) == 199
+
+
+async def test_a_bad_key_is_unauthenticated(llm_server: str) -> None:
+    async with AsyncMemplaneClient(llm_server, "mp_nosuchkey_secret") as client:
+        with pytest.raises(UnauthenticatedError):
+            await client.select_memory_files("tea")
 
 
 @pytest.mark.parametrize(
