@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from memplane.cli.main import main
 from memplane.client import AsyncMemplaneClient, MemplaneClient
 from memplane.compaction.tokens import token_counter
 from memplane.errors import InvalidArgumentError, UnauthenticatedError
@@ -178,6 +179,21 @@ async def test_without_an_llm_search_picks_and_the_reply_says_so(server: str, wo
             return client.select_memory_files("Grafana latency dashboard", max_files=1)  # type: ignore[no-any-return]
 
     assert (await asyncio.to_thread(blocking)).files[0].memory_id == stored[3].id
+
+
+async def test_the_select_command_prints_the_files_and_who_picked_them(
+    server: str, workspace: TestWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stored = await workspace.client.add_memories(notes())
+    argv = ["select", "green tea", "--max-files", "2", "--target", server, "--api-key", workspace.key]
+    code = await asyncio.get_running_loop().run_in_executor(None, main, argv)  # main() runs its own loop
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.err.splitlines()[-1] == "2 of 4 memory files picked by search (no LLM configured)"
+    view = await view_of(workspace.client)
+    [tea] = [path for path, text in view.items() if f"memplane_id: {stored[2].id}" in text]
+    assert captured.out.startswith(f"==> {tea} <== (")
+    assert view[tea] in captured.out
 
 
 async def test_an_empty_scope_selects_nothing_and_asks_no_one(
