@@ -17,6 +17,7 @@ from memplane.admin.service import AdminService
 from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.service import CompactionService
+from memplane.compaction.tokens import token_counter
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
 from memplane.domain.apikeys import generate_api_key
 from memplane.embedding.base import Embedder
@@ -30,6 +31,7 @@ from memplane.llm.chat import ChatModel
 from memplane.llm.rate import LLMRateLimiter
 from memplane.quota.concurrency import ConcurrencyLimiter
 from memplane.quota.meter import EmbeddingMeter
+from memplane.retrieval.file_selection import FileSelector
 from memplane.retrieval.rerank import Reranker
 from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
@@ -76,6 +78,7 @@ class App:
     invalidations: InvalidationListener
     extraction: ExtractionRunner
     job_listener: JobListener
+    file_selector: FileSelector
     chat_model: ChatModel | None = None
     embedded: EmbeddedSupervisor | None = None  # the embedded default's PostgreSQL, kept running
     embedder_health: EndpointHealth | None = None  # an embedding endpoint's; None for a local model
@@ -238,13 +241,22 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         extraction=extraction,
         wait_seconds=settings.extraction.wait_timeout,
     )
+    retrieval = RetrievalService(reads, memories, meter, settings.limits, settings.retrieval, reranker=reranker)
     app = App(
         settings=settings,
         db=db,
         reads=reads,
         embedder=embedder,
         authenticator=authenticator,
-        retrieval=RetrievalService(reads, memories, meter, settings.limits, settings.retrieval, reranker=reranker),
+        retrieval=retrieval,
+        file_selector=FileSelector(
+            reads,
+            retrieval,
+            chat_model,
+            settings.limits,
+            counter_for=lambda encoding: token_counter(encoding).count_text,
+            timeout_seconds=settings.retrieval.file_selection_timeout,
+        ),
         reranker=reranker,
         writeback=writeback,
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),

@@ -256,6 +256,13 @@ class RetrievalSettings(BaseModel):
     )
     bm25_k1: float = Field(default=1.2, description="BM25 k1 (Robertson & Zaragoza 2009; Lucene default).")
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
+    file_selection_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds SelectMemoryFiles waits for its LLM's pick in all (attempts, retries, rate-limit "
+        "wait; llm.timeout bounds each attempt); past it hybrid search picks the files and the reply says so. "
+        "A retrieval path: an agent waits on it before its turn, so far shorter than llm.timeout (60 s).",
+    )
 
 
 class RerankSettings(BaseModel):

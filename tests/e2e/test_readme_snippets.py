@@ -21,6 +21,7 @@ from pathlib import Path
 from memplane.client import AsyncMemplaneClient
 from memplane.v1 import memory_pb2
 from tests.fix_server import TestWorkspace, random_workspace_name
+from tests.support import mem
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SKIPPED = ("memplane serve", "memplane import locomo", "memplane eval locomo")
@@ -120,3 +121,25 @@ async def test_the_extraction_snippet_runs_as_written(
     out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
     assert out.splitlines()[0].startswith("episodic+rules"), out  # no job without an LLM
     assert out.splitlines()[1] == "MEMORY_TYPE_USER I work at a bakery now.", out  # the statement, a user memory
+
+
+async def test_the_file_selection_snippet_runs_as_written(
+    server: str, admin_key: str, workspace: TestWorkspace, tmp_path: Path
+) -> None:
+    # The session server has no LLM: hybrid search picks (the LLM path's own tests are
+    # tests/e2e/test_file_selection.py).
+    await workspace.client.add_memories(
+        [
+            mem("Alex is vegetarian", type=memory_pb2.MEMORY_TYPE_USER, description="Diet", user_id="alex"),
+            mem("Bo cooks pasta", type=memory_pb2.MEMORY_TYPE_USER, description="Bo's cooking", user_id="bo"),
+        ]
+    )
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    (snippet,) = [block for block in blocks if "client.select_memory_files(" in block]
+    script = tmp_path / "pick_files.py"  # not select.py: that would shadow the stdlib module
+    script.write_text(snippet)
+    out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
+    lines = out.splitlines()
+    assert lines[0] == "SELECTION_METHOD_SEARCH no LLM configured", out
+    assert re.fullmatch(r"Memory/user_alex-is-vegetarian_[0-9a-f]{8}\.md \d+ ", lines[1]), out
+    assert "Bo" not in out  # the filter names alex

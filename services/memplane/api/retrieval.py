@@ -7,6 +7,7 @@ from memplane.api import convert
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
 from memplane.errors import FieldViolation, InvalidArgumentError
+from memplane.retrieval.file_selection import FileSelector, SelectedFile, SelectionMethod, SelectRequest
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.retrieval.service import RerankStatus, RetrievalService, SearchMode, SearchRequest
 from memplane.v1 import retrieval_pb2, retrieval_pb2_grpc
@@ -29,6 +30,27 @@ _RERANK_STATUSES = {
     RerankStatus.FALLBACK: retrieval_pb2.RERANK_STATUS_FALLBACK,
 }
 
+_SELECTION_METHODS = {
+    SelectionMethod.LLM: retrieval_pb2.SELECTION_METHOD_LLM,
+    SelectionMethod.SEARCH: retrieval_pb2.SELECTION_METHOD_SEARCH,
+    SelectionMethod.NONE: retrieval_pb2.SELECTION_METHOD_NONE,
+}
+
+
+def _selected(file: SelectedFile) -> retrieval_pb2.SelectedMemoryFile:
+    return retrieval_pb2.SelectedMemoryFile(
+        path=file.path,
+        name=file.name,
+        description=file.description,
+        content=file.content,
+        truncated=file.truncated,
+        content_tokens=file.content_tokens,
+        file_tokens=file.file_tokens,
+        memory_id=file.memory.id,
+        type=convert.MEMORY_TYPE_VALUES[file.memory.type],  # type: ignore[arg-type]
+        score=file.score,
+    )
+
 
 def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
     if hit is None:
@@ -37,12 +59,19 @@ def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
 
 
 class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
-    """Search, get and list; the workspace comes from the API key. Each honours a
+    """Search, get, list and file selection; the workspace comes from the API key. Each honours a
     `memplane-lsn` request metadata entry (read-your-writes: `memplane.api.read_tokens`,
     `memplane.storage.replica`)."""
 
-    def __init__(self, service: RetrievalService, authenticator: Authenticator, consistency: ReadYourWrites) -> None:
+    def __init__(
+        self,
+        service: RetrievalService,
+        authenticator: Authenticator,
+        consistency: ReadYourWrites,
+        selector: FileSelector,
+    ) -> None:
         self._service = service
+        self._selector = selector
         self._auth = authenticator
         self._consistency = consistency
 
@@ -115,4 +144,30 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             memories=[convert.memory_to_proto(m) for m in page.memories],
             next_page_token=page.next_page_token,
             total_size=page.total_size,
+        )
+
+    @rpc
+    async def SelectMemoryFiles(
+        self, request: retrieval_pb2.SelectMemoryFilesRequest, context: Context
+    ) -> retrieval_pb2.SelectMemoryFilesResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        selection = await self._selector.select(
+            workspace,
+            SelectRequest(
+                query=request.query,
+                filter=convert.filter_from_proto(request.filter),
+                max_files=request.max_files,
+                max_tokens=request.max_tokens,
+            ),
+            after_lsn=self._consistency.after(context, workspace),
+        )
+        return retrieval_pb2.SelectMemoryFilesResponse(
+            files=[_selected(f) for f in selection.files],
+            method=_SELECTION_METHODS[selection.method],
+            fallback_reason=selection.fallback_reason,
+            offered_count=selection.offered,
+            unoffered_count=selection.unoffered,
+            unknown_files=selection.unknown,
+            over_limit_files=selection.over_limit,
+            model=selection.model,
         )

@@ -99,7 +99,7 @@ async def start_server(
     consistency = ReadYourWrites(tokens, app.reads.write_position)
     if "retrieval" in services:
         retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            RetrievalServicer(app.retrieval, app.authenticator, consistency), server
+            RetrievalServicer(app.retrieval, app.authenticator, consistency, app.file_selector), server
         )
     if "writeback" in services:
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(

@@ -1,4 +1,4 @@
-"""`memplane` — serve, migrate, manage workspaces and keys, add, search, export, import, eval, compact.
+"""`memplane` — serve, migrate, manage workspaces and keys, add, search, select, export, import, eval, compact.
 
 Settings come from the environment (MEMPLANE_*, see memplane.settings) and are loaded
 once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
@@ -188,7 +188,7 @@ def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; help texts show the defaults *settings* (the environment's)
     give, e.g. the port of MEMPLANE_GRPC__PORT."""
-    from memplane.cli import compact, locomo, markdown, sync, transfer
+    from memplane.cli import compact, locomo, markdown, select, sync, transfer
 
     settings = settings or Settings()
 
@@ -257,6 +257,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     markdown.add_parsers(exports)
     compact.add_parsers(sub)
     sync.add_parsers(sub)
+    select.add_parsers(sub)
     return parser
 
 

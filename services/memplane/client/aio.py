@@ -290,6 +290,29 @@ class AsyncMemplaneClient:
             retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token),
         )
 
+    async def select_memory_files(
+        self,
+        query: str,
+        *,
+        filter: filter_pb2.MemoryFilter | None = None,
+        max_files: int = 0,
+        max_tokens: int = 0,
+    ) -> retrieval_pb2.SelectMemoryFilesResponse:
+        """The memory files (as the Markdown view renders them: path ``Memory/<file>.md``,
+        name, description, content) most useful for *query* — AgentScope Agentic Memory's
+        relevance retrieval: the server's LLM picks at most *max_files* (1-5; 0: 5) of the
+        scope's 200 most recently updated files by their descriptions; without an LLM, or
+        when it fails or times out, hybrid search picks them (reply `method`,
+        `fallback_reason`). *max_tokens* (0: 10,000) bounds all contents together, each
+        cut file flagged `truncated`. Raises `InvalidArgumentError` naming the field (an
+        empty query, max_files or max_tokens out of range, a bad filter)."""
+        return await self._call(
+            self.retrieval.SelectMemoryFiles,
+            retrieval_pb2.SelectMemoryFilesRequest(
+                query=query, filter=filter, max_files=max_files, max_tokens=max_tokens
+            ),
+        )
+
     # -- compaction ---------------------------------------------------------------
     # Messages are `compaction_pb2.ContextMessage`s; `memplane.client.formats` converts
     # OpenAI chat messages and AgentScope `Msg` dicts to and from them. Keyword

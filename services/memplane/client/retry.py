@@ -1,7 +1,8 @@
 """The SDK's retries: gRPC's own retry policy in the channel's service config (gRFC A6,
 "gRPC Retry Design"), not a hand-written loop.
 
-Retried: the idempotent calls — every read (RetrievalService, health Check,
+Retried: the idempotent calls — every read (RetrievalService — SelectMemoryFiles too: it
+writes nothing, though a retry may ask its LLM again — health Check,
 ListMemoryEvents, CheckContext, ReadToolResult, GetTranscript, the admin Get/List RPCs)
 and every write that carries an idempotency key: the SDK gives each WriteBackService
 write and SummarizeSession a fresh `request_id` unless the caller passes one, so a

@@ -167,7 +167,7 @@ class RetrievalService:
         embedder differs from the workspace's, `QuotaExceededError` past the workspace's
         daily embedding tokens, `UnavailableError` when no database answers."""
         started = time.perf_counter()
-        _check_lsn(after_lsn)
+        check_lsn(after_lsn)
         self._validate_search(request)
         use_vector = request.mode in (SearchMode.HYBRID, SearchMode.VECTOR)
         use_lexical = request.mode in (SearchMode.HYBRID, SearchMode.LEXICAL)
@@ -265,7 +265,7 @@ class RetrievalService:
     async def get(self, workspace: Workspace, memory_id: str, *, after_lsn: str = "") -> Memory:
         """One memory, as of at least WAL position *after_lsn*. Raises
         `InvalidArgumentError` (malformed id or position), `NotFoundError`."""
-        _check_lsn(after_lsn)
+        check_lsn(after_lsn)
         v = Violations()
         canonical = parse_memory_id(v, "id", memory_id)
         v.raise_if_any()
@@ -284,7 +284,7 @@ class RetrievalService:
         """A page of memories, newest first, as of at least WAL position *after_lsn*.
         page_size 0 means 100. Raises `InvalidArgumentError` for a bad page_size,
         page_token, filter or position."""
-        _check_lsn(after_lsn)
+        check_lsn(after_lsn)
         v = Violations()
         size = page_size or 100
         if not 1 <= size <= self._limits.max_page_size:
@@ -325,7 +325,7 @@ async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit])
     return rescored + tail, RerankStatus.APPLIED, ""
 
 
-def _check_lsn(after_lsn: str) -> None:
+def check_lsn(after_lsn: str) -> None:
     """Raise `InvalidArgumentError` naming the metadata entry if *after_lsn* is malformed."""
     if after_lsn:
         try:

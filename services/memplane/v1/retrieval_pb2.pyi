@@ -118,6 +118,38 @@ order and SearchMemoriesResponse.rerank_note says why.
 """
 Global___RerankStatus: _TypeAlias = RerankStatus  # noqa: Y015
 
+class _SelectionMethod:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SelectionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SelectionMethod.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SELECTION_METHOD_UNSPECIFIED: _SelectionMethod.ValueType  # 0
+    """Not set."""
+    SELECTION_METHOD_LLM: _SelectionMethod.ValueType  # 1
+    """The server's LLM chose them from the offered descriptions."""
+    SELECTION_METHOD_SEARCH: _SelectionMethod.ValueType  # 2
+    """Hybrid search for the query over the scope's memory files (all of them, not only
+    the offered ones): no LLM configured, or it failed (fallback_reason says why).
+    """
+    SELECTION_METHOD_NONE: _SelectionMethod.ValueType  # 3
+    """The scope has no memory files: nothing was offered, no model or search ran."""
+
+class SelectionMethod(_SelectionMethod, metaclass=_SelectionMethodEnumTypeWrapper):
+    """Who picked the files of a SelectMemoryFiles reply."""
+
+SELECTION_METHOD_UNSPECIFIED: SelectionMethod.ValueType  # 0
+"""Not set."""
+SELECTION_METHOD_LLM: SelectionMethod.ValueType  # 1
+"""The server's LLM chose them from the offered descriptions."""
+SELECTION_METHOD_SEARCH: SelectionMethod.ValueType  # 2
+"""Hybrid search for the query over the scope's memory files (all of them, not only
+the offered ones): no LLM configured, or it failed (fallback_reason says why).
+"""
+SELECTION_METHOD_NONE: SelectionMethod.ValueType  # 3
+"""The scope has no memory files: nothing was offered, no model or search ran."""
+Global___SelectionMethod: _TypeAlias = SelectionMethod  # noqa: Y015
+
 @_typing.final
 class SearchMemoriesRequest(_message.Message):
     """Request of SearchMemories."""
@@ -461,3 +493,171 @@ class ListMemoriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMemoriesResponse: _TypeAlias = ListMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class SelectMemoryFilesRequest(_message.Message):
+    """Request of SelectMemoryFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    MAX_FILES_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """What the files are for: the user's input (AgentScope sends the turn's messages as
+    "name: text" lines); 1 to `limits.max_query_bytes` (default 4,096) bytes.
+    """
+    max_files: _builtins.int
+    """Files to return at most, 1 to 5; 0 means 5 (AgentScope's "up to 5")."""
+    max_tokens: _builtins.int
+    """Tokens (the workspace's token encoding) of all returned contents together, 1 to
+    100,000; 0 means 10,000. Files shorter than an equal share are returned whole, the
+    others share the rest equally: with the default, each of 5 long files gets 2,000
+    tokens, AgentScope's `retrieval_max_tokens_per_md`.
+    """
+    @_builtins.property
+    def filter(self) -> _filter_pb2.MemoryFilter:
+        """The scope whose memory files are offered (user_id / agent_id / session_id, types,
+        metadata, creation time), as in SearchMemories. Episodic memories are the journal,
+        not memory files, and are never offered.
+        """
+
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        filter: _filter_pb2.MemoryFilter | None = ...,
+        max_files: _builtins.int = ...,
+        max_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "max_files", b"max_files", "max_tokens", b"max_tokens", "query", b"query"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SelectMemoryFilesRequest: _TypeAlias = SelectMemoryFilesRequest  # noqa: Y015
+
+@_typing.final
+class SelectedMemoryFile(_message.Message):
+    """One selected memory file, as the Markdown view renders it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    CONTENT_TOKENS_FIELD_NUMBER: _builtins.int
+    FILE_TOKENS_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Path in the sandbox's view, e.g. "Memory/feedback_run-tests-before-pushing_3f2a9c1e.md"."""
+    name: _builtins.str
+    """The frontmatter `name`."""
+    description: _builtins.str
+    """The frontmatter `description` (one line)."""
+    content: _builtins.str
+    """The rendered file (frontmatter, then the content), cut to its share of max_tokens."""
+    truncated: _builtins.bool
+    """Whether `content` was cut (a prefix of the file)."""
+    content_tokens: _builtins.int
+    """Tokens of `content` as returned."""
+    file_tokens: _builtins.int
+    """Tokens of the whole file."""
+    memory_id: _builtins.str
+    """Id of the memory the file renders."""
+    type: _memory_pb2.MemoryType.ValueType
+    """Type of that memory."""
+    score: _builtins.float
+    """Fused search score (0 to 1) when the search picked it; 0 when the LLM did."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        content: _builtins.str = ...,
+        truncated: _builtins.bool = ...,
+        content_tokens: _builtins.int = ...,
+        file_tokens: _builtins.int = ...,
+        memory_id: _builtins.str = ...,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        score: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "content_tokens", b"content_tokens", "description", b"description", "file_tokens", b"file_tokens", "memory_id", b"memory_id", "name", b"name", "path", b"path", "score", b"score", "truncated", b"truncated", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SelectedMemoryFile: _TypeAlias = SelectedMemoryFile  # noqa: Y015
+
+@_typing.final
+class SelectMemoryFilesResponse(_message.Message):
+    """Response of SelectMemoryFiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    FALLBACK_REASON_FIELD_NUMBER: _builtins.int
+    OFFERED_COUNT_FIELD_NUMBER: _builtins.int
+    UNOFFERED_COUNT_FIELD_NUMBER: _builtins.int
+    UNKNOWN_FILES_FIELD_NUMBER: _builtins.int
+    OVER_LIMIT_FILES_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    method: Global___SelectionMethod.ValueType
+    """Who picked them."""
+    fallback_reason: _builtins.str
+    """Why the LLM did not pick (method SEARCH): "no LLM configured", or the LLM's failure
+    ("timeout after 10.0 s", "HTTP 500 from the LLM endpoint: ...", "answer is not a
+    {"selected_files": [...]} object"); empty otherwise.
+    """
+    offered_count: _builtins.int
+    """Memory files offered for selection: the scope's 200 most recently updated (all of
+    them when fewer). The LLM read their descriptions when one is configured.
+    """
+    unoffered_count: _builtins.int
+    """Memory files of the scope left out of the offer (past the 200 most recently
+    updated).
+    """
+    model: _builtins.str
+    """The model that answered (method LLM); empty otherwise."""
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___SelectedMemoryFile]:
+        """The files, in the order picked (the LLM's order, or best search hit first); at most
+        max_files.
+        """
+
+    @_builtins.property
+    def unknown_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names in the LLM's answer that were not offered (ignored)."""
+
+    @_builtins.property
+    def over_limit_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Offered names in the LLM's answer past max_files (cut)."""
+
+    def __init__(
+        self,
+        *,
+        files: _abc.Iterable[Global___SelectedMemoryFile] | None = ...,
+        method: Global___SelectionMethod.ValueType = ...,
+        fallback_reason: _builtins.str = ...,
+        offered_count: _builtins.int = ...,
+        unoffered_count: _builtins.int = ...,
+        unknown_files: _abc.Iterable[_builtins.str] | None = ...,
+        over_limit_files: _abc.Iterable[_builtins.str] | None = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fallback_reason", b"fallback_reason", "files", b"files", "method", b"method", "model", b"model", "offered_count", b"offered_count", "over_limit_files", b"over_limit_files", "unknown_files", b"unknown_files", "unoffered_count", b"unoffered_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SelectMemoryFilesResponse: _TypeAlias = SelectMemoryFilesResponse  # noqa: Y015

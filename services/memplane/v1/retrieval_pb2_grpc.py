@@ -52,6 +52,11 @@ class RetrievalServiceStub:
                 request_serializer=memplane_dot_v1_dot_retrieval__pb2.ListMemoriesRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_retrieval__pb2.ListMemoriesResponse.FromString,
                 _registered_method=True)
+        self.SelectMemoryFiles = channel.unary_unary(
+                '/memplane.v1.RetrievalService/SelectMemoryFiles',
+                request_serializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.FromString,
+                _registered_method=True)
 
 
 class RetrievalServiceServicer:
@@ -87,6 +92,24 @@ class RetrievalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SelectMemoryFiles(self, request, context):
+        """The memory files of the Markdown view most useful for a query, with their contents
+        (AgentScope Agentic Memory's relevance retrieval): an LLM picks at most 5 of at most
+        200 frontmatter descriptions — the scope's 200 most recently updated memory files,
+        as MEMORY.md orders them and as AgentScope's `retrieval_max_files` takes them.
+        Without an LLM, or when it fails, times out (`retrieval.file_selection_timeout`) or
+        answers in another shape, hybrid search picks them instead and the reply says so
+        (method, fallback_reason): never an error, never a hang.
+        Errors: INVALID_ARGUMENT (BadRequest naming the field) for an empty query or one over
+        `limits.max_query_bytes`, max_files outside 0..5, max_tokens outside 0..100,000, a
+        bad filter (as SearchMemories; also one selecting only episodic memories, or asking
+        for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
+        search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrievalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -104,6 +127,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.ListMemories,
                     request_deserializer=memplane_dot_v1_dot_retrieval__pb2.ListMemoriesRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_retrieval__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'SelectMemoryFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.SelectMemoryFiles,
+                    request_deserializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -190,6 +218,33 @@ class RetrievalService:
             '/memplane.v1.RetrievalService/ListMemories',
             memplane_dot_v1_dot_retrieval__pb2.ListMemoriesRequest.SerializeToString,
             memplane_dot_v1_dot_retrieval__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SelectMemoryFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.RetrievalService/SelectMemoryFiles',
+            memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.SerializeToString,
+            memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.FromString,
             options,
             channel_credentials,
             insecure,

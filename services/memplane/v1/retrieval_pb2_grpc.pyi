@@ -51,6 +51,20 @@ class RetrievalServiceStub:
     """Memories matching a filter, newest first, with cursor pagination.
     Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
     """
+    SelectMemoryFiles: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.SelectMemoryFilesRequest, _retrieval_pb2.SelectMemoryFilesResponse]
+    """The memory files of the Markdown view most useful for a query, with their contents
+    (AgentScope Agentic Memory's relevance retrieval): an LLM picks at most 5 of at most
+    200 frontmatter descriptions — the scope's 200 most recently updated memory files,
+    as MEMORY.md orders them and as AgentScope's `retrieval_max_files` takes them.
+    Without an LLM, or when it fails, times out (`retrieval.file_selection_timeout`) or
+    answers in another shape, hybrid search picks them instead and the reply says so
+    (method, fallback_reason): never an error, never a hang.
+    Errors: INVALID_ARGUMENT (BadRequest naming the field) for an empty query or one over
+    `limits.max_query_bytes`, max_files outside 0..5, max_tokens outside 0..100,000, a
+    bad filter (as SearchMemories; also one selecting only episodic memories, or asking
+    for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
+    search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
+    """
 
 @_typing.type_check_only
 class RetrievalServiceAsyncStub(RetrievalServiceStub):
@@ -74,6 +88,20 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     ListMemories: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.ListMemoriesRequest, _retrieval_pb2.ListMemoriesResponse]  # type: ignore[assignment]
     """Memories matching a filter, newest first, with cursor pagination.
     Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+    """
+    SelectMemoryFiles: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.SelectMemoryFilesRequest, _retrieval_pb2.SelectMemoryFilesResponse]  # type: ignore[assignment]
+    """The memory files of the Markdown view most useful for a query, with their contents
+    (AgentScope Agentic Memory's relevance retrieval): an LLM picks at most 5 of at most
+    200 frontmatter descriptions — the scope's 200 most recently updated memory files,
+    as MEMORY.md orders them and as AgentScope's `retrieval_max_files` takes them.
+    Without an LLM, or when it fails, times out (`retrieval.file_selection_timeout`) or
+    answers in another shape, hybrid search picks them instead and the reply says so
+    (method, fallback_reason): never an error, never a hang.
+    Errors: INVALID_ARGUMENT (BadRequest naming the field) for an empty query or one over
+    `limits.max_query_bytes`, max_files outside 0..5, max_tokens outside 0..100,000, a
+    bad filter (as SearchMemories; also one selecting only episodic memories, or asking
+    for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
+    search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -113,6 +141,26 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_retrieval_pb2.ListMemoriesResponse, _abc.Awaitable[_retrieval_pb2.ListMemoriesResponse]]:
         """Memories matching a filter, newest first, with cursor pagination.
         Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+        """
+
+    @_abc_1.abstractmethod
+    def SelectMemoryFiles(
+        self,
+        request: _retrieval_pb2.SelectMemoryFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_retrieval_pb2.SelectMemoryFilesResponse, _abc.Awaitable[_retrieval_pb2.SelectMemoryFilesResponse]]:
+        """The memory files of the Markdown view most useful for a query, with their contents
+        (AgentScope Agentic Memory's relevance retrieval): an LLM picks at most 5 of at most
+        200 frontmatter descriptions — the scope's 200 most recently updated memory files,
+        as MEMORY.md orders them and as AgentScope's `retrieval_max_files` takes them.
+        Without an LLM, or when it fails, times out (`retrieval.file_selection_timeout`) or
+        answers in another shape, hybrid search picks them instead and the reply says so
+        (method, fallback_reason): never an error, never a hang.
+        Errors: INVALID_ARGUMENT (BadRequest naming the field) for an empty query or one over
+        `limits.max_query_bytes`, max_files outside 0..5, max_tokens outside 0..100,000, a
+        bad filter (as SearchMemories; also one selecting only episodic memories, or asking
+        for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
+        search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
         """
 
 def add_RetrievalServiceServicer_to_server(servicer: RetrievalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
