@@ -361,3 +361,47 @@ async def test_lexical_candidates_function_answers_only_for_the_transactions_wor
     assert other is not None
     assert own["n"] == sum("Caroline" in t for t in TEXTS)
     assert other["n"] == 0  # their memories match too, but this transaction is not theirs
+
+
+async def test_bm25_counts_repeated_lexemes_and_reads_each_candidate_once(
+    app: App, tenant_factory: TenantFactory
+) -> None:
+    # Term frequencies above one, lengths that differ, and a query lexeme no memory holds.
+    texts = [
+        "lake lake lake and the lake house",
+        "the lake",
+        "a pottery class by the lake, pottery every week, pottery again",
+        "nothing to see here at all today",
+    ] + [f"filler memory number {i} about the weather" for i in range(20)]
+    ws, _ = await seeded(app, tenant_factory, texts)
+    text = "pottery lake zeppelin"
+    hits = await run(app, ws, spec(use_vector=False), text, None)
+    async with app.db.tenant(ws.key) as conn:
+        cur = await conn.execute(
+            "SELECT m.id::text AS id, m.lexical_length AS dl, u.lexeme, cardinality(u.positions) AS tf"
+            " FROM memories m CROSS JOIN LATERAL unnest(m.lexical) u WHERE m.workspace_key = %s",
+            (ws.key,),
+        )
+        rows = await cur.fetchall()
+    lengths = {r["id"]: r["dl"] for r in rows}
+    n, avgdl = len(lengths), sum(lengths.values()) / len(lengths)
+    df = {q: sum(1 for r in rows if r["lexeme"] == q) for q in ("potteri", "lake")}
+    expected: dict[str, float] = {}
+    for r in rows:
+        if r["lexeme"] in df:
+            idf = math.log(1 + (n - df[r["lexeme"]] + 0.5) / (df[r["lexeme"]] + 0.5))
+            norm = K1 * (1 - B + B * r["dl"] / avgdl)
+            expected[r["id"]] = expected.get(r["id"], 0.0) + idf * r["tf"] * (K1 + 1) / (r["tf"] + norm)
+    assert max(r["tf"] for r in rows) == 4  # "lake" four times
+    assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
+    # The query lexemes of every candidate come from one set-returning call per candidate
+    # in a select list, not a function scan rescanned per candidate (~3x the time at 2,000).
+    query, params = search_sql.statement(spec(use_vector=False, exact=False), MemoryFilter(), datetime.now(UTC), 384)
+    values = {**params.values, "ws": ws.key, "text": segment(text), "vector": None}
+    async with app.db.tenant_pipeline(ws.key, {}) as conn:
+        cur = await conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + query.as_bytes(conn), values)
+    [row] = await cur.fetchall()
+    nodes = _nodes(row["QUERY PLAN"][0]["Plan"])
+    rescanned = [n for n in nodes if n["Node Type"] == "Function Scan" and int(str(n.get("Actual Loops", 1))) > 1]
+    assert not rescanned, rescanned
+    assert any(n["Node Type"] == "ProjectSet" for n in nodes)
