@@ -7,7 +7,7 @@ pipeline: one round trip). Its parts, as CTEs:
   frequencies read by key from `lexeme_df` (kept current on write, migration 0006), N and
   the average document length from `workspace_stats`, and Lucene's BM25 IDF,
   ln(1 + (N - df + 0.5) / (df + 0.5)) (Robertson & Zaragoza 2009);
-- cand, tf, bm25: the lexical candidates and their Okapi BM25 (k1, b). Three ways to find the
+- cand, bm25: the lexical candidates and their Okapi BM25 (k1, b). Three ways to find the
   candidates, chosen by the caller: *prefilter* (a filter known to select few rows: those
   rows read through the btree scope indexes, then @@ tested with every lexeme); else the
   GIN index with the rarest lexemes only, as many as keep their summed postings within
@@ -17,11 +17,7 @@ pipeline: one round trip). Its parts, as CTEs:
   At most *lexical_cap* candidates are scored: when even the rarest lexeme is in more
   memories than that, the first *lexical_cap* of them in the index's (physical) order
   are — every lexeme of such a query is common, its lexical signal weak, and the vector
-  candidates carry it. Each candidate's query lexemes with their positions come from
-  `unnest(ts_filter(setweight(lexical, 'A', lexemes), '{a}'))` as a set-returning function
-  in the select list of CTE tf (a ProjectSet node): as a LATERAL function scan it filled
-  and read back a tuplestore per candidate, ~3x the time (2,000 candidates at 1M
-  memories, best of 15 under load: 15.6 vs 5.4 ms);
+  candidates carry it;
 - vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
   partition's HNSW index with pgvector's iterative scan (set for the transaction by the
   caller: hnsw.ef_search, hnsw.iterative_scan);
@@ -126,12 +122,11 @@ def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.C
         " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
         "   sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats),"
         " {candidates},"
-        " tf AS (SELECT cand.id, cand.lexical_length,"
-        "   unnest(ts_filter(setweight(cand.lexical, 'A', (SELECT lex.lexemes FROM lex)), '{{a}}')) AS u FROM cand),"
-        " bm25 AS (SELECT tf.id, sum(w.idf * cardinality((tf.u).positions) * (%(k1)s + 1)"
-        "   / (cardinality((tf.u).positions) + %(k1)s * (1 - %(b)s + %(b)s * tf.lexical_length / stats.avgdl)))"
-        "   AS score FROM tf JOIN w ON w.lexeme = (tf.u).lexeme"
-        "   CROSS JOIN stats GROUP BY tf.id ORDER BY score DESC, tf.id LIMIT %(depth)s),"
+        " bm25 AS (SELECT cand.id, sum(w.idf * cardinality(u.positions) * (%(k1)s + 1)"
+        "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * cand.lexical_length / stats.avgdl)))"
+        "   AS score FROM cand CROSS JOIN LATERAL unnest(ts_filter(setweight(cand.lexical, 'A',"
+        "     (SELECT lex.lexemes FROM lex)), '{{a}}')) u JOIN w ON w.lexeme = u.lexeme"
+        "   CROSS JOIN stats GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT %(depth)s),"
         " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
         "   CASE WHEN max(score) OVER () > min(score) OVER ()"
         "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
