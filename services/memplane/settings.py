@@ -245,21 +245,19 @@ class RetrievalSettings(BaseModel):
     )
     hnsw_ef_search: int = Field(default=100, ge=1, description="pgvector hnsw.ef_search for index scans.")
     lexical_candidate_postings: int = Field(
-        default=500,
+        default=2_000,
         ge=1,
         description="Postings the lexical candidate query may cover outside a small scope: the query's rarest "
         "lexemes are kept while their document frequencies sum to at most this (at least one), so BM25 scores a "
         "bounded set at any workspace size; memories holding only the common lexemes score too low to matter. "
-        "Measured (LoCoMo over the whole 5.9k workspace, memplane's statement, 1,536 questions, hybrid / lexical "
-        "R@10): 2,000 .6280 / .5992, 1,000 .6274, 500 .6302 / .5996, 250 .6319 / .5937; each candidate costs "
-        "~5 us of database time (fetch ~2.5, BM25 ~3; 1M memories: 2,000 candidates ~11 ms).",
+        "Measured (bench/peers_sql.py, LoCoMo over the whole 5.9k workspace, R@10): 20,000 .630, 2,000 .633, "
+        "1,000 .631; each candidate costs ~25 us of database time here (100k memories: 13k candidates 2 s).",
     )
     lexical_max_candidates: int = Field(
-        default=500,
+        default=2_000,
         ge=1,
         description="Candidates BM25 scores at most outside a small scope: bounds a query whose rarest lexeme "
-        "alone is in more memories than lexical_candidate_postings (the first ones in index order are scored). "
-        "With the postings budget at 500, a cap of 500, 1,000 or 2,000 gave the same LoCoMo R@10.",
+        "alone is in more memories than lexical_candidate_postings (the first ones in index order are scored).",
     )
     scope_count_cache_seconds: float = Field(
         default=30.0,
