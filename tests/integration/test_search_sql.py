@@ -144,9 +144,9 @@ async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory
     assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
 
 
-async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
-    ws, _ = await seeded(app, tenant_factory)
-    text = "Melanie's pottery class at the lake"
+async def okapi(app: App, ws: Workspace, text: str) -> tuple[dict[str, float], int]:
+    """Okapi BM25 (k1, b) of every memory of *ws* holding a lexeme of *text*, computed in
+    Python from the stored tsvectors; and the largest term frequency among them."""
     async with app.db.tenant(ws.key) as conn:
         cur = await conn.execute(
             "SELECT m.id::text AS id, m.lexical_length, u.lexeme, cardinality(u.positions) AS tf"
@@ -172,6 +172,13 @@ async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_fact
         idf = math.log(1 + (n - df[r["lexeme"]] + 0.5) / (df[r["lexeme"]] + 0.5))
         tf, dl = r["tf"], r["lexical_length"]
         expected[r["id"]] = expected.get(r["id"], 0.0) + idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+    return expected, max((r["tf"] for r in rows if r["lexeme"] in query), default=0)
+
+
+async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    text = "Melanie's pottery class at the lake"
+    expected, _ = await okapi(app, ws, text)
     hits = await run(app, ws, spec(use_vector=False), text, None)
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
     assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
@@ -373,22 +380,8 @@ async def test_bm25_counts_repeated_lexemes_and_lengths(app: App, tenant_factory
     ] + [f"filler memory number {i} about the weather" for i in range(20)]
     ws, _ = await seeded(app, tenant_factory, texts)
     text = "pottery lake zeppelin"
+    expected, most = await okapi(app, ws, text)
+    assert most == 4  # "lake" four times
     hits = await run(app, ws, spec(use_vector=False), text, None)
-    async with app.db.tenant(ws.key) as conn:
-        cur = await conn.execute(
-            "SELECT m.id::text AS id, m.lexical_length AS dl, u.lexeme, cardinality(u.positions) AS tf"
-            " FROM memories m CROSS JOIN LATERAL unnest(m.lexical) u WHERE m.workspace_key = %s",
-            (ws.key,),
-        )
-        rows = await cur.fetchall()
-    lengths = {r["id"]: r["dl"] for r in rows}
-    n, avgdl = len(lengths), sum(lengths.values()) / len(lengths)
-    df = {q: sum(1 for r in rows if r["lexeme"] == q) for q in ("potteri", "lake")}
-    expected: dict[str, float] = {}
-    for r in rows:
-        if r["lexeme"] in df:
-            idf = math.log(1 + (n - df[r["lexeme"]] + 0.5) / (df[r["lexeme"]] + 0.5))
-            norm = K1 * (1 - B + B * r["dl"] / avgdl)
-            expected[r["id"]] = expected.get(r["id"], 0.0) + idf * r["tf"] * (K1 + 1) / (r["tf"] + norm)
-    assert max(r["tf"] for r in rows) == 4  # "lake" four times
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
+    assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
