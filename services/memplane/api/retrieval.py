@@ -22,6 +22,7 @@ _FUSIONS = {
     retrieval_pb2.FUSION_METHOD_UNSPECIFIED: None,  # the server's setting (retrieval.fusion)
     retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
     retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
+    retrieval_pb2.FUSION_METHOD_DBSF: FusionMethod.DBSF,
 }
 
 _RERANK_STATUSES = {
@@ -95,6 +96,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 fusion=_FUSIONS[request.fusion],
                 vector_weight=request.vector_weight or None,
                 rrf_k=request.rrf_k or None,
+                neighbour_window=request.neighbour_window if request.HasField("neighbour_window") else None,
+                neighbour_weight=request.neighbour_weight if request.HasField("neighbour_weight") else None,
+                speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
+                time_weight=request.time_weight if request.HasField("time_weight") else None,
             ),
             after_lsn=self._consistency.after(context, workspace),
         )
@@ -107,6 +112,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
+                    boosts=retrieval_pb2.ScoreBoosts(neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2]),
                 )
                 for h in result.hits
             ],

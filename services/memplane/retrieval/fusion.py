@@ -15,11 +15,19 @@
   A signal that found nothing for this query drops out and the other's
   weight is renormalised to 1, so a query with no keyword hit does not scale every score
   by 0.7.
+- DBSF: distribution-based score fusion (Mazzeschi, "Distribution-based score fusion",
+  2023; Qdrant's `dbsf`): as WEIGHTED, but each signal is normalised between its
+  candidates' mean - 3 standard deviations and mean + 3 (clipped to 0..1; a tie scores 1).
+  Min-max stretches every list to 0..1 alike, so a signal with one clear best candidate
+  and one whose candidates all score alike weigh the same; under DBSF the clear winner
+  keeps its lead and a flat list adds little. Measured on LoCoMo (README, "Recall"): it
+  keeps hybrid above its better leg on both text formats.
 """
 
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +37,7 @@ class FusionMethod(enum.StrEnum):
 
     RRF = "rrf"
     WEIGHTED = "weighted"
+    DBSF = "dbsf"
 
 
 @dataclass(frozen=True)
@@ -50,13 +59,18 @@ class FusedHit:
     lexical: SignalHit | None
 
 
-def _signal(candidates: Sequence[tuple[str, float]]) -> dict[str, SignalHit]:
-    best = max((s for _, s in candidates), default=0.0)
-    worst = min((s for _, s in candidates), default=0.0)
-    spread = best - worst
+def _signal(candidates: Sequence[tuple[str, float]], *, dbsf: bool = False) -> dict[str, SignalHit]:
+    scores = [s for _, s in candidates]
+    if dbsf and scores:
+        mean = statistics.fmean(scores)
+        spread = 6 * statistics.pstdev(scores)
+        worst = mean - spread / 2
+    else:
+        worst = min(scores, default=0.0)
+        spread = max(scores, default=0.0) - worst
     out: dict[str, SignalHit] = {}
     for rank, (memory_id, score) in enumerate(candidates, start=1):
-        normalized = (score - worst) / spread if spread > 0 else 1.0
+        normalized = min(max((score - worst) / spread, 0.0), 1.0) if spread > 0 else 1.0
         out[memory_id] = SignalHit(score=score, normalized=normalized, rank=rank)
     return out
 
@@ -70,9 +84,11 @@ def fuse(
     rrf_k: int,
 ) -> list[FusedHit]:
     """Fuse two ranked candidate lists of (memory id, raw score), best first; return hits
-    sorted by fused score (ties by id). Either list may be empty (single-signal search:
+    sorted by fused score (ties by id); SignalHit.normalized is the scale the method used
+    (min-max, or DBSF's). Either list may be empty (single-signal search:
     the fused score is then that signal's normalised score, or RRF of its rank alone)."""
-    v, lx = _signal(vector), _signal(lexical)
+    dbsf = method is FusionMethod.DBSF
+    v, lx = _signal(vector, dbsf=dbsf), _signal(lexical, dbsf=dbsf)
     weights = {"v": vector_weight if v else 0.0, "l": (1.0 - vector_weight) if lx else 0.0}
     total = weights["v"] + weights["l"]
     if total == 0:

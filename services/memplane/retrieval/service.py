@@ -28,6 +28,9 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypeVar
+
+import numpy as np
 
 from memplane.domain.consistency import LSN_METADATA_KEY, parse_lsn
 from memplane.domain.filters import MemoryFilter
@@ -37,13 +40,14 @@ from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.query import query_names, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
-from memplane.storage.search import SearchSpec
+from memplane.storage.search import QueryText, SearchSpec
 from memplane.text.segment import segment
 
 _log = logging.getLogger(__name__)
@@ -71,6 +75,10 @@ class SearchRequest:
     fusion: FusionMethod | None = None
     vector_weight: float | None = None
     rrf_k: int | None = None
+    neighbour_window: int | None = None  # None: the server's setting, as each of the three below
+    neighbour_weight: float | None = None
+    speaker_weight: float | None = None
+    time_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ class Hit:
     lexical: SignalHit | None
     query_index: int
     rerank: SignalHit | None = None
+    boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)  # neighbour, speaker, time (weighted)
 
 
 class RerankStatus:
@@ -157,6 +166,12 @@ class RetrievalService:
             v.add("vector_weight", "must be between 0 and 1")
         if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
             v.add("rrf_k", "must be between 1 and 10000")
+        if request.neighbour_window is not None and not 0 <= request.neighbour_window <= MAX_NEIGHBOUR_WINDOW:
+            v.add("neighbour_window", f"must be between 0 and {MAX_NEIGHBOUR_WINDOW}")
+        for name in ("neighbour_weight", "speaker_weight", "time_weight"):
+            value = getattr(request, name)
+            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
+                v.add(name, "must be between 0 and 1")
         check_filter(v, "filter", request.filter, self._limits)
         v.raise_if_any()
 
@@ -207,9 +222,16 @@ class RetrievalService:
             rrf_k=request.rrf_k or self._settings.rrf_k,
             k1=self._settings.bm25_k1,
             b=self._settings.bm25_b,
+            dbsf=method is FusionMethod.DBSF,
+            neighbour_window=_pick(request.neighbour_window, self._settings.neighbour_window),
+            neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
+            speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
+            time_weight=_pick(request.time_weight, self._settings.time_weight),
         )
         queries = [
-            (segment(q) if use_lexical else "", vectors[i] if vectors is not None else None)
+            _query_text(
+                q, segment(q) if use_lexical else "", vectors[i] if vectors is not None else None, now, self._settings
+            )
             for i, q in enumerate(request.queries)
         ]
         settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
@@ -222,7 +244,14 @@ class RetrievalService:
         db_seconds = time.perf_counter() - t0
         merged = search_sql.merge_queries(per_query)
         hits = [
-            Hit(memory=r.memory, score=r.score, vector=_hit(r.vector), lexical=_hit(r.lexical), query_index=i)
+            Hit(
+                memory=r.memory,
+                score=r.score,
+                vector=_hit(r.vector),
+                lexical=_hit(r.lexical),
+                query_index=i,
+                boosts=r.boosts,
+            )
             for r, i in merged
         ]
         if self._reranker is None or not hits:
@@ -307,6 +336,25 @@ class RetrievalService:
 
 
 _MAX_CACHED_COUNTS = 10_000
+
+MAX_NEIGHBOUR_WINDOW = 10
+"""Turns each side of a candidate the neighbourhood term may look at."""
+
+_T = TypeVar("_T", int, float)
+
+
+def _pick(requested: _T | None, default: _T) -> _T:
+    return default if requested is None else requested
+
+
+def _query_text(
+    query: str, text: str, vector: np.ndarray | None, now: datetime, settings: RetrievalSettings
+) -> QueryText:
+    """One query's statement values: its segmented *text* and *vector*, the names it
+    mentions and the interval it names widened by `time_slack_days` (`memplane.retrieval.query`)."""
+    when = query_time(query, now)
+    start, end = when.widened(settings.time_slack_days) if when is not None else (None, None)
+    return QueryText(text, vector, tuple(query_names(query)), start, end)
 
 
 async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit]) -> tuple[list[Hit], str, str]:

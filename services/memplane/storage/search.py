@@ -28,6 +28,7 @@ pipeline: one round trip). Its parts, as CTEs:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -65,17 +66,47 @@ class SearchSpec:
     rrf_k: int
     k1: float
     b: float
+    dbsf: bool = False  # distribution-based score fusion (ignored when rrf)
+    neighbour_window: int = 0  # turns each side of a candidate in its session's transcript
+    neighbour_weight: float = 0.0  # 0: no neighbourhood term
+    speaker_weight: float = 0.0  # 0: no speaker term
+    time_weight: float = 0.0  # 0: no time term
+
+    @property
+    def boosted(self) -> bool:
+        """Whether any query-aware term (neighbourhood, speaker, time) is on."""
+        return self.neighbours or self.speaker_weight > 0 or self.time_weight > 0
+
+    @property
+    def neighbours(self) -> bool:
+        """Whether the neighbourhood term is on."""
+        return self.neighbour_window > 0 and self.neighbour_weight > 0
+
+
+@dataclass(frozen=True)
+class QueryText:
+    """One query's own values: its segmented text (lexical), its vector (None without the
+    vector signal), the names it mentions (lower-case, `memplane.retrieval.query.query_names`)
+    and the interval [time_from, time_to) it names (None: none)."""
+
+    text: str
+    vector: np.ndarray | None
+    names: tuple[str, ...] = ()
+    time_from: datetime | None = None
+    time_to: datetime | None = None
 
 
 @dataclass(frozen=True)
 class SearchRow:
     """One fused hit: the memory, its fused score, each signal's raw score, normalised
-    score and rank (None where the signal did not retrieve it)."""
+    score and rank (None where the signal did not retrieve it), and what the neighbourhood,
+    speaker and time terms added (weighted; 0 when off)."""
 
     memory: Memory
     score: float
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
+    boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 # The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input:
@@ -88,6 +119,23 @@ _TSQUERY = sql.SQL(
 
 
 _RAREST = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest one
+
+
+# A signal's scores on one scale, over the query's candidates of that signal: min-max (best
+# 1, worst 0; all 1 when tied), or DBSF's mean -/+ 3 standard deviations clipped to 0..1.
+_MIN_MAX = sql.SQL(
+    "CASE WHEN max(score) OVER () > min(score) OVER ()"
+    " THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END"
+)
+_DBSF = sql.SQL(
+    "CASE WHEN stddev_pop(score) OVER () > 0"
+    " THEN least(greatest((score - avg(score) OVER () + 3 * stddev_pop(score) OVER ())"
+    "   / (6 * stddev_pop(score) OVER ()), 0), 1) ELSE 1 END"
+)
+
+
+def _norm(spec: SearchSpec) -> sql.Composable:
+    return _DBSF if spec.dbsf and not spec.rrf else _MIN_MAX
 
 
 def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
@@ -127,11 +175,8 @@ def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.C
         "   AS score FROM cand CROSS JOIN LATERAL unnest(ts_filter(setweight(cand.lexical, 'A',"
         "     (SELECT lex.lexemes FROM lex)), '{{a}}')) u JOIN w ON w.lexeme = u.lexeme"
         "   CROSS JOIN stats GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT %(depth)s),"
-        " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
-        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
-        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
-        "   FROM bm25)"
-    ).format(candidates=candidates)
+        " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM bm25)"
+    ).format(candidates=candidates, norm=_norm(spec))
 
 
 def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sql.Composable:
@@ -141,11 +186,8 @@ def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sq
     return sql.SQL(
         "vec AS (SELECT m.id, 1 - {distance} AS score FROM memories m"
         "   WHERE m.workspace_key = %(ws)s AND {where} ORDER BY {order} LIMIT %(depth)s),"
-        " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
-        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
-        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
-        "   FROM vec)"
-    ).format(distance=distance, where=where, order=order)
+        " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM vec)"
+    ).format(distance=distance, where=where, order=order, norm=_norm(spec))
 
 
 _EMPTY_SIGNAL = sql.SQL(
@@ -163,9 +205,48 @@ _FUSION = (
     "   END AS score,"
     "   vs.score AS v_score, vs.norm AS v_norm, vs.rank AS v_rank, ls.score AS l_score, ls.norm AS l_norm,"
     "   ls.rank AS l_rank"
-    "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0),"
-    " top AS (SELECT * FROM fused WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+    "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0)"
 )
+_TOP = sql.SQL(
+    " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time FROM fused"
+    "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+)
+
+# The query-aware terms, over every fused candidate: its memory's speaker, time and place in
+# its session's transcript (the first source message's seq), the best fused score among the
+# candidates of the same session within the window, and the rescaled sum.
+_CONTEXT = sql.SQL(
+    " ctx AS MATERIALIZED (SELECT f.id, f.score, m.source_session_id AS session, {seq} AS seq,"
+    "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
+    "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
+    "   AS dated FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
+    " nb AS ({neighbours}),"
+    " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
+    "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
+    "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time"
+    "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
+    " top AS (SELECT id, (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) AS score,"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time FROM boosted"
+    "   WHERE (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) >= %(min_score)s"
+    "   ORDER BY (score + b_neighbour + b_speaker + b_time) DESC, id LIMIT %(top_k)s)"
+)
+_TRANSCRIPT = sql.SQL(
+    "LEFT JOIN transcript_messages t ON t.workspace_key = %(ws)s AND t.session_id = m.source_session_id"
+    " AND t.message_id = m.source_message_ids[1]"
+)
+_NEIGHBOURS = sql.SQL(
+    "SELECT a.id, max(b.score) AS score FROM ctx a JOIN ctx b ON b.session = a.session"
+    " AND b.seq BETWEEN a.seq - %(neighbour_window)s AND a.seq + %(neighbour_window)s AND b.id <> a.id GROUP BY a.id"
+)
+_NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
+
+
+def _top(spec: SearchSpec) -> sql.Composable:
+    if not spec.boosted:
+        return _TOP
+    if spec.neighbours:
+        return _CONTEXT.format(seq=sql.SQL("t.seq"), transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
+    return _CONTEXT.format(seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS)
 
 
 def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.Composed, Params]:
@@ -183,11 +264,12 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     else:
         parts.append(sql.SQL("vs AS ({})").format(_EMPTY_SIGNAL))
     query = sql.SQL(
-        "WITH {parts}, {fusion}"
+        "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
+        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time"
+        " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
-    ).format(parts=sql.SQL(", ").join(parts), fusion=sql.SQL(_FUSION), cols=sql.SQL(MEMORY_COLUMNS))
+    ).format(parts=sql.SQL(", ").join(parts), fusion=sql.SQL(_FUSION), top=_top(spec), cols=sql.SQL(MEMORY_COLUMNS))
     params.values.update(
         ws=0,
         depth=spec.depth,
@@ -206,6 +288,15 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         superseded=flt.include_superseded,
         expired=flt.include_expired,
     )
+    if spec.boosted:
+        weights = spec.speaker_weight + spec.time_weight + (spec.neighbour_weight if spec.neighbours else 0.0)
+        params.values.update(
+            neighbour_window=spec.neighbour_window,
+            neighbour_weight=spec.neighbour_weight if spec.neighbours else 0.0,
+            speaker_weight=spec.speaker_weight,
+            time_weight=spec.time_weight,
+            boost_weights=weights,
+        )
     return query, params
 
 
@@ -218,20 +309,24 @@ def _signal(row: dict[str, Any], prefix: str) -> tuple[float, float, int] | None
 async def send(
     conn: Connection,
     workspace: Workspace,
-    queries: list[tuple[str, np.ndarray | None]],
+    queries: Sequence[QueryText | tuple[str, np.ndarray | None]],
     spec: SearchSpec,
     flt: MemoryFilter,
     *,
     now: datetime,
 ) -> list[Cursor]:
-    """Send one statement per query ((segmented text, vector or None)); return their
-    cursors, to be `read` after the pipeline block of `Database.tenant_pipeline` (all of
-    it is one round trip)."""
+    """Send one statement per query (a `QueryText`, or (segmented text, vector or None));
+    return their cursors, to be `read` after the pipeline block of
+    `Database.tenant_pipeline` (all of it is one round trip)."""
     query, params = statement(spec, flt, now, workspace.embedding_dimensions)
-    return [
-        await conn.execute(query, {**params.values, "ws": workspace.key, "text": text, "vector": vector})
-        for text, vector in queries
-    ]
+    cursors = []
+    for item in queries:
+        q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
+        values = {**params.values, "ws": workspace.key, "text": q.text, "vector": q.vector}
+        if spec.boosted:
+            values.update(names=list(q.names), time_from=q.time_from, time_to=q.time_to)
+        cursors.append(await conn.execute(query, values))
+    return cursors
 
 
 async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
@@ -243,6 +338,7 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 score=float(r["fused_score"]),
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
+                boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"])),
             )
             for r in await cur.fetchall()
         ]

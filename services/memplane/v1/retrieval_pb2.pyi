@@ -38,6 +38,13 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     """Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
     weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
     """
+    FUSION_METHOD_DBSF: _FusionMethod.ValueType  # 3
+    """Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
+    Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
+    standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
+    as WEIGHTED. A signal whose best candidates stand far above the rest keeps that lead,
+    where min-max stretches every signal's list to 0..1 alike.
+    """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How the per-signal rankings are combined."""
@@ -51,6 +58,13 @@ FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 FUSION_METHOD_WEIGHTED: FusionMethod.ValueType  # 2
 """Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
 weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
+"""
+FUSION_METHOD_DBSF: FusionMethod.ValueType  # 3
+"""Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
+Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
+standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
+as WEIGHTED. A signal whose best candidates stand far above the rest keeps that lead,
+where min-max stretches every signal's list to 0..1 alike.
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
@@ -164,6 +178,10 @@ class SearchMemoriesRequest(_message.Message):
     FUSION_FIELD_NUMBER: _builtins.int
     VECTOR_WEIGHT_FIELD_NUMBER: _builtins.int
     RRF_K_FIELD_NUMBER: _builtins.int
+    NEIGHBOUR_WINDOW_FIELD_NUMBER: _builtins.int
+    NEIGHBOUR_WEIGHT_FIELD_NUMBER: _builtins.int
+    SPEAKER_WEIGHT_FIELD_NUMBER: _builtins.int
+    TIME_WEIGHT_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
@@ -183,6 +201,30 @@ class SearchMemoriesRequest(_message.Message):
     """
     rrf_k: _builtins.int
     """RRF constant k; 0 means 60 (the paper's value)."""
+    neighbour_window: _builtins.int
+    """Neighbourhood scoring: turns of the same session within this many turns of a candidate
+    (by transcript position: memories written by WriteConversation) lend it
+    `neighbour_weight` x the best fused score among them, for evidence spread over
+    consecutive turns (the idea of passage-level evidence smoothing, e.g. Bendersky & Kurland,
+    "Utilizing passage-based language models for ad hoc document retrieval", 2010). 0 to 10;
+    0 turns it off; unset means the server's `retrieval.neighbour_window`.
+    """
+    neighbour_weight: _builtins.float
+    """Weight of the neighbourhood term, 0 to 1; 0 turns it off; unset means the server's
+    `retrieval.neighbour_weight`.
+    """
+    speaker_weight: _builtins.float
+    """Speaker boost: a candidate whose speaker (metadata "speaker", which WriteConversation
+    stores from the message name) is named in the query (a capitalised word, "Caroline's"
+    counting as "Caroline") gains this much, 0 to 1; 0 turns it off; unset means the
+    server's `retrieval.speaker_weight`.
+    """
+    time_weight: _builtins.float
+    """Time boost: when the query names a date ("in May 2023", "on 3 June, 2023", "June 26,
+    2023", "in 2023", "last week"), a candidate whose valid_from (a turn's time) lies in that
+    interval widened by `retrieval.time_slack_days` each side gains this much, 0 to 1; 0
+    turns it off; unset means the server's `retrieval.time_weight`.
+    """
     @_builtins.property
     def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
@@ -205,12 +247,31 @@ class SearchMemoriesRequest(_message.Message):
         fusion: Global___FusionMethod.ValueType = ...,
         vector_weight: _builtins.float = ...,
         rrf_k: _builtins.int = ...,
+        neighbour_window: _builtins.int | None = ...,
+        neighbour_weight: _builtins.float | None = ...,
+        speaker_weight: _builtins.float | None = ...,
+        time_weight: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "queries", b"queries", "rrf_k", b"rrf_k", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
+    _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
+    _WhichOneofReturnType__neighbour_window: _TypeAlias = _typing.Literal["neighbour_window"]  # noqa: Y015
+    _WhichOneofArgType__neighbour_window: _TypeAlias = _typing.Literal["_neighbour_window", b"_neighbour_window"]  # noqa: Y015
+    _WhichOneofReturnType__speaker_weight: _TypeAlias = _typing.Literal["speaker_weight"]  # noqa: Y015
+    _WhichOneofArgType__speaker_weight: _TypeAlias = _typing.Literal["_speaker_weight", b"_speaker_weight"]  # noqa: Y015
+    _WhichOneofReturnType__time_weight: _TypeAlias = _typing.Literal["time_weight"]  # noqa: Y015
+    _WhichOneofArgType__time_weight: _TypeAlias = _typing.Literal["_time_weight", b"_time_weight"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_weight) -> _WhichOneofReturnType__neighbour_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_window) -> _WhichOneofReturnType__neighbour_window | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__speaker_weight) -> _WhichOneofReturnType__speaker_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_weight) -> _WhichOneofReturnType__time_weight | None: ...
 
 Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
 
@@ -249,6 +310,41 @@ class SignalScore(_message.Message):
 Global___SignalScore: _TypeAlias = SignalScore  # noqa: Y015
 
 @_typing.final
+class ScoreBoosts(_message.Message):
+    """What the query-aware terms added to a hit's score (each already multiplied by its
+    weight; all 0 when the terms are off). The fused score is (fusion score + neighbour +
+    speaker + time) / (1 + the weights of the terms in use), so it stays within 0..1.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEIGHBOUR_FIELD_NUMBER: _builtins.int
+    SPEAKER_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    neighbour: _builtins.float
+    """neighbour_weight x the best fusion score of the same session's turns within
+    neighbour_window of this one.
+    """
+    speaker: _builtins.float
+    """speaker_weight when the hit's speaker is named in the query."""
+    time: _builtins.float
+    """time_weight when the hit's valid_from lies in the interval the query names."""
+    def __init__(
+        self,
+        *,
+        neighbour: _builtins.float = ...,
+        speaker: _builtins.float = ...,
+        time: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "speaker", b"speaker", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScoreBoosts: _TypeAlias = ScoreBoosts  # noqa: Y015
+
+@_typing.final
 class SearchHit(_message.Message):
     """One search result."""
 
@@ -260,6 +356,7 @@ class SearchHit(_message.Message):
     LEXICAL_FIELD_NUMBER: _builtins.int
     QUERY_INDEX_FIELD_NUMBER: _builtins.int
     RERANK_FIELD_NUMBER: _builtins.int
+    BOOSTS_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score, 0 to 1 (RRF is scaled so that rank 1 in every signal scores 1)."""
     query_index: _builtins.int
@@ -286,6 +383,10 @@ class SearchHit(_message.Message):
         back (see SearchMemoriesResponse.rerank_status).
         """
 
+    @_builtins.property
+    def boosts(self) -> Global___ScoreBoosts:
+        """What neighbourhood, speaker and time terms added to `score` (see ScoreBoosts)."""
+
     def __init__(
         self,
         *,
@@ -295,10 +396,11 @@ class SearchHit(_message.Message):
         lexical: Global___SignalScore | None = ...,
         query_index: _builtins.int = ...,
         rerank: Global___SignalScore | None = ...,
+        boosts: Global___ScoreBoosts | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
