@@ -114,6 +114,11 @@ CASES: list[tuple[str, Call, list[str]]] = [
     ("unknown mode", raw_search(queries=["q"], mode=99), ["mode"]),
     ("unknown fusion", raw_search(queries=["q"], fusion=99), ["fusion"]),
     ("rrf_k negative", raw_search(queries=["q"], rrf_k=-5), ["rrf_k"]),
+    ("neighbour_window over 10", search(neighbour_window=11), ["neighbour_window"]),
+    ("neighbour_window negative", search(neighbour_window=-1), ["neighbour_window"]),
+    ("neighbour_weight over 1", search(neighbour_weight=1.5), ["neighbour_weight"]),
+    ("speaker_weight negative", search(speaker_weight=-0.1), ["speaker_weight"]),
+    ("time_weight not a number", search(time_weight=float("nan")), ["time_weight"]),
     ("IN with a non-list", search(filter=with_filter(cond("tag", IN, "a"))), ["filter.metadata.condition.value"]),
     (
         "operator unset",

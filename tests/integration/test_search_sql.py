@@ -112,14 +112,14 @@ async def assert_df_exact(app: App, ws: Workspace) -> None:
     assert await df_table(app, ws) == expected
 
 
-@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF])
+@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF, FusionMethod.DBSF])
 async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory, method: FusionMethod) -> None:
     ws, query_vector = await seeded(app, tenant_factory)
     text = "Caroline support group at the lake"
-    rrf = method is FusionMethod.RRF
-    vector_only = await run(app, ws, spec(use_lexical=False, rrf=rrf, vector_weight=0.7), text, query_vector)
-    lexical_only = await run(app, ws, spec(use_vector=False, rrf=rrf, vector_weight=0.7), text, None)
-    hybrid = await run(app, ws, spec(rrf=rrf, vector_weight=0.7), text, query_vector)
+    rrf, dbsf = method is FusionMethod.RRF, method is FusionMethod.DBSF
+    vector_only = await run(app, ws, spec(use_lexical=False, rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, query_vector)
+    lexical_only = await run(app, ws, spec(use_vector=False, rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, None)
+    hybrid = await run(app, ws, spec(rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, query_vector)
     assert len(vector_only) == len(TEXTS)
     assert 0 < len(lexical_only) < len(TEXTS)
 
@@ -140,7 +140,9 @@ async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory
                 assert g == pytest.approx((w.score, w.normalized, w.rank), abs=1e-9)
     # min_score and top_k trim the fused list, as SearchMemories documents.
     cut = expected[3].score
-    trimmed = await run(app, ws, spec(rrf=rrf, vector_weight=0.7, min_score=cut, top_k=3), text, query_vector)
+    trimmed = await run(
+        app, ws, spec(rrf=rrf, dbsf=dbsf, vector_weight=0.7, min_score=cut, top_k=3), text, query_vector
+    )
     assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
 
 

@@ -18,10 +18,10 @@
 - DBSF: distribution-based score fusion (Mazzeschi, "Distribution-based score fusion",
   2023; Qdrant's `dbsf`): as WEIGHTED, but each signal is normalised between its
   candidates' mean - 3 standard deviations and mean + 3 (clipped to 0..1; a tie scores 1).
-  Min-max stretches every list to 0..1 alike, so a signal with one clear best candidate
-  and one whose candidates all score alike weigh the same; under DBSF the clear winner
-  keeps its lead and a flat list adds little. Measured on LoCoMo (README, "Recall"): it
-  keeps hybrid above its better leg on both text formats.
+  Min-max gives every signal's best candidate 1.0, whatever the shape of its list; under
+  DBSF a best candidate standing many deviations above the rest is clipped to 1.0 while
+  the best of an evenly declining list gets ~0.8, so the signal that is sure of its
+  answer wins. Measured on LoCoMo: README, "Recall without an LLM".
 """
 
 from __future__ import annotations

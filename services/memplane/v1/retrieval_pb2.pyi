@@ -42,8 +42,9 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     """Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
     Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
     standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
-    as WEIGHTED. A signal whose best candidates stand far above the rest keeps that lead,
-    where min-max stretches every signal's list to 0..1 alike.
+    as WEIGHTED. A best candidate standing many deviations above the rest keeps its lead
+    (clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
+    every signal's best 1.0.
     """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
@@ -63,8 +64,9 @@ FUSION_METHOD_DBSF: FusionMethod.ValueType  # 3
 """Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
 Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
 standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
-as WEIGHTED. A signal whose best candidates stand far above the rest keeps that lead,
-where min-max stretches every signal's list to 0..1 alike.
+as WEIGHTED. A best candidate standing many deviations above the rest keeps its lead
+(clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
+every signal's best 1.0.
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
