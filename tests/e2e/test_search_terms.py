@@ -58,8 +58,9 @@ async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: Tes
     for fusion, method in (
         (retrieval_pb2.FUSION_METHOD_WEIGHTED, FusionMethod.WEIGHTED),
         (retrieval_pb2.FUSION_METHOD_DBSF, FusionMethod.DBSF),
+        (retrieval_pb2.FUSION_METHOD_ZSCORE, FusionMethod.ZSCORE),
     ):
-        hybrid = await workspace.client.search(query, top_k=20, fusion=fusion, **OFF)
+        hybrid = await workspace.client.search(query, top_k=20, fusion=fusion, vector_weight=0.5, **OFF)
         vector = await workspace.client.search(query, top_k=20, mode=retrieval_pb2.SEARCH_MODE_VECTOR)
         lexical = await workspace.client.search(query, top_k=20, mode=retrieval_pb2.SEARCH_MODE_LEXICAL)
         expected = fuse(

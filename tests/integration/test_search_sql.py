@@ -112,14 +112,18 @@ async def assert_df_exact(app: App, ws: Workspace) -> None:
     assert await df_table(app, ws) == expected
 
 
-@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF, FusionMethod.DBSF])
+@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF, FusionMethod.DBSF, FusionMethod.ZSCORE])
 async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory, method: FusionMethod) -> None:
     ws, query_vector = await seeded(app, tenant_factory)
     text = "Caroline support group at the lake"
-    rrf, dbsf = method is FusionMethod.RRF, method is FusionMethod.DBSF
-    vector_only = await run(app, ws, spec(use_lexical=False, rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, query_vector)
-    lexical_only = await run(app, ws, spec(use_vector=False, rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, None)
-    hybrid = await run(app, ws, spec(rrf=rrf, dbsf=dbsf, vector_weight=0.7), text, query_vector)
+    how = {
+        "rrf": method is FusionMethod.RRF,
+        "dbsf": method is FusionMethod.DBSF,
+        "zscore": method is FusionMethod.ZSCORE,
+    }
+    vector_only = await run(app, ws, spec(use_lexical=False, vector_weight=0.7, **how), text, query_vector)
+    lexical_only = await run(app, ws, spec(use_vector=False, vector_weight=0.7, **how), text, None)
+    hybrid = await run(app, ws, spec(vector_weight=0.7, **how), text, query_vector)
     assert len(vector_only) == len(TEXTS)
     assert 0 < len(lexical_only) < len(TEXTS)
 
@@ -140,9 +144,7 @@ async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory
                 assert g == pytest.approx((w.score, w.normalized, w.rank), abs=1e-9)
     # min_score and top_k trim the fused list, as SearchMemories documents.
     cut = expected[3].score
-    trimmed = await run(
-        app, ws, spec(rrf=rrf, dbsf=dbsf, vector_weight=0.7, min_score=cut, top_k=3), text, query_vector
-    )
+    trimmed = await run(app, ws, spec(vector_weight=0.7, min_score=cut, top_k=3, **how), text, query_vector)
     assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
 
 

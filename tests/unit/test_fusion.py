@@ -162,3 +162,29 @@ def test_dbsf_clips_an_outlier_to_one_and_gives_an_even_list_less() -> None:
 def test_dbsf_tied_scores_all_normalise_to_one() -> None:
     hits = fuse([("a", 0.4), ("b", 0.4)], [], method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)
     assert [h.score for h in hits] == [1.0, 1.0]
+
+
+def test_zscore_sums_weighted_z_scores_a_missing_signal_taking_its_lowest_z() -> None:
+    # vector 0.9, 0.6, 0.3 → z 1.2247, 0, -1.2247; lexical 4, 2 → z 1, -1.
+    vector = [("a", 0.9), ("b", 0.6), ("c", 0.3)]
+    lexical = [("b", 4.0), ("d", 2.0)]
+    hits = {h.id: h for h in fuse(vector, lexical, method=FusionMethod.ZSCORE, vector_weight=0.4, rrf_k=RRF_K)}
+    z = 1.5**0.5
+    raw = {"a": 0.4 * z + 0.6 * -1, "b": 0.4 * 0 + 0.6 * 1, "c": 0.4 * -z + 0.6 * -1, "d": 0.4 * -z + 0.6 * -1}
+    best, worst = max(raw.values()), min(raw.values())
+    for memory_id, value in raw.items():
+        assert hits[memory_id].score == pytest.approx((value - worst) / (best - worst))
+    assert hits["a"].vector is not None
+    assert hits["a"].vector.normalized == pytest.approx(z)
+    assert hits["b"].score == 1.0
+
+
+def test_zscore_does_not_clip_the_top_candidates_apart() -> None:
+    # Two vector candidates far above the rest: DBSF clips both to 1, z-score keeps them apart.
+    vector = [("a", 0.99), ("b", 0.95)] + [(f"x{i}", 0.10) for i in range(40)]
+    dbsf = fuse(vector, [], method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)
+    zscore = fuse(vector, [], method=FusionMethod.ZSCORE, vector_weight=0.5, rrf_k=RRF_K)
+    assert dbsf[0].score == dbsf[1].score == 1.0
+    assert zscore[0].id == "a"
+    assert zscore[0].score == 1.0
+    assert zscore[1].score < 1.0

@@ -23,6 +23,7 @@ _FUSIONS = {
     retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
     retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
     retrieval_pb2.FUSION_METHOD_DBSF: FusionMethod.DBSF,
+    retrieval_pb2.FUSION_METHOD_ZSCORE: FusionMethod.ZSCORE,
 }
 
 _RERANK_STATUSES = {

@@ -44,6 +44,7 @@ FUSIONS: dict[str, int] = {
     "rrf": retrieval_pb2.FUSION_METHOD_RRF,
     "weighted": retrieval_pb2.FUSION_METHOD_WEIGHTED,
     "dbsf": retrieval_pb2.FUSION_METHOD_DBSF,
+    "zscore": retrieval_pb2.FUSION_METHOD_ZSCORE,
 }
 """Fusion methods of hybrid search by their CLI name."""
 

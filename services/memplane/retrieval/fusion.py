@@ -22,6 +22,14 @@
   DBSF a best candidate standing many deviations above the rest is clipped to 1.0 while
   the best of an evenly declining list gets ~0.8, so the signal that is sure of its
   answer wins. Measured on LoCoMo: README, "Recall without an LLM".
+- ZSCORE: CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for
+  metasearch", CIKM 2001; the z-score normalisation of Kamps et al.): each signal's score
+  becomes (score - mean) / standard deviation over its candidates (0 when all tie), a
+  memory the signal did not retrieve takes the signal's lowest z (it ranked below all its
+  candidates), the fused value is w_v * z_v + w_l * z_l, min-max normalised over the
+  query's candidates so the best scores 1 and the worst 0 (all 1 on a tie). Unlike DBSF it
+  does not clip: the top candidates, which stand several deviations above the mean, are
+  exactly the ones to tell apart.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from __future__ import annotations
 import enum
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class FusionMethod(enum.StrEnum):
@@ -38,6 +46,7 @@ class FusionMethod(enum.StrEnum):
     RRF = "rrf"
     WEIGHTED = "weighted"
     DBSF = "dbsf"
+    ZSCORE = "zscore"
 
 
 @dataclass(frozen=True)
@@ -59,18 +68,20 @@ class FusedHit:
     lexical: SignalHit | None
 
 
-def _signal(candidates: Sequence[tuple[str, float]], *, dbsf: bool = False) -> dict[str, SignalHit]:
+def _signal(candidates: Sequence[tuple[str, float]], method: FusionMethod) -> dict[str, SignalHit]:
     scores = [s for _, s in candidates]
-    if dbsf and scores:
-        mean = statistics.fmean(scores)
-        spread = 6 * statistics.pstdev(scores)
-        worst = mean - spread / 2
-    else:
-        worst = min(scores, default=0.0)
-        spread = max(scores, default=0.0) - worst
+    mean = statistics.fmean(scores) if scores else 0.0
+    deviation = statistics.pstdev(scores) if scores else 0.0
     out: dict[str, SignalHit] = {}
     for rank, (memory_id, score) in enumerate(candidates, start=1):
-        normalized = min(max((score - worst) / spread, 0.0), 1.0) if spread > 0 else 1.0
+        if method is FusionMethod.ZSCORE:
+            normalized = (score - mean) / deviation if deviation > 0 else 0.0
+        elif method is FusionMethod.DBSF:
+            low = mean - 3 * deviation
+            normalized = min(max((score - low) / (6 * deviation), 0.0), 1.0) if deviation > 0 else 1.0
+        else:
+            worst, spread = min(scores), max(scores) - min(scores)
+            normalized = (score - worst) / spread if spread > 0 else 1.0
         out[memory_id] = SignalHit(score=score, normalized=normalized, rank=rank)
     return out
 
@@ -87,21 +98,30 @@ def fuse(
     sorted by fused score (ties by id); SignalHit.normalized is the scale the method used
     (min-max, or DBSF's). Either list may be empty (single-signal search:
     the fused score is then that signal's normalised score, or RRF of its rank alone)."""
-    dbsf = method is FusionMethod.DBSF
-    v, lx = _signal(vector, dbsf=dbsf), _signal(lexical, dbsf=dbsf)
+    v, lx = _signal(vector, method), _signal(lexical, method)
     weights = {"v": vector_weight if v else 0.0, "l": (1.0 - vector_weight) if lx else 0.0}
     total = weights["v"] + weights["l"]
     if total == 0:
         return []
+    floors = {
+        "v": min((h.normalized for h in v.values()), default=0.0),
+        "l": min((h.normalized for h in lx.values()), default=0.0),
+    }
     hits: list[FusedHit] = []
     for memory_id in dict.fromkeys([*v, *lx]):
         hv, hl = v.get(memory_id), lx.get(memory_id)
         if method is FusionMethod.RRF:
             raw = sum(w / (rrf_k + h.rank) for w, h in ((weights["v"], hv), (weights["l"], hl)) if h is not None)
             score = raw / (total / (rrf_k + 1))
+        elif method is FusionMethod.ZSCORE:
+            score = sum(weights[s] * (h.normalized if h is not None else floors[s]) for s, h in (("v", hv), ("l", hl)))
         else:
             raw = sum(w * h.normalized for w, h in ((weights["v"], hv), (weights["l"], hl)) if h is not None)
             score = raw / total
         hits.append(FusedHit(id=memory_id, score=score, vector=hv, lexical=hl))
+    if method is FusionMethod.ZSCORE and hits:
+        best, worst = max(h.score for h in hits), min(h.score for h in hits)
+        spread = best - worst
+        hits = [replace(h, score=(h.score - worst) / spread if spread > 0 else 1.0) for h in hits]
     hits.sort(key=lambda h: (-h.score, h.id))
     return hits

@@ -64,8 +64,9 @@ class SearchMode:
 @dataclass(frozen=True)
 class SearchRequest:
     """A validated-on-use search. `fusion` None means the server's setting
-    (retrieval.fusion, WEIGHTED by default); `vector_weight` None means the method's
-    default (0.5 for RRF: equal weights; settings.vector_weight, 0.5, for WEIGHTED)."""
+    (retrieval.fusion); `vector_weight` None means the method's default (0.5 for RRF:
+    equal weights; settings.zscore_vector_weight for ZSCORE; settings.vector_weight
+    otherwise)."""
 
     queries: tuple[str, ...]
     top_k: int = 10
@@ -191,7 +192,9 @@ class RetrievalService:
         method = request.fusion or FusionMethod(self._settings.fusion)
         weight = request.vector_weight
         if weight is None:
-            weight = 0.5 if method is FusionMethod.RRF else self._settings.vector_weight
+            weight = {FusionMethod.RRF: 0.5, FusionMethod.ZSCORE: self._settings.zscore_vector_weight}.get(
+                method, self._settings.vector_weight
+            )
         # The scope's row count (a round trip unless cached) runs while the queries embed.
         counting = asyncio.ensure_future(self._exact(workspace, request.filter, now))
         counting.add_done_callback(_consume)
@@ -223,6 +226,7 @@ class RetrievalService:
             k1=self._settings.bm25_k1,
             b=self._settings.bm25_b,
             dbsf=method is FusionMethod.DBSF,
+            zscore=method is FusionMethod.ZSCORE,
             neighbour_window=_pick(request.neighbour_window, self._settings.neighbour_window),
             neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
             speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),

@@ -67,6 +67,7 @@ class SearchSpec:
     k1: float
     b: float
     dbsf: bool = False  # distribution-based score fusion (ignored when rrf)
+    zscore: bool = False  # z-score fusion (ignored when rrf or dbsf)
     neighbour_window: int = 0  # turns each side of a candidate in its session's transcript
     neighbour_weight: float = 0.0  # 0: no neighbourhood term
     speaker_weight: float = 0.0  # 0: no speaker term
@@ -134,8 +135,17 @@ _DBSF = sql.SQL(
 )
 
 
+_Z = sql.SQL(
+    "CASE WHEN stddev_pop(score) OVER () > 0 THEN (score - avg(score) OVER ()) / stddev_pop(score) OVER () ELSE 0 END"
+)
+
+
 def _norm(spec: SearchSpec) -> sql.Composable:
-    return _DBSF if spec.dbsf and not spec.rrf else _MIN_MAX
+    if spec.rrf:
+        return _MIN_MAX
+    if spec.dbsf:
+        return _DBSF
+    return _Z if spec.zscore else _MIN_MAX
 
 
 def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
@@ -196,16 +206,24 @@ _EMPTY_SIGNAL = sql.SQL(
 
 _FUSION = (
     " weights AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM vs) THEN %(vector_weight)s::float8 ELSE 0 END AS wv,"
-    "   CASE WHEN EXISTS (SELECT 1 FROM ls) THEN 1 - %(vector_weight)s::float8 ELSE 0 END AS wl),"
-    " fused AS (SELECT coalesce(vs.id, ls.id) AS id,"
+    "   CASE WHEN EXISTS (SELECT 1 FROM ls) THEN 1 - %(vector_weight)s::float8 ELSE 0 END AS wl,"
+    "   (SELECT min(norm) FROM vs) AS v_floor, (SELECT min(norm) FROM ls) AS l_floor),"
+    " combined AS (SELECT coalesce(vs.id, ls.id) AS id,"
     "   CASE WHEN %(rrf)s"
     "     THEN (coalesce(weights.wv / (%(rrf_k)s + vs.rank), 0) + coalesce(weights.wl / (%(rrf_k)s + ls.rank), 0))"
     "          / ((weights.wv + weights.wl) / (%(rrf_k)s + 1))"
+    "     WHEN %(zscore)s"
+    "     THEN coalesce(weights.wv * coalesce(vs.norm, weights.v_floor), 0)"
+    "          + coalesce(weights.wl * coalesce(ls.norm, weights.l_floor), 0)"
     "     ELSE (coalesce(weights.wv * vs.norm, 0) + coalesce(weights.wl * ls.norm, 0)) / (weights.wv + weights.wl)"
     "   END AS score,"
     "   vs.score AS v_score, vs.norm AS v_norm, vs.rank AS v_rank, ls.score AS l_score, ls.norm AS l_norm,"
     "   ls.rank AS l_rank"
-    "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0)"
+    "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0),"
+    " fused AS (SELECT id, CASE WHEN NOT %(zscore)s OR %(rrf)s THEN score"
+    "     WHEN max(score) OVER () > min(score) OVER ()"
+    "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS score,"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank FROM combined)"
 )
 _TOP = sql.SQL(
     " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time FROM fused"
@@ -276,6 +294,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         top_k=spec.top_k,
         min_score=spec.min_score,
         rrf=spec.rrf,
+        zscore=spec.zscore and not spec.dbsf,
         rrf_k=spec.rrf_k,
         vector_weight=spec.vector_weight,
         k1=spec.k1,

@@ -29,8 +29,9 @@ class _FusionMethod:
 class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
-    """The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
-    because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+    """The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
+    it measured the highest LoCoMo recall on both text formats (README, "Recall without an
+    LLM").
     """
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
     """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
@@ -46,13 +47,22 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     (clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
     every signal's best 1.0.
     """
+    FUSION_METHOD_ZSCORE: _FusionMethod.ValueType  # 4
+    """CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for metasearch",
+    CIKM 2001): each signal's score minus its candidates' mean, over their standard
+    deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
+    vector_weight, then min-max normalised over the query's candidates (best 1). No
+    clipping, unlike DBSF: it keeps the top candidates apart. The server default
+    (README, "Recall without an LLM").
+    """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How the per-signal rankings are combined."""
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
-"""The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
-because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+"""The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
+it measured the highest LoCoMo recall on both text formats (README, "Recall without an
+LLM").
 """
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
@@ -67,6 +77,14 @@ standard deviations and mean + 3 (clipped to 0..1) over its candidates, then wei
 as WEIGHTED. A best candidate standing many deviations above the rest keeps its lead
 (clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
 every signal's best 1.0.
+"""
+FUSION_METHOD_ZSCORE: FusionMethod.ValueType  # 4
+"""CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for metasearch",
+CIKM 2001): each signal's score minus its candidates' mean, over their standard
+deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
+vector_weight, then min-max normalised over the query's candidates (best 1). No
+clipping, unlike DBSF: it keeps the top candidates apart. The server default
+(README, "Recall without an LLM").
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
@@ -198,8 +216,10 @@ class SearchMemoriesRequest(_message.Message):
     fusion: Global___FusionMethod.ValueType
     """Fusion method in HYBRID mode."""
     vector_weight: _builtins.float
-    """Weight of the vector signal, 0 to 1; unset (0) means the server's default (0.5;
-    ReMe uses 0.7). The lexical weight is 1 - vector_weight. Weights RRF terms too.
+    """Weight of the vector signal, 0 to 1; unset (0) means the server's default for the
+    fusion method (`retrieval.vector_weight`, 0.5, for WEIGHTED and DBSF;
+    `retrieval.zscore_vector_weight`, 0.4, for ZSCORE; 0.5 for RRF; ReMe uses 0.7). The
+    lexical weight is 1 - vector_weight. Weights RRF terms too.
     """
     rrf_k: _builtins.int
     """RRF constant k; 0 means 60 (the paper's value)."""
@@ -289,8 +309,10 @@ class SignalScore(_message.Message):
     score: _builtins.float
     """Raw score of the signal: cosine similarity (-1..1) for vector, BM25 for lexical."""
     normalized_score: _builtins.float
-    """Score min-max normalised over this query's candidates of the signal (best 1, worst
-    0), as used by WEIGHTED fusion.
+    """The score on the scale the fusion used, over this query's candidates of the signal:
+    min-max (best 1, worst 0) for WEIGHTED and RRF, DBSF's clipped 0..1 for DBSF, the
+    z-score (standard deviations above the mean) for ZSCORE; the reranker's min-max for
+    SearchHit.rerank.
     """
     rank: _builtins.int
     """1-based rank of the hit in the signal's candidate list; 0 when the signal did
