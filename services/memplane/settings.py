@@ -248,6 +248,22 @@ class RetrievalSettings(BaseModel):
         description="Boost of a candidate whose valid_from lies in the interval the query names (0: off). "
         "See README 'Recall without an LLM'.",
     )
+    prf_terms: int = Field(
+        default=0,
+        ge=0,
+        le=50,
+        description="RM3 expansion lexemes of the lexical signal for requests that leave prf_terms unset "
+        "(0: off). See README 'Recall without an LLM'.",
+    )
+    prf_docs: int = Field(
+        default=10, ge=1, le=100, description="RM3 feedback memories (Anserini's fbDocs default, 10)."
+    )
+    prf_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="RM3: the original query's share of the expanded query (Anserini's originalQueryWeight, 0.5).",
+    )
     time_slack_days: float = Field(
         default=3.0,
         ge=0,

@@ -365,3 +365,24 @@ async def test_lexical_candidates_function_answers_only_for_the_transactions_wor
     assert other is not None
     assert own["n"] == sum("Caroline" in t for t in TEXTS)
     assert other["n"] == 0  # their memories match too, but this transaction is not theirs
+
+
+@pytest.mark.parametrize("prefilter", [False, True])
+async def test_rm3_expansion_reaches_memories_sharing_only_feedback_lexemes(
+    app: App, tenant_factory: TenantFactory, prefilter: bool
+) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    text = "LGBTQ support group"
+    lexical = {"use_vector": False, "prefilter": prefilter}
+    plain = await run(app, ws, spec(**lexical), text, None)
+    expanded = await run(app, ws, spec(**lexical, prf_terms=10, prf_docs=2, prf_weight=0.5), text, None)
+    plain_texts = {r.memory.content for r in plain}
+    expanded_texts = [r.memory.content for r in expanded]
+    # The two support-group memories are the feedback; "caroline" is among their lexemes, so
+    # Caroline's other memories, which share no lexeme with the query, become candidates.
+    assert "Caroline is researching adoption agencies" not in plain_texts
+    assert "Caroline is researching adoption agencies" in expanded_texts
+    assert expanded_texts[0] == "Caroline went to the LGBTQ support group on Tuesday"
+    assert len(expanded) > len(plain)
+    off = await run(app, ws, spec(**lexical, prf_terms=0, prf_docs=2, prf_weight=0.5), text, None)
+    assert [(r.memory.id, r.score) for r in off] == [(r.memory.id, r.score) for r in plain]

@@ -101,6 +101,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 neighbour_weight=request.neighbour_weight if request.HasField("neighbour_weight") else None,
                 speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
                 time_weight=request.time_weight if request.HasField("time_weight") else None,
+                prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
             ),
             after_lsn=self._consistency.after(context, workspace),
         )

@@ -265,6 +265,7 @@ class AsyncMemplaneClient:
         neighbour_weight: float | None = None,
         speaker_weight: float | None = None,
         time_weight: float | None = None,
+        prf_terms: int | None = None,
     ) -> retrieval_pb2.SearchMemoriesResponse:
         """Hybrid search; *queries* may be one string or several (merged, de-duplicated).
         The query-aware terms left None take the server's defaults (0 turns one off)."""
@@ -273,6 +274,7 @@ class AsyncMemplaneClient:
             "neighbour_weight": neighbour_weight,
             "speaker_weight": speaker_weight,
             "time_weight": time_weight,
+            "prf_terms": prf_terms,
         }
         return await self._call(
             self.retrieval.SearchMemories,

@@ -73,6 +73,7 @@ class SearchTerms:
     neighbour_weight: float | None = None
     speaker_weight: float | None = None
     time_weight: float | None = None
+    prf_terms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,7 @@ async def _ask(
         neighbour_weight=config.terms.neighbour_weight,
         speaker_weight=config.terms.speaker_weight,
         time_weight=config.terms.time_weight,
+        prf_terms=config.terms.prf_terms,
     )
     log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]

@@ -80,6 +80,7 @@ class SearchRequest:
     neighbour_weight: float | None = None
     speaker_weight: float | None = None
     time_weight: float | None = None
+    prf_terms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,8 @@ class RetrievalService:
             v.add("rrf_k", "must be between 1 and 10000")
         if request.neighbour_window is not None and not 0 <= request.neighbour_window <= MAX_NEIGHBOUR_WINDOW:
             v.add("neighbour_window", f"must be between 0 and {MAX_NEIGHBOUR_WINDOW}")
+        if request.prf_terms is not None and not 0 <= request.prf_terms <= MAX_PRF_TERMS:
+            v.add("prf_terms", f"must be between 0 and {MAX_PRF_TERMS}")
         for name in ("neighbour_weight", "speaker_weight", "time_weight"):
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
@@ -231,6 +234,9 @@ class RetrievalService:
             neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
             speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
             time_weight=_pick(request.time_weight, self._settings.time_weight),
+            prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
+            prf_docs=self._settings.prf_docs,
+            prf_weight=self._settings.prf_weight,
         )
         queries = [
             _query_text(
@@ -343,6 +349,9 @@ _MAX_CACHED_COUNTS = 10_000
 
 MAX_NEIGHBOUR_WINDOW = 10
 """Turns each side of a candidate the neighbourhood term may look at."""
+
+MAX_PRF_TERMS = 50
+"""RM3 expansion lexemes a request may ask for."""
 
 _T = TypeVar("_T", int, float)
 

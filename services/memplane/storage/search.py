@@ -41,6 +41,7 @@ from memplane.domain.models import Memory, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
 
@@ -72,6 +73,9 @@ class SearchSpec:
     neighbour_weight: float = 0.0  # 0: no neighbourhood term
     speaker_weight: float = 0.0  # 0: no speaker term
     time_weight: float = 0.0  # 0: no time term
+    prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
+    prf_docs: int = 10  # RM3 feedback memories
+    prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
 
     @property
     def boosted(self) -> bool:
@@ -115,7 +119,7 @@ class SearchRow:
 _TSQUERY = sql.SQL(
     "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE array_to_string(array_agg("
     r"'''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || ''''"
-    "), ' | ')::tsquery END FROM w {cond})"
+    "), ' | ')::tsquery END FROM {terms} w {cond})"
 )
 
 
@@ -148,45 +152,80 @@ def _norm(spec: SearchSpec) -> sql.Composable:
     return _Z if spec.zscore else _MIN_MAX
 
 
-def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
+def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, terms: str, name: str) -> sql.Composable:
+    """CTE *name*: the lexical candidates (id, lexical, lexical_length) of the lexemes in CTE
+    *terms* (lexeme, df, cumulative), found one of the three ways of the module docstring
+    (the prefilter's CTE `f` is made by the call for terms "w")."""
+    ident = sql.Identifier(name)
     if spec.prefilter:
-        candidates = sql.SQL(
-            "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-            "  WHERE m.workspace_key = %(ws)s AND {where}),"
-            " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})"
-        ).format(where=where, tsquery=_TSQUERY.format(cond=sql.SQL("")))
-    elif whole:
+        tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=sql.SQL(""))
+        rows = (
+            sql.SQL(
+                "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+                "  WHERE m.workspace_key = %(ws)s AND {where}), "
+            ).format(where=where)
+            if terms == "w"
+            else sql.SQL("")
+        )
+        return sql.SQL("{rows}{name} AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})").format(
+            rows=rows, name=ident, tsquery=tsquery
+        )
+    tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
+    if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
         # memplane_lexical_candidates (migration 0010) reads it as the owner, for this
         # workspace only, and applies the validity filter (all a whole-workspace filter holds).
-        candidates = sql.SQL(
-            "cand AS MATERIALIZED (SELECT c.id, c.lexical, c.lexical_length FROM memplane_lexical_candidates("
+        return sql.SQL(
+            "{name} AS MATERIALIZED (SELECT c.id, c.lexical, c.lexical_length FROM memplane_lexical_candidates("
             "   %(ws)s, {tsquery}, %(at)s::timestamptz, %(superseded)s, %(expired)s, %(lexical_cap)s) c)"
-        ).format(tsquery=_TSQUERY.format(cond=_RAREST))
-    else:
-        candidates = sql.SQL(
-            "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-            "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
-        ).format(where=where, tsquery=_TSQUERY.format(cond=_RAREST))
+        ).format(name=ident, tsquery=tsquery)
     return sql.SQL(
-        "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
-        "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
-        " df AS MATERIALIZED (SELECT x.lexeme, coalesce(sum(d.df), 0)::float8 AS df"
-        "   FROM lex CROSS JOIN LATERAL unnest(lex.lexemes) x(lexeme)"
-        "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = x.lexeme GROUP BY x.lexeme),"
-        " stats AS MATERIALIZED (SELECT greatest(s.memory_count, 1)::float8 AS n,"
-        "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
-        "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
-        " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
-        "   sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats),"
-        " {candidates},"
-        " bm25 AS (SELECT cand.id, sum(w.idf * cardinality(u.positions) * (%(k1)s + 1)"
-        "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * cand.lexical_length / stats.avgdl)))"
-        "   AS score FROM cand CROSS JOIN LATERAL unnest(ts_filter(setweight(cand.lexical, 'A',"
-        "     (SELECT lex.lexemes FROM lex)), '{{a}}')) u JOIN w ON w.lexeme = u.lexeme"
-        "   CROSS JOIN stats GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT %(depth)s),"
-        " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM bm25)"
-    ).format(candidates=candidates, norm=_norm(spec))
+        "{name} AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+        "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
+    ).format(name=ident, where=where, tsquery=tsquery)
+
+
+BM25 = (
+    "{name} AS (SELECT c.id, sum(t.qw * t.idf * cardinality(u.positions) * (%(k1)s + 1)"
+    "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * c.lexical_length / stats.avgdl)))"
+    "   AS score FROM {cand} c CROSS JOIN LATERAL unnest(ts_filter(setweight(c.lexical, 'A',"
+    "     (SELECT array_agg(lexeme) FROM {terms})), '{{a}}')) u JOIN {terms} t ON t.lexeme = u.lexeme"
+    "   CROSS JOIN stats GROUP BY c.id ORDER BY score DESC, c.id LIMIT %(depth)s)"
+)
+"""Okapi BM25 of the candidates in CTE {cand} over the lexemes of CTE {terms} (lexeme, idf
+and a query weight qw, 1 for a query's own lexemes), the depth best (ts_filter keeps the
+query's lexemes of each tsvector)."""
+
+
+def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
+    first = "bm25_0" if spec.prf_terms > 0 else "bm25"
+    parts = [
+        sql.SQL(
+            "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
+            "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
+            " df AS MATERIALIZED (SELECT x.lexeme, coalesce(sum(d.df), 0)::float8 AS df"
+            "   FROM lex CROSS JOIN LATERAL unnest(lex.lexemes) x(lexeme)"
+            "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = x.lexeme GROUP BY x.lexeme),"
+            " stats AS MATERIALIZED (SELECT greatest(s.memory_count, 1)::float8 AS n,"
+            "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
+            "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
+            " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
+            "   1::float8 AS qw, sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats)"
+        ),
+        lexical_candidates(spec, where, whole, "w", "cand"),
+        sql.SQL(BM25).format(name=sql.Identifier(first), cand=sql.Identifier("cand"), terms=sql.Identifier("w")),
+    ]
+    if spec.prf_terms > 0:
+        parts.append(rm3_ctes(lexical_candidates(spec, where, whole, "wx", "candx")))
+        parts.append(
+            sql.SQL(BM25).format(name=sql.Identifier("bm25"), cand=sql.Identifier("candx"), terms=sql.Identifier("wx"))
+        )
+    parts.append(
+        sql.SQL(
+            "ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM bm25)"
+        ).format(norm=_norm(spec))
+    )
+    return sql.SQL(", ").join(parts)
 
 
 def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sql.Composable:
@@ -307,6 +346,8 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         superseded=flt.include_superseded,
         expired=flt.include_expired,
     )
+    if spec.prf_terms > 0:
+        params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
         weights = spec.speaker_weight + spec.time_weight + (spec.neighbour_weight if spec.neighbours else 0.0)
         params.values.update(

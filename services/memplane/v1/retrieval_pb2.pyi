@@ -202,6 +202,7 @@ class SearchMemoriesRequest(_message.Message):
     NEIGHBOUR_WEIGHT_FIELD_NUMBER: _builtins.int
     SPEAKER_WEIGHT_FIELD_NUMBER: _builtins.int
     TIME_WEIGHT_FIELD_NUMBER: _builtins.int
+    PRF_TERMS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
@@ -247,6 +248,14 @@ class SearchMemoriesRequest(_message.Message):
     interval widened by `retrieval.time_slack_days` each side gains this much, 0 to 1; 0
     turns it off; unset means the server's `retrieval.time_weight`.
     """
+    prf_terms: _builtins.int
+    """Pseudo-relevance feedback for the lexical signal, RM3 (Abdul-Jaleel et al., TREC 2004;
+    as Anserini runs it over BM25): the first BM25 pass's best `retrieval.prf_docs`
+    memories are taken as relevant, their heaviest prf_terms lexemes by relevance model
+    are mixed into the query (the query's own share `retrieval.prf_weight`), and a second
+    BM25 pass ranks the expanded query's candidates. 0 to 50; 0 turns it off; unset means
+    the server's `retrieval.prf_terms`.
+    """
     @_builtins.property
     def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
@@ -273,15 +282,18 @@ class SearchMemoriesRequest(_message.Message):
         neighbour_weight: _builtins.float | None = ...,
         speaker_weight: _builtins.float | None = ...,
         time_weight: _builtins.float | None = ...,
+        prf_terms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
     _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
     _WhichOneofReturnType__neighbour_window: _TypeAlias = _typing.Literal["neighbour_window"]  # noqa: Y015
     _WhichOneofArgType__neighbour_window: _TypeAlias = _typing.Literal["_neighbour_window", b"_neighbour_window"]  # noqa: Y015
+    _WhichOneofReturnType__prf_terms: _TypeAlias = _typing.Literal["prf_terms"]  # noqa: Y015
+    _WhichOneofArgType__prf_terms: _TypeAlias = _typing.Literal["_prf_terms", b"_prf_terms"]  # noqa: Y015
     _WhichOneofReturnType__speaker_weight: _TypeAlias = _typing.Literal["speaker_weight"]  # noqa: Y015
     _WhichOneofArgType__speaker_weight: _TypeAlias = _typing.Literal["_speaker_weight", b"_speaker_weight"]  # noqa: Y015
     _WhichOneofReturnType__time_weight: _TypeAlias = _typing.Literal["time_weight"]  # noqa: Y015
@@ -290,6 +302,8 @@ class SearchMemoriesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_weight) -> _WhichOneofReturnType__neighbour_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_window) -> _WhichOneofReturnType__neighbour_window | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prf_terms) -> _WhichOneofReturnType__prf_terms | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__speaker_weight) -> _WhichOneofReturnType__speaker_weight | None: ...
     @_typing.overload
