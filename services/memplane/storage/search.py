@@ -21,9 +21,14 @@ pipeline: one round trip). Its parts, as CTEs:
 - vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
   partition's HNSW index with pgvector's iterative scan (set for the transaction by the
   caller: hnsw.ef_search, hnsw.iterative_scan);
-- vs, ls, fused: min-max normalised scores and ranks per signal, then RRF or WEIGHTED
-  exactly as `memplane.retrieval.fusion.fuse` (which stays the reference: a unit test
-  compares them), min_score, top_k, and the memory rows.
+- vs, ls, combined, fused: each signal's scores on the fusion's scale (min-max, DBSF's,
+  or z-scores) with ranks, then RRF, WEIGHTED, DBSF or ZSCORE exactly as
+  `memplane.retrieval.fusion.fuse` (which stays the reference: a test compares them);
+- with RM3 on (`prf_terms`), the lexical leg's first pass is `bm25_0` and a second pass
+  over the expanded query is `bm25` (`memplane.storage.search_rm3`);
+- top: min_score and top_k, after the neighbourhood, speaker and time terms when any is
+  on (`memplane.storage.search_boosts`); then the memory rows.
+A term that is off adds nothing to the statement's text.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from memplane.domain.models import Memory, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.storage.search_boosts import top_cte
 from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
@@ -264,46 +270,6 @@ _FUSION = (
     "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS score,"
     "   v_score, v_norm, v_rank, l_score, l_norm, l_rank FROM combined)"
 )
-_TOP = sql.SQL(
-    " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time FROM fused"
-    "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
-)
-
-# The query-aware terms, over every fused candidate: its memory's speaker, time and place in
-# its session's transcript (the first source message's seq), the best fused score among the
-# candidates of the same session within the window, and the rescaled sum.
-_CONTEXT = sql.SQL(
-    " ctx AS MATERIALIZED (SELECT f.id, f.score, m.source_session_id AS session, {seq} AS seq,"
-    "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
-    "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
-    "   AS dated FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
-    " nb AS ({neighbours}),"
-    " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
-    "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
-    "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time"
-    "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
-    " top AS (SELECT id, (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) AS score,"
-    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time FROM boosted"
-    "   WHERE (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) >= %(min_score)s"
-    "   ORDER BY (score + b_neighbour + b_speaker + b_time) DESC, id LIMIT %(top_k)s)"
-)
-_TRANSCRIPT = sql.SQL(
-    "LEFT JOIN transcript_messages t ON t.workspace_key = %(ws)s AND t.session_id = m.source_session_id"
-    " AND t.message_id = m.source_message_ids[1]"
-)
-_NEIGHBOURS = sql.SQL(
-    "SELECT a.id, max(b.score) AS score FROM ctx a JOIN ctx b ON b.session = a.session"
-    " AND b.seq BETWEEN a.seq - %(neighbour_window)s AND a.seq + %(neighbour_window)s AND b.id <> a.id GROUP BY a.id"
-)
-_NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
-
-
-def _top(spec: SearchSpec) -> sql.Composable:
-    if not spec.boosted:
-        return _TOP
-    if spec.neighbours:
-        return _CONTEXT.format(seq=sql.SQL("t.seq"), transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
-    return _CONTEXT.format(seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS)
 
 
 def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.Composed, Params]:
@@ -326,7 +292,12 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
-    ).format(parts=sql.SQL(", ").join(parts), fusion=sql.SQL(_FUSION), top=_top(spec), cols=sql.SQL(MEMORY_COLUMNS))
+    ).format(
+        parts=sql.SQL(", ").join(parts),
+        fusion=sql.SQL(_FUSION),
+        top=top_cte(spec.boosted, spec.neighbours),
+        cols=sql.SQL(MEMORY_COLUMNS),
+    )
     params.values.update(
         ws=0,
         depth=spec.depth,

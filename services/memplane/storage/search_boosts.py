@@ -1,0 +1,60 @@
+"""The query-aware terms of the search statement (`memplane.storage.search`): neighbourhood,
+speaker and time, as its last CTEs.
+
+Over every fused candidate (CTE `fused`): its memory's speaker (``metadata.speaker``),
+`valid_from` and place in its session's transcript (the seq of its first source message,
+joined only when the neighbourhood term is on), the best fused score among the candidates
+of the same session within `neighbour_window` turns, and the score
+(fused + neighbour_weight * that + speaker_weight * named + time_weight * dated) /
+(1 + the weights in use). Parameters: names (text[]), time_from, time_to (the query's
+own), neighbour_window, neighbour_weight, speaker_weight, time_weight, boost_weights.
+Memories without a transcript position (AddMemories) have no neighbours.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+_TOP = sql.SQL(
+    " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time FROM fused"
+    "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+)
+
+# The query-aware terms, over every fused candidate: its memory's speaker, time and place in
+# its session's transcript (the first source message's seq), the best fused score among the
+# candidates of the same session within the window, and the rescaled sum.
+_CONTEXT = sql.SQL(
+    " ctx AS MATERIALIZED (SELECT f.id, f.score, m.source_session_id AS session, {seq} AS seq,"
+    "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
+    "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
+    "   AS dated FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
+    " nb AS ({neighbours}),"
+    " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
+    "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
+    "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time"
+    "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
+    " top AS (SELECT id, (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) AS score,"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time FROM boosted"
+    "   WHERE (score + b_neighbour + b_speaker + b_time) / (1 + %(boost_weights)s::float8) >= %(min_score)s"
+    "   ORDER BY (score + b_neighbour + b_speaker + b_time) DESC, id LIMIT %(top_k)s)"
+)
+_TRANSCRIPT = sql.SQL(
+    "LEFT JOIN transcript_messages t ON t.workspace_key = %(ws)s AND t.session_id = m.source_session_id"
+    " AND t.message_id = m.source_message_ids[1]"
+)
+_NEIGHBOURS = sql.SQL(
+    "SELECT a.id, max(b.score) AS score FROM ctx a JOIN ctx b ON b.session = a.session"
+    " AND b.seq BETWEEN a.seq - %(neighbour_window)s AND a.seq + %(neighbour_window)s AND b.id <> a.id GROUP BY a.id"
+)
+_NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
+
+
+def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
+    """CTE `top`: the fused candidates (CTE `fused`) past min_score, best first, at most
+    top_k, with what each term added (b_neighbour, b_speaker, b_time; all 0 unless
+    *boosted*; the transcript joined only for *neighbours*)."""
+    if not boosted:
+        return _TOP
+    if neighbours:
+        return _CONTEXT.format(seq=sql.SQL("t.seq"), transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
+    return _CONTEXT.format(seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS)
