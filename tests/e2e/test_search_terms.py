@@ -137,6 +137,33 @@ async def test_memories_without_a_transcript_have_no_neighbours(workspace: TestW
     assert all(h.boosts.neighbour == 0.0 for h in reply.hits)
 
 
+async def test_context_turns_come_back_in_order_within_the_token_bound(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "People shared their transgender stories and I felt accepted"
+    reply = await workspace.client.search(query, top_k=3, context_turns=2, context_max_tokens=10_000)
+    top = reply.hits[0]
+    assert top.memory.metadata.fields["message_id"].string_value == "D1:3"
+    got = [(c.offset, c.message_id, c.name, c.content) for c in top.context]
+    assert got == [(i - 2, d, s, t) for i, (d, s, t) in enumerate(SESSION_1) if i != 2]
+    assert all(c.tokens > 0 for c in top.context)
+    # A bound of the nearest two turns' tokens keeps exactly them (the earlier first on a tie).
+    nearest = sum(c.tokens for c in top.context if abs(c.offset) == 1)
+    bounded = await workspace.client.search(query, top_k=1, context_turns=2, context_max_tokens=nearest)
+    assert [c.offset for c in bounded.hits[0].context] == [-1, 1]
+    # The last turn of a session has turns before it only; none asked, none returned.
+    last = await workspace.client.search("roasting marshmallows by the fire", top_k=1, context_turns=5)
+    assert [c.message_id for c in last.hits[0].context] == ["D2:1", "D2:2"]
+    plain = await workspace.client.search(query, top_k=3)
+    assert all(len(h.context) == 0 for h in plain.hits)
+
+
+async def test_memories_without_a_transcript_have_no_context(workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories([mem("the support group met on Tuesday", session_id="s")])
+    reply = await workspace.client.search("support group", top_k=1, context_turns=3)
+    assert len(reply.hits) == 1
+    assert len(reply.hits[0].context) == 0
+
+
 async def test_unset_terms_take_the_server_defaults(workspace: TestWorkspace) -> None:
     await conversation(workspace)
     query = "What did Melanie paint in May 2023?"

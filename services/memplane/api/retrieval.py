@@ -102,6 +102,8 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
                 time_weight=request.time_weight if request.HasField("time_weight") else None,
                 prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
+                context_turns=request.context_turns,
+                context_max_tokens=request.context_max_tokens,
             ),
             after_lsn=self._consistency.after(context, workspace),
         )
@@ -115,6 +117,16 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
                     boosts=retrieval_pb2.ScoreBoosts(neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2]),
+                    context=[
+                        retrieval_pb2.ContextTurn(
+                            offset=c.turn.offset,
+                            message_id=c.turn.message_id,
+                            name=c.turn.name,
+                            content=c.turn.content,
+                            tokens=c.tokens,
+                        )
+                        for c in h.context
+                    ],
                 )
                 for h in result.hits
             ],

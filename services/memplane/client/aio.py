@@ -266,6 +266,8 @@ class AsyncMemplaneClient:
         speaker_weight: float | None = None,
         time_weight: float | None = None,
         prf_terms: int | None = None,
+        context_turns: int = 0,
+        context_max_tokens: int = 0,
     ) -> retrieval_pb2.SearchMemoriesResponse:
         """Hybrid search; *queries* may be one string or several (merged, de-duplicated).
         The query-aware terms left None take the server's defaults (0 turns one off)."""
@@ -286,6 +288,8 @@ class AsyncMemplaneClient:
                 mode=mode,  # type: ignore[arg-type]
                 fusion=fusion,  # type: ignore[arg-type]
                 vector_weight=vector_weight,
+                context_turns=context_turns,
+                context_max_tokens=context_max_tokens,
                 **{k: v for k, v in terms.items() if v is not None},  # type: ignore[arg-type]
             ),
         )

@@ -26,6 +26,7 @@ import binascii
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -39,6 +40,7 @@ from memplane.domain.validation import Violations, check_filter, check_text, par
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
+from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.retrieval.query import query_names, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
@@ -47,7 +49,7 @@ from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
-from memplane.storage.search import QueryText, SearchSpec
+from memplane.storage.search import ContextTurn, QueryText, SearchSpec
 from memplane.text.segment import segment
 
 _log = logging.getLogger(__name__)
@@ -81,6 +83,8 @@ class SearchRequest:
     speaker_weight: float | None = None
     time_weight: float | None = None
     prf_terms: int | None = None
+    context_turns: int = 0  # transcript turns returned each side of a hit
+    context_max_tokens: int = 0  # 0: DEFAULT_CONTEXT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Hit:
     query_index: int
     rerank: SignalHit | None = None
     boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)  # neighbour, speaker, time (weighted)
+    context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
 
 
 class RerankStatus:
@@ -142,7 +147,10 @@ class RetrievalService:
         settings: RetrievalSettings,
         *,
         reranker: Reranker | None = None,
+        counter_for: Callable[[str], Callable[[str], int]] | None = None,
     ) -> None:
+        """*counter_for* gives the token counter of an encoding (context bounds; without
+        it, a context turn counts as its length in characters / 4)."""
         self._reads = reads
         self._memories = memories
         self._meter = meter
@@ -150,6 +158,7 @@ class RetrievalService:
         self._limits = limits
         self._settings = settings
         self._reranker = reranker
+        self._counter_for = counter_for or (lambda _encoding: _approximate_tokens)
         self._counts: dict[tuple[int, str], tuple[float, int]] = {}
 
     def _validate_search(self, request: SearchRequest) -> None:
@@ -168,10 +177,15 @@ class RetrievalService:
             v.add("vector_weight", "must be between 0 and 1")
         if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
             v.add("rrf_k", "must be between 1 and 10000")
-        if request.neighbour_window is not None and not 0 <= request.neighbour_window <= MAX_NEIGHBOUR_WINDOW:
-            v.add("neighbour_window", f"must be between 0 and {MAX_NEIGHBOUR_WINDOW}")
-        if request.prf_terms is not None and not 0 <= request.prf_terms <= MAX_PRF_TERMS:
-            v.add("prf_terms", f"must be between 0 and {MAX_PRF_TERMS}")
+        for name, high in (
+            ("neighbour_window", MAX_NEIGHBOUR_WINDOW),
+            ("prf_terms", MAX_PRF_TERMS),
+            ("context_turns", MAX_NEIGHBOUR_WINDOW),
+            ("context_max_tokens", MAX_CONTEXT_TOKENS),
+        ):
+            count = getattr(request, name)
+            if count is not None and not 0 <= count <= high:
+                v.add(name, f"must be between 0 and {high}")
         for name in ("neighbour_weight", "speaker_weight", "time_weight"):
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
@@ -237,6 +251,7 @@ class RetrievalService:
             prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
             prf_docs=self._settings.prf_docs,
             prf_weight=self._settings.prf_weight,
+            context_turns=request.context_turns,
         )
         queries = [
             _query_text(
@@ -261,8 +276,9 @@ class RetrievalService:
                 lexical=_hit(r.lexical),
                 query_index=i,
                 boosts=r.boosts,
+                context=self._context(workspace, r.context, request.context_max_tokens),
             )
-            for r, i in merged
+            for r, i in merged[: max(request.top_k, self._reranker.top_n if self._reranker else 0)]
         ]
         if self._reranker is None or not hits:
             return SearchResult(hits[: request.top_k], embed_seconds, db_seconds, time.perf_counter() - started)
@@ -278,6 +294,12 @@ class RetrievalService:
             rerank_status=status,
             rerank_note=note,
         )
+
+    def _context(self, workspace: Workspace, turns: Sequence[ContextTurn], max_tokens: int) -> tuple[CountedTurn, ...]:
+        if not turns:
+            return ()
+        count = self._counter_for(workspace.token_encoding)
+        return tuple(bound_context(turns, max_tokens or DEFAULT_CONTEXT_TOKENS, count))
 
     async def _exact(self, workspace: Workspace, flt: MemoryFilter, now: datetime) -> bool:
         """Whether the filtered rows are few enough (`exact_scan_max_rows`) to scan exactly:
@@ -349,6 +371,14 @@ _MAX_CACHED_COUNTS = 10_000
 
 MAX_NEIGHBOUR_WINDOW = 10
 """Turns each side of a candidate the neighbourhood term may look at."""
+
+MAX_CONTEXT_TOKENS = 10_000
+"""Tokens of one hit's context a request may ask for."""
+
+
+def _approximate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
 
 MAX_PRF_TERMS = 50
 """RM3 expansion lexemes a request may ask for."""

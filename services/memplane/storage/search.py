@@ -46,7 +46,7 @@ from memplane.domain.models import Memory, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
-from memplane.storage.search_boosts import top_cte
+from memplane.storage.search_boosts import CONTEXT_COLUMN, top_cte
 from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
@@ -82,6 +82,7 @@ class SearchSpec:
     prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
     prf_docs: int = 10  # RM3 feedback memories
     prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
+    context_turns: int = 0  # transcript turns returned each side of a hit
 
     @property
     def boosted(self) -> bool:
@@ -118,6 +119,18 @@ class SearchRow:
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
     boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    context: tuple[ContextTurn, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContextTurn:
+    """A transcript turn next to a hit: its position relative to the hit (-1 before),
+    message id, author name and text."""
+
+    offset: int
+    message_id: str
+    name: str
+    content: str
 
 
 # The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input:
@@ -289,7 +302,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     query = sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time"
+        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, {context} AS context"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
     ).format(
@@ -297,6 +310,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         fusion=sql.SQL(_FUSION),
         top=top_cte(spec.boosted, spec.neighbours),
         cols=sql.SQL(MEMORY_COLUMNS),
+        context=CONTEXT_COLUMN if spec.context_turns > 0 else sql.SQL("NULL::json"),
     )
     params.values.update(
         ws=0,
@@ -317,6 +331,8 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         superseded=flt.include_superseded,
         expired=flt.include_expired,
     )
+    if spec.context_turns > 0:
+        params.values.update(context_turns=spec.context_turns)
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
@@ -370,6 +386,10 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
                 boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"])),
+                context=tuple(
+                    ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
+                    for c in r["context"] or ()
+                ),
             )
             for r in await cur.fetchall()
         ]

@@ -49,6 +49,18 @@ _NEIGHBOURS = sql.SQL(
 _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
 
 
+# The turns within context_turns of a hit in its session's transcript (not itself), in
+# order, as a JSON array of {offset, id, name, content}; [] without a transcript position.
+CONTEXT_COLUMN = sql.SQL(
+    "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
+    "   'content', n.content) ORDER BY n.seq), '[]'::json)"
+    " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
+    "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
+    "   AND n.seq <> h.seq"
+    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
+)
+
+
 def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
     """CTE `top`: the fused candidates (CTE `fused`) past min_score, best first, at most
     top_k, with what each term added (b_neighbour, b_speaker, b_time; all 0 unless

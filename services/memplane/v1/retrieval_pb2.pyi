@@ -203,6 +203,8 @@ class SearchMemoriesRequest(_message.Message):
     SPEAKER_WEIGHT_FIELD_NUMBER: _builtins.int
     TIME_WEIGHT_FIELD_NUMBER: _builtins.int
     PRF_TERMS_FIELD_NUMBER: _builtins.int
+    CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
+    CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
@@ -256,6 +258,15 @@ class SearchMemoriesRequest(_message.Message):
     BM25 pass ranks the expanded query's candidates. 0 to 50; 0 turns it off; unset means
     the server's `retrieval.prf_terms`.
     """
+    context_turns: _builtins.int
+    """Context: return with each hit up to this many turns each side of it in its session's
+    transcript (SearchHit.context; memories written by WriteConversation), 0 to 10; 0 (the
+    default) returns none.
+    """
+    context_max_tokens: _builtins.int
+    """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
+    first (the earlier on a tie), 1 to 10,000; 0 means 500.
+    """
     @_builtins.property
     def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
@@ -283,10 +294,12 @@ class SearchMemoriesRequest(_message.Message):
         speaker_weight: _builtins.float | None = ...,
         time_weight: _builtins.float | None = ...,
         prf_terms: _builtins.int | None = ...,
+        context_turns: _builtins.int = ...,
+        context_max_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
     _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
@@ -310,6 +323,44 @@ class SearchMemoriesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__time_weight) -> _WhichOneofReturnType__time_weight | None: ...
 
 Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ContextTurn(_message.Message):
+    """A turn next to a hit in its session's transcript (SearchMemoriesRequest.context_turns)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """Position relative to the hit: -1 the turn before it, 1 the turn after."""
+    message_id: _builtins.str
+    """The message's id (e.g. a LoCoMo dia_id)."""
+    name: _builtins.str
+    """The message's author name (the speaker)."""
+    content: _builtins.str
+    """The message's text."""
+    tokens: _builtins.int
+    """Tokens of content in the workspace's token encoding."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        message_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        content: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "message_id", b"message_id", "name", b"name", "offset", b"offset", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextTurn: _TypeAlias = ContextTurn  # noqa: Y015
 
 @_typing.final
 class SignalScore(_message.Message):
@@ -395,6 +446,7 @@ class SearchHit(_message.Message):
     QUERY_INDEX_FIELD_NUMBER: _builtins.int
     RERANK_FIELD_NUMBER: _builtins.int
     BOOSTS_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score, 0 to 1 (RRF is scaled so that rank 1 in every signal scores 1)."""
     query_index: _builtins.int
@@ -425,6 +477,13 @@ class SearchHit(_message.Message):
     def boosts(self) -> Global___ScoreBoosts:
         """What neighbourhood, speaker and time terms added to `score` (see ScoreBoosts)."""
 
+    @_builtins.property
+    def context(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextTurn]:
+        """The turns around the hit in its session, in order, within context_max_tokens
+        (SearchMemoriesRequest.context_turns); empty when not asked for or the memory has no
+        transcript position (AddMemories).
+        """
+
     def __init__(
         self,
         *,
@@ -435,10 +494,11 @@ class SearchHit(_message.Message):
         query_index: _builtins.int = ...,
         rerank: Global___SignalScore | None = ...,
         boosts: Global___ScoreBoosts | None = ...,
+        context: _abc.Iterable[Global___ContextTurn] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "context", b"context", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
