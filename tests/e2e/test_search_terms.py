@@ -1,5 +1,5 @@
 """SearchMemories' per-request recall options over real gRPC: DBSF fusion, and the
-neighbourhood, speaker and time terms. Each term is checked against a search of the same
+neighbourhood, speaker and time terms, and the context turns. Each term is checked against a search of the same
 workspace with the terms off (its fused scores are the base): a boosted hit's score is
 (base + its boosts) / (1 + the weights in use), each boost is exactly its weight (speaker,
 time) or its weight x the best base score of the same session's turns within the window
@@ -123,18 +123,19 @@ async def test_neighbour_term_borrows_the_best_score_within_the_window_of_the_sa
     assert boosted["D2:1"].boosts.neighbour == pytest.approx(0.5 * base["D2:2"].score, abs=1e-9)
 
 
-async def test_memories_without_a_transcript_have_no_neighbours(workspace: TestWorkspace) -> None:
-    await workspace.client.add_memories(
-        [
-            mem("the support group met on Tuesday", session_id="s"),
-            mem("the group shared transgender stories", session_id="s"),
-        ]
-    )
-    reply = await workspace.client.search(
-        "transgender stories at the support group", top_k=5, **{**OFF, "neighbour_window": 3, "neighbour_weight": 1.0}
-    )
-    assert len(reply.hits) == 2
-    assert all(h.boosts.neighbour == 0.0 for h in reply.hits)
+async def test_memories_without_a_transcript_are_neighbours_in_the_order_written(workspace: TestWorkspace) -> None:
+    texts = ["the support group met on Tuesday", "the group shared transgender stories", "we painted the lake"]
+    added = await workspace.client.add_memories([mem(t, session_id="s") for t in texts])
+    alone = await workspace.client.add_memories([mem("transgender stories at the library")])  # no session
+    query = "transgender stories at the support group"
+    base = {h.memory.id: h.score for h in (await workspace.client.search(query, top_k=10, **OFF)).hits}
+    window = {**OFF, "neighbour_window": 1, "neighbour_weight": 0.5}
+    got = {h.memory.id: h.boosts.neighbour for h in (await workspace.client.search(query, top_k=10, **window)).hits}
+    a, b, c = (m.id for m in added)
+    assert got[a] == pytest.approx(0.5 * base[b], abs=1e-9)
+    assert got[b] == pytest.approx(0.5 * max(base[a], base[c]), abs=1e-9)
+    assert got[c] == pytest.approx(0.5 * base[b], abs=1e-9)
+    assert got[alone[0].id] == 0.0
 
 
 async def test_context_turns_come_back_in_order_within_the_token_bound(workspace: TestWorkspace) -> None:

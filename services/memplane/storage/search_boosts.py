@@ -8,7 +8,8 @@ of the same session within `neighbour_window` turns, and the score
 (fused + neighbour_weight * that + speaker_weight * named + time_weight * dated) /
 (1 + the weights in use). Parameters: names (text[]), time_from, time_to (the query's
 own), neighbour_window, neighbour_weight, speaker_weight, time_weight, boost_weights.
-Memories without a transcript position (AddMemories) have no neighbours.
+A memory without a transcript position (AddMemories) is ordered within its scope session
+by when it was written (its first event's id); one without a session has no neighbours.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _TOP = sql.SQL(
 # its session's transcript (the first source message's seq), the best fused score among the
 # candidates of the same session within the window, and the rescaled sum.
 _CONTEXT = sql.SQL(
-    " ctx AS MATERIALIZED (SELECT f.id, f.score, m.source_session_id AS session, {seq} AS seq,"
+    " ctx AS MATERIALIZED (SELECT f.id, f.score, {session} AS session, {seq} AS seq,"
     "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
     "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
     "   AS dated FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
@@ -45,6 +46,17 @@ _TRANSCRIPT = sql.SQL(
 _NEIGHBOURS = sql.SQL(
     "SELECT a.id, max(b.score) AS score FROM ctx a JOIN ctx b ON b.session = a.session"
     " AND b.seq BETWEEN a.seq - %(neighbour_window)s AND a.seq + %(neighbour_window)s AND b.id <> a.id GROUP BY a.id"
+)
+# A candidate's order within its session: its transcript position ("t:" + the transcript's
+# session), else, for a memory of a scope session with no transcript (AddMemories), the
+# order it was written in: the id of its first event ("w:" + the scope session; event ids
+# of one write are consecutive, in request order). No session, no neighbours.
+_SESSION = sql.SQL(
+    "CASE WHEN t.seq IS NOT NULL THEN 't:' || m.source_session_id ELSE 'w:' || nullif(m.session_id, '') END"
+)
+_POSITION = sql.SQL(
+    "CASE WHEN t.seq IS NOT NULL THEN t.seq"
+    " ELSE (SELECT min(e.id) FROM memory_events e WHERE e.workspace_key = %(ws)s AND e.memory_id = m.id) END"
 )
 _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
 
@@ -68,5 +80,7 @@ def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
     if not boosted:
         return _TOP
     if neighbours:
-        return _CONTEXT.format(seq=sql.SQL("t.seq"), transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
-    return _CONTEXT.format(seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS)
+        return _CONTEXT.format(session=_SESSION, seq=_POSITION, transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
+    return _CONTEXT.format(
+        session=sql.SQL("NULL::text"), seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS
+    )
