@@ -11,6 +11,7 @@ Query embeddings come from the server's cache after the warm-up pass (embedding 
 from the database time anyway).
 
     python bench/search_terms.py /work/shared/data/locomo/locomo10.json --prefix locomo --target 127.0.0.1:50871
+    python bench/search_terms.py ... --text-format peer   # an import made with --text-format peer
 
 Configurations: "off" (WEIGHTED fusion, every term 0: the search before issue 14),
 "zscore" (the fusion alone), "default" (the server's defaults), "default+prf10" (and RM3
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from memplane.cli.connect import admin_client, workspace_client
-from memplane.eval.ingest import WorkspaceSet
+from memplane.eval.ingest import TEXT_FORMATS, WorkspaceSet
 from memplane.eval.locomo import load_locomo, workspace_name
+from memplane.eval.runner import workspace_prefix
 from memplane.settings import Settings
 from memplane.v1 import retrieval_pb2
 
@@ -62,7 +64,8 @@ async def main(args: argparse.Namespace) -> None:
 
     async with admin_client(ns, settings) as admin, WorkspaceSet(admin, make, delete=False) as spaces:
         for c in conversations:
-            await spaces.open(c.sample_id, workspace_name(args.prefix, c.sample_id), reuse=True)
+            name = workspace_name(workspace_prefix(args.prefix, args.text_format), c.sample_id)
+            await spaces.open(c.sample_id, name, reuse=True, text_format=args.text_format)
         asked = [(c.sample_id, q.question) for c in conversations for q in c.scored_questions()]
         for sample_id, question in asked:  # warm-up: embeddings cached, pages read
             await spaces.client(sample_id).search(question, top_k=20)
@@ -88,6 +91,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", type=Path, help="locomo10.json")
     parser.add_argument("--prefix", default="locomo", help="the prefix of the import (default locomo)")
+    parser.add_argument("--text-format", choices=TEXT_FORMATS, default="conversation", help="the import's format")
     parser.add_argument("--conversations", type=int, default=2, help="first N conversations (default 2)")
     parser.add_argument("--target", default=None, help="server host:port (default as the CLI)")
     asyncio.run(main(parser.parse_args()))
