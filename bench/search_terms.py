@@ -35,7 +35,13 @@ from memplane.eval.runner import workspace_prefix
 from memplane.settings import Settings
 from memplane.v1 import retrieval_pb2
 
-OFF: dict[str, Any] = {"neighbour_window": 0, "neighbour_weight": 0.0, "speaker_weight": 0.0, "time_weight": 0.0}
+OFF: dict[str, Any] = {
+    "neighbour_window": 0,
+    "neighbour_weight": 0.0,
+    "speaker_weight": 0.0,
+    "time_weight": 0.0,
+    "phrase_weight": 0.0,
+}
 CONFIGS: dict[str, dict[str, Any]] = {
     "off": {"fusion": retrieval_pb2.FUSION_METHOD_WEIGHTED, "prf_terms": 0, **OFF},
     "zscore": {"fusion": retrieval_pb2.FUSION_METHOD_ZSCORE, "prf_terms": 0, **OFF},

@@ -248,6 +248,13 @@ class RetrievalSettings(BaseModel):
         description="Boost of a candidate whose valid_from lies in the interval the query names (0: off). "
         "See README 'Recall without an LLM'.",
     )
+    phrase_weight: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Boost of a candidate holding a phrase the query quotes (0: off). See README "
+        "'Recall without an LLM'.",
+    )
     prf_terms: int = Field(
         default=0,
         ge=0,

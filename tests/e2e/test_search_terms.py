@@ -20,7 +20,13 @@ from tests.support import mem, ts
 
 USER = memory_pb2.MESSAGE_ROLE_USER
 MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
-OFF: dict[str, Any] = {"neighbour_window": 0, "neighbour_weight": 0.0, "speaker_weight": 0.0, "time_weight": 0.0}
+OFF: dict[str, Any] = {
+    "neighbour_window": 0,
+    "neighbour_weight": 0.0,
+    "speaker_weight": 0.0,
+    "time_weight": 0.0,
+    "phrase_weight": 0.0,
+}
 SESSION_1 = [
     ("D1:1", "Caroline", "I went to an LGBTQ support group yesterday and it was powerful"),
     ("D1:2", "Melanie", "That sounds wonderful, what happened there?"),
@@ -73,7 +79,7 @@ async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: Tes
         assert [h.memory.id for h in hybrid.hits] == [e.id for e in expected]
         for got, want in zip(hybrid.hits, expected, strict=True):
             assert got.score == pytest.approx(want.score, abs=1e-9)
-            assert (got.boosts.neighbour, got.boosts.speaker, got.boosts.time) == (0.0, 0.0, 0.0)
+            assert (got.boosts.neighbour, got.boosts.speaker, got.boosts.time, got.boosts.phrase) == (0, 0, 0, 0)
 
 
 async def test_speaker_boost_goes_to_the_turns_of_the_named_speaker(workspace: TestWorkspace) -> None:
@@ -101,6 +107,29 @@ async def test_time_boost_goes_to_turns_inside_the_interval_the_query_names(work
         assert hit.score == pytest.approx((base[dia_id].score + hit.boosts.time) / 1.5)
     undated = by_id(await workspace.client.search("Where did the kids go?", top_k=20, **{**OFF, "time_weight": 0.5}))
     assert all(h.boosts.time == 0.0 for h in undated.values())
+
+
+async def test_phrase_boost_goes_to_memories_holding_the_quoted_phrase_in_order(workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(
+        [
+            mem("I finished reading Becoming Nicole last night"),
+            mem("Nicole is becoming a great painter"),  # the words, not the phrase
+            mem("a book about courage"),
+        ]
+    )
+    query = 'What did Caroline take away from the book "Becoming Nicole"?'
+    base = {h.memory.content: h.score for h in (await workspace.client.search(query, top_k=5, **OFF)).hits}
+    reply = await workspace.client.search(query, top_k=5, **{**OFF, "phrase_weight": 0.3})
+    boosts = {h.memory.content: h.boosts.phrase for h in reply.hits}
+    assert boosts == {
+        "I finished reading Becoming Nicole last night": 0.3,
+        "Nicole is becoming a great painter": 0.0,
+        "a book about courage": 0.0,
+    }
+    for hit in reply.hits:
+        assert hit.score == pytest.approx((base[hit.memory.content] + hit.boosts.phrase) / 1.3)
+    unquoted = await workspace.client.search("Becoming Nicole", top_k=5, **{**OFF, "phrase_weight": 0.3})
+    assert all(h.boosts.phrase == 0.0 for h in unquoted.hits)
 
 
 async def test_neighbour_term_borrows_the_best_score_within_the_window_of_the_same_session(
@@ -188,6 +217,7 @@ def _defaults() -> None:
         neighbour_weight=r.neighbour_weight,
         speaker_weight=r.speaker_weight,
         time_weight=r.time_weight,
+        phrase_weight=r.phrase_weight,
     )
 
 

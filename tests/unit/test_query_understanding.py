@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memplane.retrieval.query import MAX_NAMES, TimeRange, query_names, query_time
+from memplane.retrieval.query import MAX_NAMES, MAX_PHRASES, TimeRange, query_names, query_phrases, query_time
 
 NOW = datetime(2026, 12, 5, 15, 30, tzinfo=UTC)  # a Saturday
 
@@ -79,3 +79,10 @@ def test_the_first_expression_wins_and_widening_adds_slack_each_side() -> None:
     assert when is not None
     assert when.text == "May 2023"
     assert when.widened(3) == (datetime(2023, 4, 28, tzinfo=UTC), datetime(2023, 6, 4, tzinfo=UTC))
+
+
+def test_phrases_are_the_quoted_texts_straight_or_curly() -> None:
+    assert query_phrases('What did Caroline take away from the book "Becoming Nicole"?') == ["Becoming Nicole"]
+    assert query_phrases('How did \u201cThe Alchemist\u201d change "his  view"?') == ["The Alchemist", "his  view"]
+    assert query_phrases('an empty "" or blank "  " quote, and an "unclosed one') == []
+    assert len(query_phrases(" ".join(f'"p{i}"' for i in range(9)))) == MAX_PHRASES

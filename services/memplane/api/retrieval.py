@@ -101,6 +101,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 neighbour_weight=request.neighbour_weight if request.HasField("neighbour_weight") else None,
                 speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
                 time_weight=request.time_weight if request.HasField("time_weight") else None,
+                phrase_weight=request.phrase_weight if request.HasField("phrase_weight") else None,
                 prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
                 context_turns=request.context_turns,
                 context_max_tokens=request.context_max_tokens,
@@ -116,7 +117,9 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
-                    boosts=retrieval_pb2.ScoreBoosts(neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2]),
+                    boosts=retrieval_pb2.ScoreBoosts(
+                        neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2], phrase=h.boosts[3]
+                    ),
                     context=[
                         retrieval_pb2.ContextTurn(
                             offset=c.turn.offset,

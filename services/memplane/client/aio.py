@@ -265,6 +265,7 @@ class AsyncMemplaneClient:
         neighbour_weight: float | None = None,
         speaker_weight: float | None = None,
         time_weight: float | None = None,
+        phrase_weight: float | None = None,
         prf_terms: int | None = None,
         context_turns: int = 0,
         context_max_tokens: int = 0,
@@ -276,6 +277,7 @@ class AsyncMemplaneClient:
             "neighbour_weight": neighbour_weight,
             "speaker_weight": speaker_weight,
             "time_weight": time_weight,
+            "phrase_weight": phrase_weight,
             "prf_terms": prf_terms,
         }
         return await self._call(

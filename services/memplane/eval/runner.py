@@ -73,6 +73,7 @@ class SearchTerms:
     neighbour_weight: float | None = None
     speaker_weight: float | None = None
     time_weight: float | None = None
+    phrase_weight: float | None = None
     prf_terms: int | None = None
 
 
@@ -282,6 +283,7 @@ async def _ask(
         neighbour_weight=config.terms.neighbour_weight,
         speaker_weight=config.terms.speaker_weight,
         time_weight=config.terms.time_weight,
+        phrase_weight=config.terms.phrase_weight,
         prf_terms=config.terms.prf_terms,
     )
     log.add(mode, time.perf_counter() - started, reply)

@@ -1,4 +1,4 @@
-"""Query understanding without an LLM: the names and the time a question is about.
+"""Query understanding without an LLM: the names, the time and the quoted phrases of a question.
 
 - **Names**: the capitalised words of the query ("Caroline", "Caroline's" → "caroline"),
   lower-cased. The search matches them to the speaker of each candidate (its
@@ -16,6 +16,9 @@
   temporal taggers (HeidelTime, Strötgen & Gertz 2013; SUTime, Chang & Manning 2012) do
   the same normalisation at a far larger scale; these few patterns cover what LoCoMo's
   questions write.
+- **Phrases**: the texts the query quotes ("Becoming Nicole", “The Alchemist”); the search
+  boosts candidates holding one as a phrase (PostgreSQL's phraseto_tsquery: the words in
+  order, stemmed), as web search engines read quotes.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("year", re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b", re.IGNORECASE)),
 )
 _RELATIVE = re.compile(r"\b(yesterday|last\s+week|last\s+month|last\s+year|this\s+year)\b", re.IGNORECASE)
+_PHRASE = re.compile(r'"([^"]{0,200})"|\u201c([^\u201d]{0,200})\u201d')
+MAX_PHRASES = 4
+"""Quoted phrases taken from one query at most."""
 _NAME = re.compile(r"\b([A-Z][a-z]+(?:-[A-Z][a-z]+)?)(?:'s|\u2019s)?\b")
 
 
@@ -82,6 +88,14 @@ def query_names(query: str) -> list[str]:
     ["what", "caroline", "melanie"]); matched to speakers, so question words are harmless."""
     out = list(dict.fromkeys(m.group(1).lower() for m in _NAME.finditer(query)))
     return out[:MAX_NAMES]
+
+
+def query_phrases(query: str) -> list[str]:
+    """The texts *query* quotes in straight or curly double quotes (1-200 characters each,
+    stripped, non-empty), in order, at most `MAX_PHRASES` (e.g. 'What did Caroline take
+    away from "Becoming Nicole"?' → ["Becoming Nicole"])."""
+    found = (m.group(1) or m.group(2) or "" for m in _PHRASE.finditer(query))
+    return [p.strip() for p in found if p.strip()][:MAX_PHRASES]
 
 
 def _month_end(year: int, month: int) -> datetime:

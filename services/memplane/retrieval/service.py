@@ -42,7 +42,7 @@ from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
 from memplane.retrieval.fusion import FusionMethod, SignalHit
-from memplane.retrieval.query import query_names, query_time
+from memplane.retrieval.query import query_names, query_phrases, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
@@ -82,6 +82,7 @@ class SearchRequest:
     neighbour_weight: float | None = None
     speaker_weight: float | None = None
     time_weight: float | None = None
+    phrase_weight: float | None = None
     prf_terms: int | None = None
     context_turns: int = 0  # transcript turns returned each side of a hit
     context_max_tokens: int = 0  # 0: DEFAULT_CONTEXT_TOKENS
@@ -99,7 +100,7 @@ class Hit:
     lexical: SignalHit | None
     query_index: int
     rerank: SignalHit | None = None
-    boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)  # neighbour, speaker, time (weighted)
+    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase (weighted)
     context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
 
 
@@ -186,7 +187,7 @@ class RetrievalService:
             count = getattr(request, name)
             if count is not None and not 0 <= count <= high:
                 v.add(name, f"must be between 0 and {high}")
-        for name in ("neighbour_weight", "speaker_weight", "time_weight"):
+        for name in ("neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"):
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
                 v.add(name, "must be between 0 and 1")
@@ -248,6 +249,7 @@ class RetrievalService:
             neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
             speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
             time_weight=_pick(request.time_weight, self._settings.time_weight),
+            phrase_weight=_pick(request.phrase_weight, self._settings.phrase_weight),
             prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
             prf_docs=self._settings.prf_docs,
             prf_weight=self._settings.prf_weight,
@@ -397,7 +399,8 @@ def _query_text(
     mentions and the interval it names widened by `time_slack_days` (`memplane.retrieval.query`)."""
     when = query_time(query, now)
     start, end = when.widened(settings.time_slack_days) if when is not None else (None, None)
-    return QueryText(text, vector, tuple(query_names(query)), start, end)
+    phrases = tuple(segment(p) for p in query_phrases(query))
+    return QueryText(text, vector, tuple(query_names(query)), phrases, start, end)
 
 
 async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit]) -> tuple[list[Hit], str, str]:

@@ -79,6 +79,7 @@ class SearchSpec:
     neighbour_weight: float = 0.0  # 0: no neighbourhood term
     speaker_weight: float = 0.0  # 0: no speaker term
     time_weight: float = 0.0  # 0: no time term
+    phrase_weight: float = 0.0  # 0: no phrase term
     prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
     prf_docs: int = 10  # RM3 feedback memories
     prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
@@ -87,7 +88,7 @@ class SearchSpec:
     @property
     def boosted(self) -> bool:
         """Whether any query-aware term (neighbourhood, speaker, time) is on."""
-        return self.neighbours or self.speaker_weight > 0 or self.time_weight > 0
+        return self.neighbours or self.speaker_weight > 0 or self.time_weight > 0 or self.phrase_weight > 0
 
     @property
     def neighbours(self) -> bool:
@@ -104,6 +105,7 @@ class QueryText:
     text: str
     vector: np.ndarray | None
     names: tuple[str, ...] = ()
+    phrases: tuple[str, ...] = ()  # quoted phrases, segmented
     time_from: datetime | None = None
     time_to: datetime | None = None
 
@@ -118,7 +120,7 @@ class SearchRow:
     score: float
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
-    boosts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase
     context: tuple[ContextTurn, ...] = ()
 
 
@@ -302,7 +304,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     query = sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, {context} AS context"
+        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, {context} AS context"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
     ).format(
@@ -336,12 +338,14 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
-        weights = spec.speaker_weight + spec.time_weight + (spec.neighbour_weight if spec.neighbours else 0.0)
+        weights = spec.speaker_weight + spec.time_weight + spec.phrase_weight
+        weights += spec.neighbour_weight if spec.neighbours else 0.0
         params.values.update(
             neighbour_window=spec.neighbour_window,
             neighbour_weight=spec.neighbour_weight if spec.neighbours else 0.0,
             speaker_weight=spec.speaker_weight,
             time_weight=spec.time_weight,
+            phrase_weight=spec.phrase_weight,
             boost_weights=weights,
         )
     return query, params
@@ -371,7 +375,7 @@ async def send(
         q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
         values = {**params.values, "ws": workspace.key, "text": q.text, "vector": q.vector}
         if spec.boosted:
-            values.update(names=list(q.names), time_from=q.time_from, time_to=q.time_to)
+            values.update(names=list(q.names), phrases=list(q.phrases), time_from=q.time_from, time_to=q.time_to)
         cursors.append(await conn.execute(query, values))
     return cursors
 
@@ -385,7 +389,7 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 score=float(r["fused_score"]),
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
-                boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"])),
+                boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"]), float(r["b_phrase"])),
                 context=tuple(
                     ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
                     for c in r["context"] or ()

@@ -203,6 +203,7 @@ class SearchMemoriesRequest(_message.Message):
     SPEAKER_WEIGHT_FIELD_NUMBER: _builtins.int
     TIME_WEIGHT_FIELD_NUMBER: _builtins.int
     PRF_TERMS_FIELD_NUMBER: _builtins.int
+    PHRASE_WEIGHT_FIELD_NUMBER: _builtins.int
     CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
     CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
@@ -258,6 +259,11 @@ class SearchMemoriesRequest(_message.Message):
     BM25 pass ranks the expanded query's candidates. 0 to 50; 0 turns it off; unset means
     the server's `retrieval.prf_terms`.
     """
+    phrase_weight: _builtins.float
+    """Phrase boost: a candidate holding, as a phrase (the words in order, stemmed), a text
+    the query quotes ("...", “...”) gains this much, 0 to 1; 0 turns it off; unset means
+    the server's `retrieval.phrase_weight`.
+    """
     context_turns: _builtins.int
     """Context: return with each hit up to this many turns each side of it in its session's
     transcript (SearchHit.context; memories written by WriteConversation), 0 to 10; 0 (the
@@ -294,17 +300,20 @@ class SearchMemoriesRequest(_message.Message):
         speaker_weight: _builtins.float | None = ...,
         time_weight: _builtins.float | None = ...,
         prf_terms: _builtins.int | None = ...,
+        phrase_weight: _builtins.float | None = ...,
         context_turns: _builtins.int = ...,
         context_max_tokens: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
     _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
     _WhichOneofReturnType__neighbour_window: _TypeAlias = _typing.Literal["neighbour_window"]  # noqa: Y015
     _WhichOneofArgType__neighbour_window: _TypeAlias = _typing.Literal["_neighbour_window", b"_neighbour_window"]  # noqa: Y015
+    _WhichOneofReturnType__phrase_weight: _TypeAlias = _typing.Literal["phrase_weight"]  # noqa: Y015
+    _WhichOneofArgType__phrase_weight: _TypeAlias = _typing.Literal["_phrase_weight", b"_phrase_weight"]  # noqa: Y015
     _WhichOneofReturnType__prf_terms: _TypeAlias = _typing.Literal["prf_terms"]  # noqa: Y015
     _WhichOneofArgType__prf_terms: _TypeAlias = _typing.Literal["_prf_terms", b"_prf_terms"]  # noqa: Y015
     _WhichOneofReturnType__speaker_weight: _TypeAlias = _typing.Literal["speaker_weight"]  # noqa: Y015
@@ -315,6 +324,8 @@ class SearchMemoriesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_weight) -> _WhichOneofReturnType__neighbour_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_window) -> _WhichOneofReturnType__neighbour_window | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__phrase_weight) -> _WhichOneofReturnType__phrase_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__prf_terms) -> _WhichOneofReturnType__prf_terms | None: ...
     @_typing.overload
@@ -402,7 +413,7 @@ Global___SignalScore: _TypeAlias = SignalScore  # noqa: Y015
 class ScoreBoosts(_message.Message):
     """What the query-aware terms added to a hit's score (each already multiplied by its
     weight; all 0 when the terms are off). The fused score is (fusion score + neighbour +
-    speaker + time) / (1 + the weights of the terms in use), so it stays within 0..1.
+    speaker + time + phrase) / (1 + the weights of the terms in use), so it stays within 0..1.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -410,6 +421,7 @@ class ScoreBoosts(_message.Message):
     NEIGHBOUR_FIELD_NUMBER: _builtins.int
     SPEAKER_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
+    PHRASE_FIELD_NUMBER: _builtins.int
     neighbour: _builtins.float
     """neighbour_weight x the best fusion score of the same session's turns within
     neighbour_window of this one.
@@ -418,16 +430,19 @@ class ScoreBoosts(_message.Message):
     """speaker_weight when the hit's speaker is named in the query."""
     time: _builtins.float
     """time_weight when the hit's valid_from lies in the interval the query names."""
+    phrase: _builtins.float
+    """phrase_weight when the hit holds a phrase the query quotes."""
     def __init__(
         self,
         *,
         neighbour: _builtins.float = ...,
         speaker: _builtins.float = ...,
         time: _builtins.float = ...,
+        phrase: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "speaker", b"speaker", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "phrase", b"phrase", "speaker", b"speaker", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
