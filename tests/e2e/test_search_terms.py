@@ -194,6 +194,19 @@ async def test_memories_without_a_transcript_have_no_context(workspace: TestWork
     assert len(reply.hits[0].context) == 0
 
 
+async def test_rm3_expands_the_lexical_signal_from_its_best_memories(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "LGBTQ support group"
+    lexical = retrieval_pb2.SEARCH_MODE_LEXICAL
+    plain = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=0, **OFF)
+    expanded = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=10, **OFF)
+    ids = {h.memory.metadata.fields["message_id"].string_value for h in plain.hits}
+    more = {h.memory.metadata.fields["message_id"].string_value for h in expanded.hits}
+    assert ids == {"D1:1"}  # the one turn holding a query lexeme
+    assert ids < more  # the feedback turn's lexemes (its words, speaker and date) reach other turns
+    assert expanded.hits[0].memory.metadata.fields["message_id"].string_value == "D1:1"
+
+
 async def test_unset_terms_take_the_server_defaults(workspace: TestWorkspace) -> None:
     await conversation(workspace)
     query = "What did Melanie paint in May 2023?"
