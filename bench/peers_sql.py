@@ -43,6 +43,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -126,39 +127,74 @@ async def _vectors(texts: Sequence[str], *, queries: bool) -> np.ndarray:
     return vectors
 
 
-def _turn_items(conversations: Sequence[Conversation]) -> list[tuple[str, str, str, str]]:
-    """(user_id, description, content, dia_id) of every turn, as WriteConversation stores them."""
+Turn = tuple[str, str, str, str, str, str, datetime]
+"""(user_id, description, content, dia_id, speaker, session_id, session time) of a turn."""
+
+
+def _turn_items(conversations: Sequence[Conversation]) -> list[Turn]:
+    """Every turn as WriteConversation stores it: user_id, description "[date] speaker",
+    content, dia_id, and the speaker, session and time it puts in metadata, scope and
+    valid_from (what the speaker and time terms of the search read; no transcript, so no
+    neighbourhood term: AddMemories with precomputed vectors writes none)."""
     items = []
     for c in conversations:
         for session in c.sessions:
             day = session.time.strftime("%-d %B %Y")
-            items += [(c.sample_id, f"[{day}] {t.speaker}", t.content(), t.dia_id) for t in session.turns]
+            items += [
+                (
+                    c.sample_id,
+                    f"[{day}] {t.speaker}",
+                    t.content(),
+                    t.dia_id,
+                    t.speaker,
+                    session.session_id,
+                    session.time,
+                )
+                for t in session.turns
+            ]
     return items
 
 
-def _memory(user: str, description: str, content: str, dia_id: str, vector: np.ndarray) -> memory_pb2.MemoryInput:
+def _memory(
+    user: str,
+    description: str,
+    content: str,
+    dia_id: str,
+    vector: np.ndarray,
+    *,
+    speaker: str = "",
+    session_id: str = "",
+    when: datetime | None = None,
+) -> memory_pb2.MemoryInput:
     item = memory_pb2.MemoryInput(
         content=content,
         description=description,
         type=memory_pb2.MEMORY_TYPE_EPISODIC,
-        scope=memory_pb2.Scope(user_id=user),
+        scope=memory_pb2.Scope(user_id=user, session_id=session_id),
     )
     if dia_id:
-        item.metadata.update({"message_id": dia_id})
+        item.metadata.update({"message_id": dia_id, **({"speaker": speaker} if speaker else {})})
+    if when is not None:
+        item.valid_from_time.FromDatetime(when)
     item.embedding.extend(vector.tolist())
     return item
+
+
+def _turn_memory(turn: Turn, vector: np.ndarray) -> memory_pb2.MemoryInput:
+    user, description, content, dia_id, speaker, session_id, when = turn
+    return _memory(user, description, content, dia_id, vector, speaker=speaker, session_id=session_id, when=when)
 
 
 async def seed_locomo(stack: Stack, path: Path, *, write: bool = True) -> list[Question]:
     """Seed every LoCoMo turn (unless not *write*: a kept directory seeded already); the questions."""
     conversations = load_locomo(path)
     items = _turn_items(conversations)
-    vectors = await _vectors([f"{d}: {c}" for _, d, c, _ in items], queries=False)
+    vectors = await _vectors([f"{d}: {c}" for _, d, c, *_ in items], queries=False)
     if write:
         result = await seed(
             stack,
             len(items),
-            lambda a, b: [_memory(*items[i], vectors[i]) for i in range(a, b)],
+            lambda a, b: [_turn_memory(items[i], vectors[i]) for i in range(a, b)],
             batch_size=256,
             concurrency=2,
         )
@@ -175,7 +211,7 @@ async def seed_synthetic(
     already); the questions, asked of user u{i % users}."""
     conversations = load_locomo(path)
     turns = _turn_items(conversations)[:2000]
-    pool = await _vectors([f"{d}: {c}" for _, d, c, _ in turns], queries=False)
+    pool = await _vectors([f"{d}: {c}" for _, d, c, *_ in turns], queries=False)
     rng = np.random.default_rng(seed_value)
 
     def rows(a: int, b: int) -> list[Row]:

@@ -34,15 +34,17 @@ from peers_sql import Question, seed_locomo, seed_synthetic
 
 from memplane.domain.filters import MemoryFilter
 from memplane.retrieval.fusion import FusionMethod
-from memplane.retrieval.service import _hnsw_settings
+from memplane.retrieval.service import _hnsw_settings, _query_text
 from memplane.storage import search as search_sql
 from memplane.storage.search import SearchSpec
 from memplane.text.segment import segment
 
 
 def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
-    """The default hybrid search's spec, as RetrievalService.search makes it (top_k 10)."""
-    rrf = FusionMethod(cfg.fusion) is FusionMethod.RRF
+    """The default hybrid search's spec, as RetrievalService.search makes it (top_k 10,
+    every request field left to the server's settings)."""
+    method = FusionMethod(cfg.fusion)
+    rrf = method is FusionMethod.RRF
     return SearchSpec(
         use_vector=True,
         use_lexical=True,
@@ -58,7 +60,28 @@ def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
         rrf_k=cfg.rrf_k,
         k1=cfg.bm25_k1,
         b=cfg.bm25_b,
+        dbsf=method is FusionMethod.DBSF,
+        zscore=method is FusionMethod.ZSCORE,
+        neighbour_window=cfg.neighbour_window,
+        neighbour_weight=cfg.neighbour_weight,
+        speaker_weight=cfg.speaker_weight,
+        time_weight=cfg.time_weight,
+        phrase_weight=cfg.phrase_weight,
+        prf_terms=cfg.prf_terms,
+        prf_docs=cfg.prf_docs,
+        prf_weight=cfg.prf_weight,
     )
+
+
+def _values(params: Any, ws: Any, q: Question, spec: SearchSpec, *, cfg: Any, now: datetime) -> dict[str, Any]:
+    """The statement's values for question *q*, as `memplane.storage.search.send` binds them."""
+    text = _query_text(q.text, segment(q.text) if spec.use_lexical else "", q.vector, now, cfg)
+    values = {**params.values, "ws": ws.key, "text": text.text, "vector": text.vector if spec.use_vector else None}
+    if spec.boosted:
+        values.update(
+            names=list(text.names), phrases=list(text.phrases), time_from=text.time_from, time_to=text.time_to
+        )
+    return values
 
 
 def _walk(node: dict[str, Any], depth: int = 0) -> list[str]:
@@ -94,8 +117,9 @@ async def _vector_ids(
     stack: Any, q: Question, spec: SearchSpec, settings: dict[str, str]
 ) -> tuple[list[tuple[str, str]], float]:
     ws = stack.workspace
-    query, params = search_sql.statement(spec, MemoryFilter(), datetime.now(UTC), ws.embedding_dimensions)
-    values = {**params.values, "ws": ws.key, "text": "", "vector": q.vector}
+    now = datetime.now(UTC)
+    query, params = search_sql.statement(spec, MemoryFilter(), now, ws.embedding_dimensions)
+    values = _values(params, ws, q, spec, cfg=stack.app.settings.retrieval, now=now)
     started = time.perf_counter()
     async with stack.app.db.tenant_pipeline(ws.key, settings) as conn:
         cursors = [await conn.execute(query, values)]
@@ -108,7 +132,7 @@ async def vector_leg(stack: Any, picked: list[Question], ef_values: list[int]) -
     """recall@depth / @10 and time of the HNSW walk against the exact scan (see docstring)."""
     cfg = stack.app.settings.retrieval
     base = _spec(cfg, False, False)
-    spec = dataclasses.replace(base, use_lexical=False, top_k=base.depth)
+    spec = dataclasses.replace(base, use_lexical=False, top_k=base.depth, prf_terms=0)
     exact = {}
     for q in picked:
         exact[q.text], seconds = await _vector_ids(stack, q, dataclasses.replace(spec, exact=True), {})
@@ -155,8 +179,9 @@ async def main(args: argparse.Namespace) -> None:
                 flt = MemoryFilter(user_id=q.user_id) if args.per_user else MemoryFilter()
                 exact = args.per_user  # a user's ~100 rows: exact; the whole workspace: HNSW
                 spec = _spec(cfg, exact, flt.narrows)
-                query, params = search_sql.statement(spec, flt, datetime.now(UTC), ws.embedding_dimensions)
-                values = {**params.values, "ws": ws.key, "text": segment(q.text), "vector": q.vector}
+                now = datetime.now(UTC)
+                query, params = search_sql.statement(spec, flt, now, ws.embedding_dimensions)
+                values = _values(params, ws, q, spec, cfg=cfg, now=now)
                 settings = {} if exact else _hnsw_settings(cfg.hnsw_ef_search, spec.depth)
                 async with stack.app.db.tenant_pipeline(ws.key, settings) as conn:
                     explain = b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.as_bytes(conn)

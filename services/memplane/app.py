@@ -243,7 +243,15 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         extraction=extraction,
         wait_seconds=settings.extraction.wait_timeout,
     )
-    retrieval = RetrievalService(reads, memories, meter, settings.limits, settings.retrieval, reranker=reranker)
+    retrieval = RetrievalService(
+        reads,
+        memories,
+        meter,
+        settings.limits,
+        settings.retrieval,
+        reranker=reranker,
+        counter_for=lambda encoding: token_counter(encoding).count_text,
+    )
     app = App(
         settings=settings,
         db=db,

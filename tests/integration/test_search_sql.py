@@ -112,14 +112,18 @@ async def assert_df_exact(app: App, ws: Workspace) -> None:
     assert await df_table(app, ws) == expected
 
 
-@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF])
+@pytest.mark.parametrize("method", [FusionMethod.WEIGHTED, FusionMethod.RRF, FusionMethod.DBSF, FusionMethod.ZSCORE])
 async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory, method: FusionMethod) -> None:
     ws, query_vector = await seeded(app, tenant_factory)
     text = "Caroline support group at the lake"
-    rrf = method is FusionMethod.RRF
-    vector_only = await run(app, ws, spec(use_lexical=False, rrf=rrf, vector_weight=0.7), text, query_vector)
-    lexical_only = await run(app, ws, spec(use_vector=False, rrf=rrf, vector_weight=0.7), text, None)
-    hybrid = await run(app, ws, spec(rrf=rrf, vector_weight=0.7), text, query_vector)
+    how = {
+        "rrf": method is FusionMethod.RRF,
+        "dbsf": method is FusionMethod.DBSF,
+        "zscore": method is FusionMethod.ZSCORE,
+    }
+    vector_only = await run(app, ws, spec(use_lexical=False, vector_weight=0.7, **how), text, query_vector)
+    lexical_only = await run(app, ws, spec(use_vector=False, vector_weight=0.7, **how), text, None)
+    hybrid = await run(app, ws, spec(vector_weight=0.7, **how), text, query_vector)
     assert len(vector_only) == len(TEXTS)
     assert 0 < len(lexical_only) < len(TEXTS)
 
@@ -140,7 +144,7 @@ async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory
                 assert g == pytest.approx((w.score, w.normalized, w.rank), abs=1e-9)
     # min_score and top_k trim the fused list, as SearchMemories documents.
     cut = expected[3].score
-    trimmed = await run(app, ws, spec(rrf=rrf, vector_weight=0.7, min_score=cut, top_k=3), text, query_vector)
+    trimmed = await run(app, ws, spec(vector_weight=0.7, min_score=cut, top_k=3, **how), text, query_vector)
     assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
 
 
@@ -385,3 +389,24 @@ async def test_bm25_counts_repeated_lexemes_and_lengths(app: App, tenant_factory
     hits = await run(app, ws, spec(use_vector=False), text, None)
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
     assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
+
+
+@pytest.mark.parametrize("prefilter", [False, True])
+async def test_rm3_expansion_reaches_memories_sharing_only_feedback_lexemes(
+    app: App, tenant_factory: TenantFactory, prefilter: bool
+) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    text = "LGBTQ support group"
+    lexical = {"use_vector": False, "prefilter": prefilter}
+    plain = await run(app, ws, spec(**lexical), text, None)
+    expanded = await run(app, ws, spec(**lexical, prf_terms=10, prf_docs=2, prf_weight=0.5), text, None)
+    plain_texts = {r.memory.content for r in plain}
+    expanded_texts = [r.memory.content for r in expanded]
+    # The two support-group memories are the feedback; "caroline" is among their lexemes, so
+    # Caroline's other memories, which share no lexeme with the query, become candidates.
+    assert "Caroline is researching adoption agencies" not in plain_texts
+    assert "Caroline is researching adoption agencies" in expanded_texts
+    assert expanded_texts[0] == "Caroline went to the LGBTQ support group on Tuesday"
+    assert len(expanded) > len(plain)
+    off = await run(app, ws, spec(**lexical, prf_terms=0, prf_docs=2, prf_weight=0.5), text, None)
+    assert [(r.memory.id, r.score) for r in off] == [(r.memory.id, r.score) for r in plain]

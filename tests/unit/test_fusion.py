@@ -125,3 +125,66 @@ def test_each_memory_appears_once() -> None:
         rrf_k=RRF_K,
     )
     assert sorted(h.id for h in hits) == ["a", "b", "c"]
+
+
+def test_dbsf_normalises_between_mean_minus_and_plus_three_deviations() -> None:
+    # lexical scores 10, 2, 2, 2: mean 4, population sd sqrt(12); bounds 4 -/+ 3 sd.
+    lexical = [("a", 10.0), ("b", 2.0), ("c", 2.0), ("d", 2.0)]
+    hits = {h.id: h for h in fuse([], lexical, method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)}
+    sd = 12**0.5
+    low = 4 - 3 * sd
+    assert hits["a"].lexical is not None
+    assert hits["b"].lexical is not None
+    assert hits["a"].lexical.normalized == pytest.approx((10 - low) / (6 * sd))
+    assert hits["b"].lexical.normalized == pytest.approx((2 - low) / (6 * sd))
+    assert hits["a"].score == pytest.approx(hits["a"].lexical.normalized)
+
+
+def test_dbsf_clips_an_outlier_to_one_and_gives_an_even_list_less() -> None:
+    # The vector signal has one candidate far above thirty alike: clipped at 1. The lexical
+    # scores decline evenly (31, 30, ..., 1): their best lies ~1.7 sd above the mean, ~0.79
+    # on DBSF's scale. Min-max gives both bests 1.0 (a tie); DBSF lets the outlier win.
+    vector = [("v", 0.99)] + [(f"x{i}", 0.10) for i in range(30)]
+    lexical = [("l", 31.0)] + [(f"y{i}", float(30 - i)) for i in range(30)]
+    dbsf = fuse(vector, lexical, method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)
+    assert dbsf[0].id == "v"
+    assert dbsf[0].vector is not None
+    assert dbsf[0].vector.normalized == 1.0
+    best_lexical = next(h for h in dbsf if h.id == "l")
+    assert best_lexical.lexical is not None
+    assert best_lexical.lexical.normalized == pytest.approx(0.789, abs=0.01)
+    weighted = {
+        h.id: h.score for h in fuse(vector, lexical, method=FusionMethod.WEIGHTED, vector_weight=0.5, rrf_k=RRF_K)
+    }
+    assert weighted["v"] == weighted["l"] == 0.5
+
+
+def test_dbsf_tied_scores_all_normalise_to_one() -> None:
+    hits = fuse([("a", 0.4), ("b", 0.4)], [], method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)
+    assert [h.score for h in hits] == [1.0, 1.0]
+
+
+def test_zscore_sums_weighted_z_scores_a_missing_signal_taking_its_lowest_z() -> None:
+    # vector 0.9, 0.6, 0.3 → z 1.2247, 0, -1.2247; lexical 4, 2 → z 1, -1.
+    vector = [("a", 0.9), ("b", 0.6), ("c", 0.3)]
+    lexical = [("b", 4.0), ("d", 2.0)]
+    hits = {h.id: h for h in fuse(vector, lexical, method=FusionMethod.ZSCORE, vector_weight=0.4, rrf_k=RRF_K)}
+    z = 1.5**0.5
+    raw = {"a": 0.4 * z + 0.6 * -1, "b": 0.4 * 0 + 0.6 * 1, "c": 0.4 * -z + 0.6 * -1, "d": 0.4 * -z + 0.6 * -1}
+    best, worst = max(raw.values()), min(raw.values())
+    for memory_id, value in raw.items():
+        assert hits[memory_id].score == pytest.approx((value - worst) / (best - worst))
+    assert hits["a"].vector is not None
+    assert hits["a"].vector.normalized == pytest.approx(z)
+    assert hits["b"].score == 1.0
+
+
+def test_zscore_does_not_clip_the_top_candidates_apart() -> None:
+    # Two vector candidates far above the rest: DBSF clips both to 1, z-score keeps them apart.
+    vector = [("a", 0.99), ("b", 0.95)] + [(f"x{i}", 0.10) for i in range(40)]
+    dbsf = fuse(vector, [], method=FusionMethod.DBSF, vector_weight=0.5, rrf_k=RRF_K)
+    zscore = fuse(vector, [], method=FusionMethod.ZSCORE, vector_weight=0.5, rrf_k=RRF_K)
+    assert dbsf[0].score == dbsf[1].score == 1.0
+    assert zscore[0].id == "a"
+    assert zscore[0].score == 1.0
+    assert zscore[1].score < 1.0

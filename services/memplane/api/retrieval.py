@@ -22,6 +22,8 @@ _FUSIONS = {
     retrieval_pb2.FUSION_METHOD_UNSPECIFIED: None,  # the server's setting (retrieval.fusion)
     retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
     retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
+    retrieval_pb2.FUSION_METHOD_DBSF: FusionMethod.DBSF,
+    retrieval_pb2.FUSION_METHOD_ZSCORE: FusionMethod.ZSCORE,
 }
 
 _RERANK_STATUSES = {
@@ -95,6 +97,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 fusion=_FUSIONS[request.fusion],
                 vector_weight=request.vector_weight or None,
                 rrf_k=request.rrf_k or None,
+                neighbour_window=request.neighbour_window if request.HasField("neighbour_window") else None,
+                neighbour_weight=request.neighbour_weight if request.HasField("neighbour_weight") else None,
+                speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
+                time_weight=request.time_weight if request.HasField("time_weight") else None,
+                phrase_weight=request.phrase_weight if request.HasField("phrase_weight") else None,
+                prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
+                context_turns=request.context_turns,
+                context_max_tokens=request.context_max_tokens,
             ),
             after_lsn=self._consistency.after(context, workspace),
         )
@@ -107,6 +117,19 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
+                    boosts=retrieval_pb2.ScoreBoosts(
+                        neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2], phrase=h.boosts[3]
+                    ),
+                    context=[
+                        retrieval_pb2.ContextTurn(
+                            offset=c.turn.offset,
+                            message_id=c.turn.message_id,
+                            name=c.turn.name,
+                            content=c.turn.content,
+                            tokens=c.tokens,
+                        )
+                        for c in h.context
+                    ],
                 )
                 for h in result.hits
             ],

@@ -29,8 +29,18 @@ from memplane.cli.connect import add_connection_flags, admin_client, workspace_c
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import Conversation, load_locomo
-from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, ingest_locomo, run_locomo_eval
+from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, SearchTerms, ingest_locomo, run_locomo_eval
 from memplane.settings import Settings
+
+TERMS: dict[str, tuple[type, str]] = {
+    "neighbour_window": (int, "turns each side whose fused score a hit borrows, 0-10 (0 off)"),
+    "neighbour_weight": (float, "weight of the neighbourhood term, 0-1 (0 off)"),
+    "speaker_weight": (float, "boost of a hit whose speaker the question names, 0-1 (0 off)"),
+    "time_weight": (float, "boost of a hit dated in the interval the question names, 0-1 (0 off)"),
+    "phrase_weight": (float, "boost of a hit holding a phrase the question quotes, 0-1 (0 off)"),
+    "prf_terms": (int, "RM3 expansion lexemes of the lexical signal, 0-50 (0 off)"),
+}
+"""The query-aware fields of SearchMemoriesRequest `eval locomo` can set, with their help."""
 
 
 def _positive_int(text: str) -> int:
@@ -79,6 +89,7 @@ async def cmd_import_locomo(ns: argparse.Namespace, settings: Settings) -> int:
             conversations,
             prefix=ns.prefix,
             reuse=True,
+            text_format=ns.text_format,
             concurrency=ns.concurrency,
             progress=not ns.no_progress,
         )
@@ -93,6 +104,9 @@ async def cmd_import_locomo(ns: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
     """Run the LoCoMo evidence-retrieval evaluation; print the table and baselines."""
+    if ns.reuse and not ns.prefix:
+        print("memplane: --reuse needs --prefix (the prefix the import used, e.g. locomo)", file=sys.stderr)
+        return 2
     conversations = _load(ns)
     if conversations is None:
         return 1
@@ -105,6 +119,9 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         progress=not ns.no_progress,
         text_format=ns.text_format,
         split=ns.split,
+        reuse=ns.reuse,
+        terms=SearchTerms(**{name: getattr(ns, name) for name in TERMS}),
+        **({"prefix": ns.prefix} if ns.prefix else {}),
     )
     async with admin_client(ns, settings) as admin:
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
@@ -126,6 +143,13 @@ def add_parsers(sub: Any, imports: Any) -> None:
     q = imports.add_parser("locomo", help="one workspace per LoCoMo conversation, every turn as an episodic memory")
     _common(q)
     q.add_argument("--prefix", default="locomo", help='workspace names are "<prefix>-<sample id>" (default locomo)')
+    q.add_argument(
+        "--text-format",
+        choices=TEXT_FORMATS,
+        default=TEXT_FORMATS[0],
+        help='how turns are stored, as `eval locomo --text-format` (not "conversation": workspaces '
+        '"<prefix>-<format>-<sample id>")',
+    )
     q.set_defaults(func=cmd_import_locomo)
 
     p = sub.add_parser("eval", help="evaluate retrieval on a benchmark (admin key; needs a running server)")
@@ -161,5 +185,25 @@ def add_parsers(sub: Any, imports: Any) -> None:
         help="also report conversations 1-5 (tuning) and 6-10 (held out) apart, as <mode>/tuning and "
         "<mode>/held-out rows: choose weights on the tuning half, read the held-out one",
     )
+    for name, (kind, what) in TERMS.items():
+        q.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=kind,
+            default=None,
+            help=f"SearchMemoriesRequest.{name}: {what} (default: the server's)",
+        )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
+    q.add_argument(
+        "--prefix",
+        default=None,
+        help='workspace name prefix (default "eval-<random run id>"); with --reuse, the --prefix of an earlier '
+        "`memplane import locomo` (e.g. locomo)",
+    )
+    q.add_argument(
+        "--reuse",
+        action="store_true",
+        help="evaluate the workspaces an earlier `memplane import locomo --prefix P [--text-format F]` made "
+        "(needs --prefix): sessions are replayed idempotently (nothing re-embedded) and the workspaces kept, "
+        "so an ablation costs search passes, not re-imports",
+    )
     q.set_defaults(func=cmd_eval_locomo)

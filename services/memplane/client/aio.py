@@ -261,8 +261,25 @@ class AsyncMemplaneClient:
         mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
         fusion: int = retrieval_pb2.FUSION_METHOD_UNSPECIFIED,
         vector_weight: float = 0.0,
+        neighbour_window: int | None = None,
+        neighbour_weight: float | None = None,
+        speaker_weight: float | None = None,
+        time_weight: float | None = None,
+        phrase_weight: float | None = None,
+        prf_terms: int | None = None,
+        context_turns: int = 0,
+        context_max_tokens: int = 0,
     ) -> retrieval_pb2.SearchMemoriesResponse:
-        """Hybrid search; *queries* may be one string or several (merged, de-duplicated)."""
+        """Hybrid search; *queries* may be one string or several (merged, de-duplicated).
+        The query-aware terms left None take the server's defaults (0 turns one off)."""
+        terms = {
+            "neighbour_window": neighbour_window,
+            "neighbour_weight": neighbour_weight,
+            "speaker_weight": speaker_weight,
+            "time_weight": time_weight,
+            "phrase_weight": phrase_weight,
+            "prf_terms": prf_terms,
+        }
         return await self._call(
             self.retrieval.SearchMemories,
             retrieval_pb2.SearchMemoriesRequest(
@@ -273,6 +290,9 @@ class AsyncMemplaneClient:
                 mode=mode,  # type: ignore[arg-type]
                 fusion=fusion,  # type: ignore[arg-type]
                 vector_weight=vector_weight,
+                context_turns=context_turns,
+                context_max_tokens=context_max_tokens,
+                **{k: v for k, v in terms.items() if v is not None},  # type: ignore[arg-type]
             ),
         )
 

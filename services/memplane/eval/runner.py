@@ -43,6 +43,8 @@ FUSIONS: dict[str, int] = {
     "default": retrieval_pb2.FUSION_METHOD_UNSPECIFIED,  # whatever the server is configured with
     "rrf": retrieval_pb2.FUSION_METHOD_RRF,
     "weighted": retrieval_pb2.FUSION_METHOD_WEIGHTED,
+    "dbsf": retrieval_pb2.FUSION_METHOD_DBSF,
+    "zscore": retrieval_pb2.FUSION_METHOD_ZSCORE,
 }
 """Fusion methods of hybrid search by their CLI name."""
 
@@ -63,6 +65,19 @@ class IngestStats:
 
 
 @dataclass(frozen=True)
+class SearchTerms:
+    """The query-aware fields of SearchMemoriesRequest an evaluation sets (None: unset,
+    the server's default; 0 turns a term off)."""
+
+    neighbour_window: int | None = None
+    neighbour_weight: float | None = None
+    speaker_weight: float | None = None
+    time_weight: float | None = None
+    phrase_weight: float | None = None
+    prf_terms: int | None = None
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     """How to run the evaluation. *concurrency*: requests in flight (ingest and search);
     *prefix*: workspace names are "<prefix>-<sample id>" (a fresh random one by default;
@@ -79,6 +94,8 @@ class EvalConfig:
     progress: bool = True
     text_format: TextFormat = "conversation"
     split: bool = False  # also report the tuning and held-out halves (`split_label`)
+    reuse: bool = False  # take the workspaces of an earlier import ("<prefix>-<sample id>"); kept
+    terms: SearchTerms = field(default_factory=SearchTerms)
 
 
 TUNING_CONVERSATIONS = 5
@@ -262,6 +279,12 @@ async def _ask(
         mode=SEARCH_MODES[mode],
         fusion=FUSIONS[config.fusion],
         vector_weight=config.vector_weight,
+        neighbour_window=config.terms.neighbour_window,
+        neighbour_weight=config.terms.neighbour_weight,
+        speaker_weight=config.terms.speaker_weight,
+        time_weight=config.terms.time_weight,
+        phrase_weight=config.terms.phrase_weight,
+        prf_terms=config.terms.prf_terms,
     )
     log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]
@@ -302,18 +325,23 @@ async def run_locomo_eval(
 ) -> EvalReport:
     """Ingest *conversations* into fresh workspaces (in `config.text_format`), ask, score; delete the workspaces
     afterwards (even on failure) unless `config.keep` (then only the run keys are revoked).
+    With `config.reuse` the workspaces of an earlier `memplane import locomo` under
+    `config.prefix` (same text format) are taken instead: their sessions are replayed
+    (idempotent: nothing is embedded or stored again) and they are kept, so one import
+    serves any number of evaluation passes.
 
     *admin* holds the admin key; *factory* makes workspace clients. Raises `MemplaneError`
     (e.g. `AlreadyExistsError` if a workspace name is taken, `UnavailableError` if the
     server is down).
     """
     log = _SearchLog()
-    async with WorkspaceSet(admin, factory, delete=not config.keep) as spaces:
+    keep = config.keep or config.reuse
+    async with WorkspaceSet(admin, factory, delete=not keep) as spaces:
         ingest = await ingest_locomo(
             spaces,
             conversations,
             prefix=config.prefix,
-            reuse=False,
+            reuse=config.reuse,
             text_format=config.text_format,
             concurrency=config.concurrency,
             progress=config.progress,
@@ -333,6 +361,6 @@ async def run_locomo_eval(
         timings={mode: log.timing(mode) for mode in config.modes},
         concurrency=config.concurrency,
         workspaces=names,
-        kept=config.keep,
+        kept=keep,
         text_format=config.text_format,
     )

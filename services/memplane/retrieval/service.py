@@ -26,8 +26,12 @@ import binascii
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypeVar
+
+import numpy as np
 
 from memplane.domain.consistency import LSN_METADATA_KEY, parse_lsn
 from memplane.domain.filters import MemoryFilter
@@ -36,14 +40,16 @@ from memplane.domain.validation import Violations, check_filter, check_text, par
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
+from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
 from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.query import query_names, query_phrases, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
 from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
-from memplane.storage.search import SearchSpec
+from memplane.storage.search import ContextTurn, QueryText, SearchSpec
 from memplane.text.segment import segment
 
 _log = logging.getLogger(__name__)
@@ -60,8 +66,9 @@ class SearchMode:
 @dataclass(frozen=True)
 class SearchRequest:
     """A validated-on-use search. `fusion` None means the server's setting
-    (retrieval.fusion, WEIGHTED by default); `vector_weight` None means the method's
-    default (0.5 for RRF: equal weights; settings.vector_weight, 0.5, for WEIGHTED)."""
+    (retrieval.fusion); `vector_weight` None means the method's default (0.5 for RRF:
+    equal weights; settings.zscore_vector_weight for ZSCORE; settings.vector_weight
+    otherwise)."""
 
     queries: tuple[str, ...]
     top_k: int = 10
@@ -71,6 +78,14 @@ class SearchRequest:
     fusion: FusionMethod | None = None
     vector_weight: float | None = None
     rrf_k: int | None = None
+    neighbour_window: int | None = None  # None: the server's setting, as each of the three below
+    neighbour_weight: float | None = None
+    speaker_weight: float | None = None
+    time_weight: float | None = None
+    phrase_weight: float | None = None
+    prf_terms: int | None = None
+    context_turns: int = 0  # transcript turns returned each side of a hit
+    context_max_tokens: int = 0  # 0: DEFAULT_CONTEXT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,8 @@ class Hit:
     lexical: SignalHit | None
     query_index: int
     rerank: SignalHit | None = None
+    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase (weighted)
+    context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
 
 
 class RerankStatus:
@@ -131,7 +148,10 @@ class RetrievalService:
         settings: RetrievalSettings,
         *,
         reranker: Reranker | None = None,
+        counter_for: Callable[[str], Callable[[str], int]] | None = None,
     ) -> None:
+        """*counter_for* gives the token counter of an encoding (context bounds; without
+        it, a context turn counts as its length in characters / 4)."""
         self._reads = reads
         self._memories = memories
         self._meter = meter
@@ -139,6 +159,7 @@ class RetrievalService:
         self._limits = limits
         self._settings = settings
         self._reranker = reranker
+        self._counter_for = counter_for or (lambda _encoding: _approximate_tokens)
         self._counts: dict[tuple[int, str], tuple[float, int]] = {}
 
     def _validate_search(self, request: SearchRequest) -> None:
@@ -157,6 +178,19 @@ class RetrievalService:
             v.add("vector_weight", "must be between 0 and 1")
         if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
             v.add("rrf_k", "must be between 1 and 10000")
+        for name, high in (
+            ("neighbour_window", MAX_NEIGHBOUR_WINDOW),
+            ("prf_terms", MAX_PRF_TERMS),
+            ("context_turns", MAX_NEIGHBOUR_WINDOW),
+            ("context_max_tokens", MAX_CONTEXT_TOKENS),
+        ):
+            count = getattr(request, name)
+            if count is not None and not 0 <= count <= high:
+                v.add(name, f"must be between 0 and {high}")
+        for name in ("neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"):
+            value = getattr(request, name)
+            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
+                v.add(name, "must be between 0 and 1")
         check_filter(v, "filter", request.filter, self._limits)
         v.raise_if_any()
 
@@ -176,7 +210,9 @@ class RetrievalService:
         method = request.fusion or FusionMethod(self._settings.fusion)
         weight = request.vector_weight
         if weight is None:
-            weight = 0.5 if method is FusionMethod.RRF else self._settings.vector_weight
+            weight = {FusionMethod.RRF: 0.5, FusionMethod.ZSCORE: self._settings.zscore_vector_weight}.get(
+                method, self._settings.vector_weight
+            )
         # The scope's row count (a round trip unless cached) runs while the queries embed.
         counting = asyncio.ensure_future(self._exact(workspace, request.filter, now))
         counting.add_done_callback(_consume)
@@ -207,9 +243,22 @@ class RetrievalService:
             rrf_k=request.rrf_k or self._settings.rrf_k,
             k1=self._settings.bm25_k1,
             b=self._settings.bm25_b,
+            dbsf=method is FusionMethod.DBSF,
+            zscore=method is FusionMethod.ZSCORE,
+            neighbour_window=_pick(request.neighbour_window, self._settings.neighbour_window),
+            neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
+            speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
+            time_weight=_pick(request.time_weight, self._settings.time_weight),
+            phrase_weight=_pick(request.phrase_weight, self._settings.phrase_weight),
+            prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
+            prf_docs=self._settings.prf_docs,
+            prf_weight=self._settings.prf_weight,
+            context_turns=request.context_turns,
         )
         queries = [
-            (segment(q) if use_lexical else "", vectors[i] if vectors is not None else None)
+            _query_text(
+                q, segment(q) if use_lexical else "", vectors[i] if vectors is not None else None, now, self._settings
+            )
             for i, q in enumerate(request.queries)
         ]
         settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
@@ -222,8 +271,16 @@ class RetrievalService:
         db_seconds = time.perf_counter() - t0
         merged = search_sql.merge_queries(per_query)
         hits = [
-            Hit(memory=r.memory, score=r.score, vector=_hit(r.vector), lexical=_hit(r.lexical), query_index=i)
-            for r, i in merged
+            Hit(
+                memory=r.memory,
+                score=r.score,
+                vector=_hit(r.vector),
+                lexical=_hit(r.lexical),
+                query_index=i,
+                boosts=r.boosts,
+                context=self._context(workspace, r.context, request.context_max_tokens),
+            )
+            for r, i in merged[: max(request.top_k, self._reranker.top_n if self._reranker else 0)]
         ]
         if self._reranker is None or not hits:
             return SearchResult(hits[: request.top_k], embed_seconds, db_seconds, time.perf_counter() - started)
@@ -239,6 +296,12 @@ class RetrievalService:
             rerank_status=status,
             rerank_note=note,
         )
+
+    def _context(self, workspace: Workspace, turns: Sequence[ContextTurn], max_tokens: int) -> tuple[CountedTurn, ...]:
+        if not turns:
+            return ()
+        count = self._counter_for(workspace.token_encoding)
+        return tuple(bound_context(turns, max_tokens or DEFAULT_CONTEXT_TOKENS, count))
 
     async def _exact(self, workspace: Workspace, flt: MemoryFilter, now: datetime) -> bool:
         """Whether the filtered rows are few enough (`exact_scan_max_rows`) to scan exactly:
@@ -307,6 +370,37 @@ class RetrievalService:
 
 
 _MAX_CACHED_COUNTS = 10_000
+
+MAX_NEIGHBOUR_WINDOW = 10
+"""Turns each side of a candidate the neighbourhood term may look at."""
+
+MAX_CONTEXT_TOKENS = 10_000
+"""Tokens of one hit's context a request may ask for."""
+
+
+def _approximate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+MAX_PRF_TERMS = 50
+"""RM3 expansion lexemes a request may ask for."""
+
+_T = TypeVar("_T", int, float)
+
+
+def _pick(requested: _T | None, default: _T) -> _T:
+    return default if requested is None else requested
+
+
+def _query_text(
+    query: str, text: str, vector: np.ndarray | None, now: datetime, settings: RetrievalSettings
+) -> QueryText:
+    """One query's statement values: its segmented *text* and *vector*, the names it
+    mentions and the interval it names widened by `time_slack_days` (`memplane.retrieval.query`)."""
+    when = query_time(query, now)
+    start, end = when.widened(settings.time_slack_days) if when is not None else (None, None)
+    phrases = tuple(segment(p) for p in query_phrases(query))
+    return QueryText(text, vector, tuple(query_names(query)), phrases, start, end)
 
 
 async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit]) -> tuple[list[Hit], str, str]:

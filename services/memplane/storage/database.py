@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memplane.errors import DeadlineExceededError, QuotaExceededError, UnauthenticatedError, UnavailableError
 from memplane.storage.availability import Availability
+from memplane.storage.binary_arrays import register_array_dumpers
 
 _log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class Database:
 
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
+        register_array_dumpers(conn)
         await conn.execute(
             "SELECT set_config('statement_timeout', %s, false), set_config('timezone', 'UTC', false),"
             " set_config('client_connection_check_interval', %s, false)",

@@ -21,13 +21,19 @@ pipeline: one round trip). Its parts, as CTEs:
 - vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
   partition's HNSW index with pgvector's iterative scan (set for the transaction by the
   caller: hnsw.ef_search, hnsw.iterative_scan);
-- vs, ls, fused: min-max normalised scores and ranks per signal, then RRF or WEIGHTED
-  exactly as `memplane.retrieval.fusion.fuse` (which stays the reference: a unit test
-  compares them), min_score, top_k, and the memory rows.
+- vs, ls, combined, fused: each signal's scores on the fusion's scale (min-max, DBSF's,
+  or z-scores) with ranks, then RRF, WEIGHTED, DBSF or ZSCORE exactly as
+  `memplane.retrieval.fusion.fuse` (which stays the reference: a test compares them);
+- with RM3 on (`prf_terms`), the lexical leg's first pass is `bm25_0` and a second pass
+  over the expanded query is `bm25` (`memplane.storage.search_rm3`);
+- top: min_score and top_k, after the neighbourhood, speaker and time terms when any is
+  on (`memplane.storage.search_boosts`); then the memory rows.
+A term that is off adds nothing to the statement's text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +46,8 @@ from memplane.domain.models import Memory, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.storage.search_boosts import CONTEXT_COLUMN, top_cte
+from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
 
@@ -65,17 +73,66 @@ class SearchSpec:
     rrf_k: int
     k1: float
     b: float
+    dbsf: bool = False  # distribution-based score fusion (ignored when rrf)
+    zscore: bool = False  # z-score fusion (ignored when rrf or dbsf)
+    neighbour_window: int = 0  # turns each side of a candidate in its session's transcript
+    neighbour_weight: float = 0.0  # 0: no neighbourhood term
+    speaker_weight: float = 0.0  # 0: no speaker term
+    time_weight: float = 0.0  # 0: no time term
+    phrase_weight: float = 0.0  # 0: no phrase term
+    prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
+    prf_docs: int = 10  # RM3 feedback memories
+    prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
+    context_turns: int = 0  # transcript turns returned each side of a hit
+
+    @property
+    def boosted(self) -> bool:
+        """Whether any query-aware term (neighbourhood, speaker, time) is on."""
+        return self.neighbours or self.speaker_weight > 0 or self.time_weight > 0 or self.phrase_weight > 0
+
+    @property
+    def neighbours(self) -> bool:
+        """Whether the neighbourhood term is on."""
+        return self.neighbour_window > 0 and self.neighbour_weight > 0
+
+
+@dataclass(frozen=True)
+class QueryText:
+    """One query's own values: its segmented text (lexical), its vector (None without the
+    vector signal), the names it mentions (lower-case, `memplane.retrieval.query.query_names`)
+    and the interval [time_from, time_to) it names (None: none)."""
+
+    text: str
+    vector: np.ndarray | None
+    names: tuple[str, ...] = ()
+    phrases: tuple[str, ...] = ()  # quoted phrases, segmented
+    time_from: datetime | None = None
+    time_to: datetime | None = None
 
 
 @dataclass(frozen=True)
 class SearchRow:
     """One fused hit: the memory, its fused score, each signal's raw score, normalised
-    score and rank (None where the signal did not retrieve it)."""
+    score and rank (None where the signal did not retrieve it), and what the neighbourhood,
+    speaker and time terms added (weighted; 0 when off)."""
 
     memory: Memory
     score: float
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
+    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase
+    context: tuple[ContextTurn, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContextTurn:
+    """A transcript turn next to a hit: its position relative to the hit (-1 before),
+    message id, author name and text."""
+
+    offset: int
+    message_id: str
+    name: str
+    content: str
 
 
 # The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input:
@@ -83,55 +140,113 @@ class SearchRow:
 _TSQUERY = sql.SQL(
     "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE array_to_string(array_agg("
     r"'''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || ''''"
-    "), ' | ')::tsquery END FROM w {cond})"
+    "), ' | ')::tsquery END FROM {terms} w {cond})"
 )
 
 
 _RAREST = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest one
 
 
-def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
+# A signal's scores on one scale, over the query's candidates of that signal: min-max (best
+# 1, worst 0; all 1 when tied), or DBSF's mean -/+ 3 standard deviations clipped to 0..1.
+_MIN_MAX = sql.SQL(
+    "CASE WHEN max(score) OVER () > min(score) OVER ()"
+    " THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END"
+)
+_DBSF = sql.SQL(
+    "CASE WHEN stddev_pop(score) OVER () > 0"
+    " THEN least(greatest((score - avg(score) OVER () + 3 * stddev_pop(score) OVER ())"
+    "   / (6 * stddev_pop(score) OVER ()), 0), 1) ELSE 1 END"
+)
+
+
+_Z = sql.SQL(
+    "CASE WHEN stddev_pop(score) OVER () > 0 THEN (score - avg(score) OVER ()) / stddev_pop(score) OVER () ELSE 0 END"
+)
+
+
+def _norm(spec: SearchSpec) -> sql.Composable:
+    if spec.rrf:
+        return _MIN_MAX
+    if spec.dbsf:
+        return _DBSF
+    return _Z if spec.zscore else _MIN_MAX
+
+
+def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, terms: str, name: str) -> sql.Composable:
+    """CTE *name*: the lexical candidates (id, lexical, lexical_length) of the lexemes in CTE
+    *terms* (lexeme, df, cumulative), found one of the three ways of the module docstring
+    (the prefilter's CTE `f` is made by the call for terms "w")."""
+    ident = sql.Identifier(name)
     if spec.prefilter:
-        candidates = sql.SQL(
-            "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-            "  WHERE m.workspace_key = %(ws)s AND {where}),"
-            " cand AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})"
-        ).format(where=where, tsquery=_TSQUERY.format(cond=sql.SQL("")))
-    elif whole:
+        tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=sql.SQL(""))
+        rows = (
+            sql.SQL(
+                "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+                "  WHERE m.workspace_key = %(ws)s AND {where}), "
+            ).format(where=where)
+            if terms == "w"
+            else sql.SQL("")
+        )
+        return sql.SQL("{rows}{name} AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})").format(
+            rows=rows, name=ident, tsquery=tsquery
+        )
+    tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
+    if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
         # memplane_lexical_candidates (migration 0010) reads it as the owner, for this
         # workspace only, and applies the validity filter (all a whole-workspace filter holds).
-        candidates = sql.SQL(
-            "cand AS MATERIALIZED (SELECT c.id, c.lexical, c.lexical_length FROM memplane_lexical_candidates("
+        return sql.SQL(
+            "{name} AS MATERIALIZED (SELECT c.id, c.lexical, c.lexical_length FROM memplane_lexical_candidates("
             "   %(ws)s, {tsquery}, %(at)s::timestamptz, %(superseded)s, %(expired)s, %(lexical_cap)s) c)"
-        ).format(tsquery=_TSQUERY.format(cond=_RAREST))
-    else:
-        candidates = sql.SQL(
-            "cand AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-            "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
-        ).format(where=where, tsquery=_TSQUERY.format(cond=_RAREST))
+        ).format(name=ident, tsquery=tsquery)
     return sql.SQL(
-        "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
-        "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
-        " df AS MATERIALIZED (SELECT x.lexeme, coalesce(sum(d.df), 0)::float8 AS df"
-        "   FROM lex CROSS JOIN LATERAL unnest(lex.lexemes) x(lexeme)"
-        "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = x.lexeme GROUP BY x.lexeme),"
-        " stats AS MATERIALIZED (SELECT greatest(s.memory_count, 1)::float8 AS n,"
-        "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
-        "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
-        " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
-        "   sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats),"
-        " {candidates},"
-        " bm25 AS (SELECT cand.id, sum(w.idf * cardinality(u.positions) * (%(k1)s + 1)"
-        "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * cand.lexical_length / stats.avgdl)))"
-        "   AS score FROM cand CROSS JOIN LATERAL unnest(ts_filter(setweight(cand.lexical, 'A',"
-        "     (SELECT lex.lexemes FROM lex)), '{{a}}')) u JOIN w ON w.lexeme = u.lexeme"
-        "   CROSS JOIN stats GROUP BY cand.id ORDER BY score DESC, cand.id LIMIT %(depth)s),"
-        " ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
-        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
-        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
-        "   FROM bm25)"
-    ).format(candidates=candidates)
+        "{name} AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+        "  WHERE m.workspace_key = %(ws)s AND m.lexical @@ {tsquery} AND {where} LIMIT %(lexical_cap)s)"
+    ).format(name=ident, where=where, tsquery=tsquery)
+
+
+BM25 = (
+    "{name} AS (SELECT c.id, sum(t.qw * t.idf * cardinality(u.positions) * (%(k1)s + 1)"
+    "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * c.lexical_length / stats.avgdl)))"
+    "   AS score FROM {cand} c CROSS JOIN LATERAL unnest(ts_filter(setweight(c.lexical, 'A',"
+    "     (SELECT array_agg(lexeme) FROM {terms})), '{{a}}')) u JOIN {terms} t ON t.lexeme = u.lexeme"
+    "   CROSS JOIN stats GROUP BY c.id ORDER BY score DESC, c.id LIMIT %(depth)s)"
+)
+"""Okapi BM25 of the candidates in CTE {cand} over the lexemes of CTE {terms} (lexeme, idf
+and a query weight qw, 1 for a query's own lexemes), the depth best (ts_filter keeps the
+query's lexemes of each tsvector)."""
+
+
+def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
+    first = "bm25_0" if spec.prf_terms > 0 else "bm25"
+    parts = [
+        sql.SQL(
+            "lex AS MATERIALIZED (SELECT coalesce((array_agg(DISTINCT u.lexeme ORDER BY u.lexeme))[1:%(max_lexemes)s],"
+            "   '{{}}') AS lexemes FROM unnest(to_tsvector(%(ts_config)s::regconfig, %(text)s)) u),"
+            " df AS MATERIALIZED (SELECT x.lexeme, coalesce(sum(d.df), 0)::float8 AS df"
+            "   FROM lex CROSS JOIN LATERAL unnest(lex.lexemes) x(lexeme)"
+            "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = x.lexeme GROUP BY x.lexeme),"
+            " stats AS MATERIALIZED (SELECT greatest(s.memory_count, 1)::float8 AS n,"
+            "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
+            "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
+            " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
+            "   1::float8 AS qw, sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats)"
+        ),
+        lexical_candidates(spec, where, whole, "w", "cand"),
+        sql.SQL(BM25).format(name=sql.Identifier(first), cand=sql.Identifier("cand"), terms=sql.Identifier("w")),
+    ]
+    if spec.prf_terms > 0:
+        parts.append(rm3_ctes(lexical_candidates(spec, where, whole, "wx", "candx")))
+        parts.append(
+            sql.SQL(BM25).format(name=sql.Identifier("bm25"), cand=sql.Identifier("candx"), terms=sql.Identifier("wx"))
+        )
+    parts.append(
+        sql.SQL(
+            "ls AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM bm25)"
+        ).format(norm=_norm(spec))
+    )
+    return sql.SQL(", ").join(parts)
 
 
 def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sql.Composable:
@@ -141,11 +256,8 @@ def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sq
     return sql.SQL(
         "vec AS (SELECT m.id, 1 - {distance} AS score FROM memories m"
         "   WHERE m.workspace_key = %(ws)s AND {where} ORDER BY {order} LIMIT %(depth)s),"
-        " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank,"
-        "   CASE WHEN max(score) OVER () > min(score) OVER ()"
-        "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS norm"
-        "   FROM vec)"
-    ).format(distance=distance, where=where, order=order)
+        " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM vec)"
+    ).format(distance=distance, where=where, order=order, norm=_norm(spec))
 
 
 _EMPTY_SIGNAL = sql.SQL(
@@ -154,17 +266,24 @@ _EMPTY_SIGNAL = sql.SQL(
 
 _FUSION = (
     " weights AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM vs) THEN %(vector_weight)s::float8 ELSE 0 END AS wv,"
-    "   CASE WHEN EXISTS (SELECT 1 FROM ls) THEN 1 - %(vector_weight)s::float8 ELSE 0 END AS wl),"
-    " fused AS (SELECT coalesce(vs.id, ls.id) AS id,"
+    "   CASE WHEN EXISTS (SELECT 1 FROM ls) THEN 1 - %(vector_weight)s::float8 ELSE 0 END AS wl,"
+    "   (SELECT min(norm) FROM vs) AS v_floor, (SELECT min(norm) FROM ls) AS l_floor),"
+    " combined AS (SELECT coalesce(vs.id, ls.id) AS id,"
     "   CASE WHEN %(rrf)s"
     "     THEN (coalesce(weights.wv / (%(rrf_k)s + vs.rank), 0) + coalesce(weights.wl / (%(rrf_k)s + ls.rank), 0))"
     "          / ((weights.wv + weights.wl) / (%(rrf_k)s + 1))"
+    "     WHEN %(zscore)s"
+    "     THEN coalesce(weights.wv * coalesce(vs.norm, weights.v_floor), 0)"
+    "          + coalesce(weights.wl * coalesce(ls.norm, weights.l_floor), 0)"
     "     ELSE (coalesce(weights.wv * vs.norm, 0) + coalesce(weights.wl * ls.norm, 0)) / (weights.wv + weights.wl)"
     "   END AS score,"
     "   vs.score AS v_score, vs.norm AS v_norm, vs.rank AS v_rank, ls.score AS l_score, ls.norm AS l_norm,"
     "   ls.rank AS l_rank"
     "   FROM vs FULL JOIN ls ON vs.id = ls.id CROSS JOIN weights WHERE weights.wv + weights.wl > 0),"
-    " top AS (SELECT * FROM fused WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+    " fused AS (SELECT id, CASE WHEN NOT %(zscore)s OR %(rrf)s THEN score"
+    "     WHEN max(score) OVER () > min(score) OVER ()"
+    "     THEN (score - min(score) OVER ()) / (max(score) OVER () - min(score) OVER ()) ELSE 1 END AS score,"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank FROM combined)"
 )
 
 
@@ -183,17 +302,25 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     else:
         parts.append(sql.SQL("vs AS ({})").format(_EMPTY_SIGNAL))
     query = sql.SQL(
-        "WITH {parts}, {fusion}"
+        "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
+        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, {context} AS context"
+        " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
-    ).format(parts=sql.SQL(", ").join(parts), fusion=sql.SQL(_FUSION), cols=sql.SQL(MEMORY_COLUMNS))
+    ).format(
+        parts=sql.SQL(", ").join(parts),
+        fusion=sql.SQL(_FUSION),
+        top=top_cte(spec.boosted, spec.neighbours),
+        cols=sql.SQL(MEMORY_COLUMNS),
+        context=CONTEXT_COLUMN if spec.context_turns > 0 else sql.SQL("NULL::json"),
+    )
     params.values.update(
         ws=0,
         depth=spec.depth,
         top_k=spec.top_k,
         min_score=spec.min_score,
         rrf=spec.rrf,
+        zscore=spec.zscore and not spec.dbsf,
         rrf_k=spec.rrf_k,
         vector_weight=spec.vector_weight,
         k1=spec.k1,
@@ -206,6 +333,21 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         superseded=flt.include_superseded,
         expired=flt.include_expired,
     )
+    if spec.context_turns > 0:
+        params.values.update(context_turns=spec.context_turns)
+    if spec.prf_terms > 0:
+        params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
+    if spec.boosted:
+        weights = spec.speaker_weight + spec.time_weight + spec.phrase_weight
+        weights += spec.neighbour_weight if spec.neighbours else 0.0
+        params.values.update(
+            neighbour_window=spec.neighbour_window,
+            neighbour_weight=spec.neighbour_weight if spec.neighbours else 0.0,
+            speaker_weight=spec.speaker_weight,
+            time_weight=spec.time_weight,
+            phrase_weight=spec.phrase_weight,
+            boost_weights=weights,
+        )
     return query, params
 
 
@@ -218,20 +360,24 @@ def _signal(row: dict[str, Any], prefix: str) -> tuple[float, float, int] | None
 async def send(
     conn: Connection,
     workspace: Workspace,
-    queries: list[tuple[str, np.ndarray | None]],
+    queries: Sequence[QueryText | tuple[str, np.ndarray | None]],
     spec: SearchSpec,
     flt: MemoryFilter,
     *,
     now: datetime,
 ) -> list[Cursor]:
-    """Send one statement per query ((segmented text, vector or None)); return their
-    cursors, to be `read` after the pipeline block of `Database.tenant_pipeline` (all of
-    it is one round trip)."""
+    """Send one statement per query (a `QueryText`, or (segmented text, vector or None));
+    return their cursors, to be `read` after the pipeline block of
+    `Database.tenant_pipeline` (all of it is one round trip)."""
     query, params = statement(spec, flt, now, workspace.embedding_dimensions)
-    return [
-        await conn.execute(query, {**params.values, "ws": workspace.key, "text": text, "vector": vector})
-        for text, vector in queries
-    ]
+    cursors = []
+    for item in queries:
+        q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
+        values = {**params.values, "ws": workspace.key, "text": q.text, "vector": q.vector}
+        if spec.boosted:
+            values.update(names=list(q.names), phrases=list(q.phrases), time_from=q.time_from, time_to=q.time_to)
+        cursors.append(await conn.execute(query, values))
+    return cursors
 
 
 async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
@@ -243,6 +389,11 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 score=float(r["fused_score"]),
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
+                boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"]), float(r["b_phrase"])),
+                context=tuple(
+                    ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
+                    for c in r["context"] or ()
+                ),
             )
             for r in await cur.fetchall()
         ]

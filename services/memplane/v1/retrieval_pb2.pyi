@@ -29,8 +29,9 @@ class _FusionMethod:
 class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
-    """The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
-    because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+    """The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
+    it measured the highest LoCoMo recall on both text formats (README, "Recall without an
+    LLM").
     """
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
     """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
@@ -38,19 +39,52 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     """Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
     weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
     """
+    FUSION_METHOD_DBSF: _FusionMethod.ValueType  # 3
+    """Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
+    Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
+    standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
+    as WEIGHTED. A best candidate standing many deviations above the rest keeps its lead
+    (clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
+    every signal's best 1.0.
+    """
+    FUSION_METHOD_ZSCORE: _FusionMethod.ValueType  # 4
+    """CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for metasearch",
+    CIKM 2001): each signal's score minus its candidates' mean, over their standard
+    deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
+    vector_weight, then min-max normalised over the query's candidates (best 1). No
+    clipping, unlike DBSF: it keeps the top candidates apart. The server default
+    (README, "Recall without an LLM").
+    """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How the per-signal rankings are combined."""
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
-"""The server's default (MEMPLANE_RETRIEVAL__FUSION): WEIGHTED unless configured,
-because it measured higher LoCoMo recall than RRF (README, "Choosing the fusion").
+"""The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
+it measured the highest LoCoMo recall on both text formats (README, "Recall without an
+LLM").
 """
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
 FUSION_METHOD_WEIGHTED: FusionMethod.ValueType  # 2
 """Weighted sum of min-max normalised signal scores (ReMe's hybrid search, which
 weights 0.7 / 0.3; memplane's default weights are 0.5 / 0.5).
+"""
+FUSION_METHOD_DBSF: FusionMethod.ValueType  # 3
+"""Distribution-based score fusion (Mazzeschi, "Distribution-based score fusion", 2023;
+Qdrant's `dbsf`): each signal's scores are normalised per query between mean - 3
+standard deviations and mean + 3 (clipped to 0..1) over its candidates, then weighted
+as WEIGHTED. A best candidate standing many deviations above the rest keeps its lead
+(clipped to 1) while the best of an evenly declining list gets ~0.8, where min-max gives
+every signal's best 1.0.
+"""
+FUSION_METHOD_ZSCORE: FusionMethod.ValueType  # 4
+"""CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for metasearch",
+CIKM 2001): each signal's score minus its candidates' mean, over their standard
+deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
+vector_weight, then min-max normalised over the query's candidates (best 1). No
+clipping, unlike DBSF: it keeps the top candidates apart. The server default
+(README, "Recall without an LLM").
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
@@ -164,6 +198,14 @@ class SearchMemoriesRequest(_message.Message):
     FUSION_FIELD_NUMBER: _builtins.int
     VECTOR_WEIGHT_FIELD_NUMBER: _builtins.int
     RRF_K_FIELD_NUMBER: _builtins.int
+    NEIGHBOUR_WINDOW_FIELD_NUMBER: _builtins.int
+    NEIGHBOUR_WEIGHT_FIELD_NUMBER: _builtins.int
+    SPEAKER_WEIGHT_FIELD_NUMBER: _builtins.int
+    TIME_WEIGHT_FIELD_NUMBER: _builtins.int
+    PRF_TERMS_FIELD_NUMBER: _builtins.int
+    PHRASE_WEIGHT_FIELD_NUMBER: _builtins.int
+    CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
+    CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
@@ -178,11 +220,59 @@ class SearchMemoriesRequest(_message.Message):
     fusion: Global___FusionMethod.ValueType
     """Fusion method in HYBRID mode."""
     vector_weight: _builtins.float
-    """Weight of the vector signal, 0 to 1; unset (0) means the server's default (0.5;
-    ReMe uses 0.7). The lexical weight is 1 - vector_weight. Weights RRF terms too.
+    """Weight of the vector signal, 0 to 1; unset (0) means the server's default for the
+    fusion method (`retrieval.vector_weight`, 0.5, for WEIGHTED and DBSF;
+    `retrieval.zscore_vector_weight`, 0.4, for ZSCORE; 0.5 for RRF; ReMe uses 0.7). The
+    lexical weight is 1 - vector_weight. Weights RRF terms too.
     """
     rrf_k: _builtins.int
     """RRF constant k; 0 means 60 (the paper's value)."""
+    neighbour_window: _builtins.int
+    """Neighbourhood scoring: turns of the same session within this many turns of a candidate
+    (by transcript position: memories written by WriteConversation) lend it
+    `neighbour_weight` x the best fused score among them, for evidence spread over
+    consecutive turns (the idea of passage-level evidence smoothing, e.g. Bendersky & Kurland,
+    "Utilizing passage-based language models for ad hoc document retrieval", 2010). 0 to 10;
+    0 turns it off; unset means the server's `retrieval.neighbour_window`.
+    """
+    neighbour_weight: _builtins.float
+    """Weight of the neighbourhood term, 0 to 1; 0 turns it off; unset means the server's
+    `retrieval.neighbour_weight`.
+    """
+    speaker_weight: _builtins.float
+    """Speaker boost: a candidate whose speaker (metadata "speaker", which WriteConversation
+    stores from the message name) is named in the query (a capitalised word, "Caroline's"
+    counting as "Caroline") gains this much, 0 to 1; 0 turns it off; unset means the
+    server's `retrieval.speaker_weight`.
+    """
+    time_weight: _builtins.float
+    """Time boost: when the query names a date ("in May 2023", "on 3 June, 2023", "June 26,
+    2023", "in 2023", "last week"), a candidate whose valid_from (a turn's time) lies in that
+    interval widened by `retrieval.time_slack_days` each side gains this much, 0 to 1; 0
+    turns it off; unset means the server's `retrieval.time_weight`.
+    """
+    prf_terms: _builtins.int
+    """Pseudo-relevance feedback for the lexical signal, RM3 (Abdul-Jaleel et al., TREC 2004;
+    as Anserini runs it over BM25): the first BM25 pass's best `retrieval.prf_docs`
+    memories are taken as relevant, their heaviest prf_terms lexemes by relevance model
+    are mixed into the query (the query's own share `retrieval.prf_weight`), and a second
+    BM25 pass ranks the expanded query's candidates. 0 to 50; 0 turns it off; unset means
+    the server's `retrieval.prf_terms`.
+    """
+    phrase_weight: _builtins.float
+    """Phrase boost: a candidate holding, as a phrase (the words in order, stemmed), a text
+    the query quotes ("...", “...”) gains this much, 0 to 1; 0 turns it off; unset means
+    the server's `retrieval.phrase_weight`.
+    """
+    context_turns: _builtins.int
+    """Context: return with each hit up to this many turns each side of it in its session's
+    transcript (SearchHit.context; memories written by WriteConversation), 0 to 10; 0 (the
+    default) returns none.
+    """
+    context_max_tokens: _builtins.int
+    """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
+    first (the earlier on a tie), 1 to 10,000; 0 means 500.
+    """
     @_builtins.property
     def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
@@ -205,14 +295,83 @@ class SearchMemoriesRequest(_message.Message):
         fusion: Global___FusionMethod.ValueType = ...,
         vector_weight: _builtins.float = ...,
         rrf_k: _builtins.int = ...,
+        neighbour_window: _builtins.int | None = ...,
+        neighbour_weight: _builtins.float | None = ...,
+        speaker_weight: _builtins.float | None = ...,
+        time_weight: _builtins.float | None = ...,
+        prf_terms: _builtins.int | None = ...,
+        phrase_weight: _builtins.float | None = ...,
+        context_turns: _builtins.int = ...,
+        context_max_tokens: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "queries", b"queries", "rrf_k", b"rrf_k", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
+    _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
+    _WhichOneofReturnType__neighbour_window: _TypeAlias = _typing.Literal["neighbour_window"]  # noqa: Y015
+    _WhichOneofArgType__neighbour_window: _TypeAlias = _typing.Literal["_neighbour_window", b"_neighbour_window"]  # noqa: Y015
+    _WhichOneofReturnType__phrase_weight: _TypeAlias = _typing.Literal["phrase_weight"]  # noqa: Y015
+    _WhichOneofArgType__phrase_weight: _TypeAlias = _typing.Literal["_phrase_weight", b"_phrase_weight"]  # noqa: Y015
+    _WhichOneofReturnType__prf_terms: _TypeAlias = _typing.Literal["prf_terms"]  # noqa: Y015
+    _WhichOneofArgType__prf_terms: _TypeAlias = _typing.Literal["_prf_terms", b"_prf_terms"]  # noqa: Y015
+    _WhichOneofReturnType__speaker_weight: _TypeAlias = _typing.Literal["speaker_weight"]  # noqa: Y015
+    _WhichOneofArgType__speaker_weight: _TypeAlias = _typing.Literal["_speaker_weight", b"_speaker_weight"]  # noqa: Y015
+    _WhichOneofReturnType__time_weight: _TypeAlias = _typing.Literal["time_weight"]  # noqa: Y015
+    _WhichOneofArgType__time_weight: _TypeAlias = _typing.Literal["_time_weight", b"_time_weight"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_weight) -> _WhichOneofReturnType__neighbour_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_window) -> _WhichOneofReturnType__neighbour_window | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__phrase_weight) -> _WhichOneofReturnType__phrase_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prf_terms) -> _WhichOneofReturnType__prf_terms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__speaker_weight) -> _WhichOneofReturnType__speaker_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__time_weight) -> _WhichOneofReturnType__time_weight | None: ...
+
+Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ContextTurn(_message.Message):
+    """A turn next to a hit in its session's transcript (SearchMemoriesRequest.context_turns)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """Position relative to the hit: -1 the turn before it, 1 the turn after."""
+    message_id: _builtins.str
+    """The message's id (e.g. a LoCoMo dia_id)."""
+    name: _builtins.str
+    """The message's author name (the speaker)."""
+    content: _builtins.str
+    """The message's text."""
+    tokens: _builtins.int
+    """Tokens of content in the workspace's token encoding."""
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        message_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        content: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "message_id", b"message_id", "name", b"name", "offset", b"offset", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
+Global___ContextTurn: _TypeAlias = ContextTurn  # noqa: Y015
 
 @_typing.final
 class SignalScore(_message.Message):
@@ -226,8 +385,10 @@ class SignalScore(_message.Message):
     score: _builtins.float
     """Raw score of the signal: cosine similarity (-1..1) for vector, BM25 for lexical."""
     normalized_score: _builtins.float
-    """Score min-max normalised over this query's candidates of the signal (best 1, worst
-    0), as used by WEIGHTED fusion.
+    """The score on the scale the fusion used, over this query's candidates of the signal:
+    min-max (best 1, worst 0) for WEIGHTED and RRF, DBSF's clipped 0..1 for DBSF, the
+    z-score (standard deviations above the mean) for ZSCORE; the reranker's min-max for
+    SearchHit.rerank.
     """
     rank: _builtins.int
     """1-based rank of the hit in the signal's candidate list; 0 when the signal did
@@ -249,6 +410,45 @@ class SignalScore(_message.Message):
 Global___SignalScore: _TypeAlias = SignalScore  # noqa: Y015
 
 @_typing.final
+class ScoreBoosts(_message.Message):
+    """What the query-aware terms added to a hit's score (each already multiplied by its
+    weight; all 0 when the terms are off). The fused score is (fusion score + neighbour +
+    speaker + time + phrase) / (1 + the weights of the terms in use), so it stays within 0..1.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEIGHBOUR_FIELD_NUMBER: _builtins.int
+    SPEAKER_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    PHRASE_FIELD_NUMBER: _builtins.int
+    neighbour: _builtins.float
+    """neighbour_weight x the best fusion score of the same session's turns within
+    neighbour_window of this one.
+    """
+    speaker: _builtins.float
+    """speaker_weight when the hit's speaker is named in the query."""
+    time: _builtins.float
+    """time_weight when the hit's valid_from lies in the interval the query names."""
+    phrase: _builtins.float
+    """phrase_weight when the hit holds a phrase the query quotes."""
+    def __init__(
+        self,
+        *,
+        neighbour: _builtins.float = ...,
+        speaker: _builtins.float = ...,
+        time: _builtins.float = ...,
+        phrase: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "phrase", b"phrase", "speaker", b"speaker", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScoreBoosts: _TypeAlias = ScoreBoosts  # noqa: Y015
+
+@_typing.final
 class SearchHit(_message.Message):
     """One search result."""
 
@@ -260,6 +460,8 @@ class SearchHit(_message.Message):
     LEXICAL_FIELD_NUMBER: _builtins.int
     QUERY_INDEX_FIELD_NUMBER: _builtins.int
     RERANK_FIELD_NUMBER: _builtins.int
+    BOOSTS_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score, 0 to 1 (RRF is scaled so that rank 1 in every signal scores 1)."""
     query_index: _builtins.int
@@ -286,6 +488,17 @@ class SearchHit(_message.Message):
         back (see SearchMemoriesResponse.rerank_status).
         """
 
+    @_builtins.property
+    def boosts(self) -> Global___ScoreBoosts:
+        """What neighbourhood, speaker and time terms added to `score` (see ScoreBoosts)."""
+
+    @_builtins.property
+    def context(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextTurn]:
+        """The turns around the hit in its session, in order, within context_max_tokens
+        (SearchMemoriesRequest.context_turns); empty when not asked for or the memory has no
+        transcript position (AddMemories).
+        """
+
     def __init__(
         self,
         *,
@@ -295,10 +508,12 @@ class SearchHit(_message.Message):
         lexical: Global___SignalScore | None = ...,
         query_index: _builtins.int = ...,
         rerank: Global___SignalScore | None = ...,
+        boosts: Global___ScoreBoosts | None = ...,
+        context: _abc.Iterable[Global___ContextTurn] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "context", b"context", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -216,7 +216,10 @@ def test_the_config_schema_is_settings_minus_what_the_chart_sets() -> None:
     ("values", "message"),
     [
         ({"services.retrieval.replicas": "0"}, "at '/services/retrieval/replicas': minimum: got 0, want 1"),
-        ({"config.retrieval.fusion": "best"}, "at '/config/retrieval/fusion': value must be one of 'rrf', 'weighted'"),
+        (
+            {"config.retrieval.fusion": "best"},
+            "at '/config/retrieval/fusion': value must be one of 'rrf', 'weighted', 'dbsf', 'zscore'",
+        ),
         ({"config.grpc.port": "1"}, "at '/config/grpc': additional properties 'port' not allowed"),
         ({"image.pullPolicy": "Sometimes"}, "at '/image/pullPolicy'"),
         ({"typo": "1"}, "additional properties 'typo' not allowed"),

@@ -1,0 +1,93 @@
+"""The query-aware terms of the search statement (`memplane.storage.search`): neighbourhood,
+speaker and time, as its last CTEs.
+
+Over every fused candidate (CTE `fused`): its memory's speaker (``metadata.speaker``),
+`valid_from` and place in its session's transcript (the seq of its first source message,
+joined only when the neighbourhood term is on), the best fused score among the candidates
+of the same session within `neighbour_window` turns, and the score
+(fused + neighbour_weight * that + speaker_weight * named + time_weight * dated +
+phrase_weight * phrased) /
+(1 + the weights in use). Parameters: names (text[]), time_from, time_to (the query's
+own; phrases, text[], the query's quoted phrases), neighbour_window, neighbour_weight,
+speaker_weight, time_weight, phrase_weight, boost_weights.
+A memory without a transcript position (AddMemories) is ordered within its scope session
+by when it was written (its first event's id); one without a session has no neighbours.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+_TOP = sql.SQL(
+    " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time,"
+    "   0::float8 AS b_phrase FROM fused"
+    "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+)
+
+# The query-aware terms, over every fused candidate: its memory's speaker, time and place in
+# its session's transcript (the first source message's seq), the best fused score among the
+# candidates of the same session within the window, and the rescaled sum.
+_CONTEXT = sql.SQL(
+    " ph AS MATERIALIZED (SELECT phraseto_tsquery(%(ts_config)s::regconfig, p) AS query"
+    "   FROM unnest(%(phrases)s::text[]) p),"
+    " ctx AS MATERIALIZED (SELECT f.id, f.score, {session} AS session, {seq} AS seq,"
+    "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
+    "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
+    "   AS dated, EXISTS (SELECT 1 FROM ph WHERE m.lexical @@ ph.query) AS phrased"
+    "   FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
+    " nb AS ({neighbours}),"
+    " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
+    "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
+    "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time,"
+    "   CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END AS b_phrase"
+    "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
+    " top AS (SELECT id, (score + b_neighbour + b_speaker + b_time + b_phrase) / (1 + %(boost_weights)s::float8)"
+    "   AS score, v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase"
+    "   FROM boosted WHERE (score + b_neighbour + b_speaker + b_time + b_phrase) / (1 + %(boost_weights)s::float8)"
+    "   >= %(min_score)s ORDER BY (score + b_neighbour + b_speaker + b_time + b_phrase) DESC, id LIMIT %(top_k)s)"
+)
+_TRANSCRIPT = sql.SQL(
+    "LEFT JOIN transcript_messages t ON t.workspace_key = %(ws)s AND t.session_id = m.source_session_id"
+    " AND t.message_id = m.source_message_ids[1]"
+)
+_NEIGHBOURS = sql.SQL(
+    "SELECT a.id, max(b.score) AS score FROM ctx a JOIN ctx b ON b.session = a.session"
+    " AND b.seq BETWEEN a.seq - %(neighbour_window)s AND a.seq + %(neighbour_window)s AND b.id <> a.id GROUP BY a.id"
+)
+# A candidate's order within its session: its transcript position ("t:" + the transcript's
+# session), else, for a memory of a scope session with no transcript (AddMemories), the
+# order it was written in: the id of its first event ("w:" + the scope session; event ids
+# of one write are consecutive, in request order). No session, no neighbours.
+_SESSION = sql.SQL(
+    "CASE WHEN t.seq IS NOT NULL THEN 't:' || m.source_session_id ELSE 'w:' || nullif(m.session_id, '') END"
+)
+_POSITION = sql.SQL(
+    "CASE WHEN t.seq IS NOT NULL THEN t.seq"
+    " ELSE (SELECT min(e.id) FROM memory_events e WHERE e.workspace_key = %(ws)s AND e.memory_id = m.id) END"
+)
+_NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
+
+
+# The turns within context_turns of a hit in its session's transcript (not itself), in
+# order, as a JSON array of {offset, id, name, content}; [] without a transcript position.
+CONTEXT_COLUMN = sql.SQL(
+    "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
+    "   'content', n.content) ORDER BY n.seq), '[]'::json)"
+    " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
+    "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
+    "   AND n.seq <> h.seq"
+    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
+)
+
+
+def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
+    """CTE `top`: the fused candidates (CTE `fused`) past min_score, best first, at most
+    top_k, with what each term added (b_neighbour, b_speaker, b_time, b_phrase; all 0 unless
+    *boosted*; the transcript joined only for *neighbours*)."""
+    if not boosted:
+        return _TOP
+    if neighbours:
+        return _CONTEXT.format(session=_SESSION, seq=_POSITION, transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
+    return _CONTEXT.format(
+        session=sql.SQL("NULL::text"), seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS
+    )

@@ -1,0 +1,237 @@
+"""SearchMemories' per-request recall options over real gRPC: DBSF fusion, and the
+neighbourhood, speaker and time terms, and the context turns. Each term is checked against a search of the same
+workspace with the terms off (its fused scores are the base): a boosted hit's score is
+(base + its boosts) / (1 + the weights in use), each boost is exactly its weight (speaker,
+time) or its weight x the best base score of the same session's turns within the window
+(neighbour), and with every term 0 the hits are the reference fusion of the two signals
+(`memplane.retrieval.fusion.fuse`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from memplane.retrieval.fusion import FusionMethod, fuse
+from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
+from tests.fix_server import TestWorkspace
+from tests.support import mem, ts
+
+USER = memory_pb2.MESSAGE_ROLE_USER
+MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
+OFF: dict[str, Any] = {
+    "neighbour_window": 0,
+    "neighbour_weight": 0.0,
+    "speaker_weight": 0.0,
+    "time_weight": 0.0,
+    "phrase_weight": 0.0,
+}
+SESSION_1 = [
+    ("D1:1", "Caroline", "I went to an LGBTQ support group yesterday and it was powerful"),
+    ("D1:2", "Melanie", "That sounds wonderful, what happened there?"),
+    ("D1:3", "Caroline", "People shared their transgender stories and I felt accepted"),
+    ("D1:4", "Melanie", "I painted a sunrise over the lake last week"),
+    ("D1:5", "Caroline", "Your painting of the lake sounds lovely"),
+]
+SESSION_2 = [
+    ("D2:1", "Melanie", "We went camping with the kids in the mountains"),
+    ("D2:2", "Caroline", "I am researching adoption agencies for my family"),
+    ("D2:3", "Melanie", "The kids loved roasting marshmallows by the fire"),
+]
+
+
+def message(dia_id: str, speaker: str, text: str, when: datetime) -> writeback_pb2.ConversationMessage:
+    out = writeback_pb2.ConversationMessage(id=dia_id, role=USER, name=speaker, content=text)
+    out.create_time.CopyFrom(ts(when))
+    return out
+
+
+async def conversation(workspace: TestWorkspace) -> None:
+    """Two sessions through WriteConversation (transcript positions, speakers, turn times)."""
+    for session, when, turns in (("session_1", MAY, SESSION_1), ("session_2", JULY, SESSION_2)):
+        scope = memory_pb2.Scope(user_id="conv", session_id=session)
+        await workspace.client.write_conversation(scope, [message(*t, when) for t in turns])
+
+
+def by_id(reply: retrieval_pb2.SearchMemoriesResponse) -> dict[str, retrieval_pb2.SearchHit]:
+    return {h.memory.metadata.fields["message_id"].string_value: h for h in reply.hits}
+
+
+async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "What did Caroline feel at the support group in May 2023?"
+    for fusion, method in (
+        (retrieval_pb2.FUSION_METHOD_WEIGHTED, FusionMethod.WEIGHTED),
+        (retrieval_pb2.FUSION_METHOD_DBSF, FusionMethod.DBSF),
+        (retrieval_pb2.FUSION_METHOD_ZSCORE, FusionMethod.ZSCORE),
+    ):
+        hybrid = await workspace.client.search(query, top_k=20, fusion=fusion, vector_weight=0.5, **OFF)
+        vector = await workspace.client.search(query, top_k=20, mode=retrieval_pb2.SEARCH_MODE_VECTOR)
+        lexical = await workspace.client.search(query, top_k=20, mode=retrieval_pb2.SEARCH_MODE_LEXICAL)
+        expected = fuse(
+            [(h.memory.id, h.vector.score) for h in vector.hits],
+            [(h.memory.id, h.lexical.score) for h in lexical.hits],
+            method=method,
+            vector_weight=0.5,
+            rrf_k=60,
+        )
+        assert [h.memory.id for h in hybrid.hits] == [e.id for e in expected]
+        for got, want in zip(hybrid.hits, expected, strict=True):
+            assert got.score == pytest.approx(want.score, abs=1e-9)
+            assert (got.boosts.neighbour, got.boosts.speaker, got.boosts.time, got.boosts.phrase) == (0, 0, 0, 0)
+
+
+async def test_speaker_boost_goes_to_the_turns_of_the_named_speaker(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "What did Melanie paint?"
+    base = by_id(await workspace.client.search(query, top_k=20, **OFF))
+    boosted = by_id(await workspace.client.search(query, top_k=20, **{**OFF, "speaker_weight": 0.4}))
+    assert set(boosted) == set(base) == {d for d, _, _ in SESSION_1 + SESSION_2}
+    for dia_id, hit in boosted.items():
+        speaker = {d: s for d, s, _ in SESSION_1 + SESSION_2}[dia_id]
+        assert hit.boosts.speaker == (0.4 if speaker == "Melanie" else 0.0)
+        assert hit.score == pytest.approx((base[dia_id].score + hit.boosts.speaker) / 1.4)
+    first = await workspace.client.search(query, top_k=3, **{**OFF, "speaker_weight": 1.0})
+    assert all(h.memory.metadata.fields["speaker"].string_value == "Melanie" for h in first.hits)
+
+
+async def test_time_boost_goes_to_turns_inside_the_interval_the_query_names(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "Where did the kids go in July 2023?"
+    base = by_id(await workspace.client.search(query, top_k=20, **OFF))
+    boosted = by_id(await workspace.client.search(query, top_k=20, **{**OFF, "time_weight": 0.5}))
+    july = {d for d, _, _ in SESSION_2}
+    for dia_id, hit in boosted.items():
+        assert hit.boosts.time == (0.5 if dia_id in july else 0.0)
+        assert hit.score == pytest.approx((base[dia_id].score + hit.boosts.time) / 1.5)
+    undated = by_id(await workspace.client.search("Where did the kids go?", top_k=20, **{**OFF, "time_weight": 0.5}))
+    assert all(h.boosts.time == 0.0 for h in undated.values())
+
+
+async def test_phrase_boost_goes_to_memories_holding_the_quoted_phrase_in_order(workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(
+        [
+            mem("I finished reading Becoming Nicole last night"),
+            mem("Nicole is becoming a great painter"),  # the words, not the phrase
+            mem("a book about courage"),
+        ]
+    )
+    query = 'What did Caroline take away from the book "Becoming Nicole"?'
+    base = {h.memory.content: h.score for h in (await workspace.client.search(query, top_k=5, **OFF)).hits}
+    reply = await workspace.client.search(query, top_k=5, **{**OFF, "phrase_weight": 0.3})
+    boosts = {h.memory.content: h.boosts.phrase for h in reply.hits}
+    assert boosts == {
+        "I finished reading Becoming Nicole last night": 0.3,
+        "Nicole is becoming a great painter": 0.0,
+        "a book about courage": 0.0,
+    }
+    for hit in reply.hits:
+        assert hit.score == pytest.approx((base[hit.memory.content] + hit.boosts.phrase) / 1.3)
+    unquoted = await workspace.client.search("Becoming Nicole", top_k=5, **{**OFF, "phrase_weight": 0.3})
+    assert all(h.boosts.phrase == 0.0 for h in unquoted.hits)
+
+
+async def test_neighbour_term_borrows_the_best_score_within_the_window_of_the_same_session(
+    workspace: TestWorkspace,
+) -> None:
+    await conversation(workspace)
+    query = "transgender stories at the support group"
+    base = by_id(await workspace.client.search(query, top_k=20, **OFF))
+    boosted = by_id(
+        await workspace.client.search(query, top_k=20, **{**OFF, "neighbour_window": 1, "neighbour_weight": 0.5})
+    )
+    order = [[d for d, _, _ in SESSION_1], [d for d, _, _ in SESSION_2]]
+    for turns in order:
+        for i, dia_id in enumerate(turns):
+            window = [turns[j] for j in (i - 1, i + 1) if 0 <= j < len(turns)]
+            expected = 0.5 * max(base[n].score for n in window)
+            assert boosted[dia_id].boosts.neighbour == pytest.approx(expected, abs=1e-9)
+            assert boosted[dia_id].score == pytest.approx((base[dia_id].score + expected) / 1.5, abs=1e-9)
+    # D2:1 is next to no D1 turn: the first turn of session 2 borrows from D2:2 only.
+    assert boosted["D2:1"].boosts.neighbour == pytest.approx(0.5 * base["D2:2"].score, abs=1e-9)
+
+
+async def test_memories_without_a_transcript_are_neighbours_in_the_order_written(workspace: TestWorkspace) -> None:
+    texts = ["the support group met on Tuesday", "the group shared transgender stories", "we painted the lake"]
+    added = await workspace.client.add_memories([mem(t, session_id="s") for t in texts])
+    alone = await workspace.client.add_memories([mem("transgender stories at the library")])  # no session
+    query = "transgender stories at the support group"
+    base = {h.memory.id: h.score for h in (await workspace.client.search(query, top_k=10, **OFF)).hits}
+    window = {**OFF, "neighbour_window": 1, "neighbour_weight": 0.5}
+    got = {h.memory.id: h.boosts.neighbour for h in (await workspace.client.search(query, top_k=10, **window)).hits}
+    a, b, c = (m.id for m in added)
+    assert got[a] == pytest.approx(0.5 * base[b], abs=1e-9)
+    assert got[b] == pytest.approx(0.5 * max(base[a], base[c]), abs=1e-9)
+    assert got[c] == pytest.approx(0.5 * base[b], abs=1e-9)
+    assert got[alone[0].id] == 0.0
+
+
+async def test_context_turns_come_back_in_order_within_the_token_bound(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "People shared their transgender stories and I felt accepted"
+    reply = await workspace.client.search(query, top_k=3, context_turns=2, context_max_tokens=10_000)
+    top = reply.hits[0]
+    assert top.memory.metadata.fields["message_id"].string_value == "D1:3"
+    got = [(c.offset, c.message_id, c.name, c.content) for c in top.context]
+    assert got == [(i - 2, d, s, t) for i, (d, s, t) in enumerate(SESSION_1) if i != 2]
+    assert all(c.tokens > 0 for c in top.context)
+    # A bound of the nearest two turns' tokens keeps exactly them (the earlier first on a tie).
+    nearest = sum(c.tokens for c in top.context if abs(c.offset) == 1)
+    bounded = await workspace.client.search(query, top_k=1, context_turns=2, context_max_tokens=nearest)
+    assert [c.offset for c in bounded.hits[0].context] == [-1, 1]
+    # The last turn of a session has turns before it only; none asked, none returned.
+    last = await workspace.client.search("roasting marshmallows by the fire", top_k=1, context_turns=5)
+    assert [c.message_id for c in last.hits[0].context] == ["D2:1", "D2:2"]
+    plain = await workspace.client.search(query, top_k=3)
+    assert all(len(h.context) == 0 for h in plain.hits)
+
+
+async def test_memories_without_a_transcript_have_no_context(workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories([mem("the support group met on Tuesday", session_id="s")])
+    reply = await workspace.client.search("support group", top_k=1, context_turns=3)
+    assert len(reply.hits) == 1
+    assert len(reply.hits[0].context) == 0
+
+
+async def test_rm3_expands_the_lexical_signal_from_its_best_memories(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "LGBTQ support group"
+    lexical = retrieval_pb2.SEARCH_MODE_LEXICAL
+    plain = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=0, **OFF)
+    expanded = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=10, **OFF)
+    ids = {h.memory.metadata.fields["message_id"].string_value for h in plain.hits}
+    more = {h.memory.metadata.fields["message_id"].string_value for h in expanded.hits}
+    assert ids == {"D1:1"}  # the one turn holding a query lexeme
+    assert ids < more  # the feedback turn's lexemes (its words, speaker and date) reach other turns
+    assert expanded.hits[0].memory.metadata.fields["message_id"].string_value == "D1:1"
+
+
+async def test_unset_terms_take_the_server_defaults(workspace: TestWorkspace) -> None:
+    await conversation(workspace)
+    query = "What did Melanie paint in May 2023?"
+    unset = await workspace.client.search(query, top_k=20)
+    explicit = await workspace.client.search(query, top_k=20, **DEFAULTS)
+    assert [(h.memory.id, round(h.score, 12)) for h in unset.hits] == [
+        (h.memory.id, round(h.score, 12)) for h in explicit.hits
+    ]
+
+
+DEFAULTS: dict[str, Any] = {}
+"""The server's retrieval defaults of the terms (set below from Settings)."""
+
+
+def _defaults() -> None:
+    from memplane.settings import RetrievalSettings
+
+    r = RetrievalSettings()
+    DEFAULTS.update(
+        neighbour_window=r.neighbour_window,
+        neighbour_weight=r.neighbour_weight,
+        speaker_weight=r.speaker_weight,
+        time_weight=r.time_weight,
+        phrase_weight=r.phrase_weight,
+    )
+
+
+_defaults()
