@@ -37,7 +37,8 @@ from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
-from memplane.storage.embedded import EmbeddedPostgres, shared_buffers_mb, start_embedded
+from memplane.storage.embedded import EmbeddedPostgres, start_embedded
+from memplane.storage.embedded_memory import server_memory
 from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.invalidation import InvalidationListener
@@ -111,7 +112,8 @@ def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
     this process's hold on it."""
     if settings.database.dsn:
         return settings.database.dsn, None
-    config = {"shared_buffers": f"{shared_buffers_mb(settings.database.embedded_shared_buffers_mb)}MB"}
+    cfg = settings.database
+    config = server_memory(cfg.embedded_memory_mb, cfg.embedded_shared_buffers_mb).config()
     embedded = start_embedded(settings.data_dir / "pgdata", config)
     return embedded.dsn, embedded
 

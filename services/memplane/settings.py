@@ -64,10 +64,20 @@ class DatabaseSettings(BaseModel):
     replica_retry_seconds: float = Field(
         default=5.0, gt=0, description="Seconds reads stay on the primary after the replica failed."
     )
+    embedded_memory_mb: int = Field(
+        default=0,
+        ge=0,
+        description="Memory the embedded PostgreSQL (no dsn) is sized for, MiB; 0: the machine's (physical memory, "
+        "or the container's cgroup limit when lower). From it: shared_buffers a quarter (128 MiB to 8 GiB), "
+        "effective_cache_size three quarters, maintenance_work_mem a sixteenth (64 MiB to 2 GiB), work_mem "
+        "(memory - shared_buffers) / 300 (4 to 64 MiB) (PostgreSQL's documentation and pgtune; see "
+        "memplane.storage.embedded_memory). Applies from the next start of the embedded server. With dsn set, the "
+        "server's own configuration (its administrator's) applies.",
+    )
     embedded_shared_buffers_mb: int = Field(
         default=0,
         ge=0,
-        description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of physical memory, "
+        description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of embedded_memory_mb, "
         "between 128 and 8,192 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
         "search reads its pages through the kernel's cache (at 1,000,000 memories, 2.3 GB of rows and 2 GB of "
         "HNSW index, whole-workspace search waited on buffer mapping). Applies from the next start of the "

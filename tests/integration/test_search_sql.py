@@ -148,9 +148,9 @@ async def test_fusion_in_sql_equals_fuse(app: App, tenant_factory: TenantFactory
     assert [r.memory.id for r in trimmed] == [h.id for h in expected if h.score >= cut][:3]
 
 
-async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
-    ws, _ = await seeded(app, tenant_factory)
-    text = "Melanie's pottery class at the lake"
+async def okapi(app: App, ws: Workspace, text: str) -> tuple[dict[str, float], int]:
+    """Okapi BM25 (k1, b) of every memory of *ws* holding a lexeme of *text*, computed in
+    Python from the stored tsvectors; and the largest term frequency among them."""
     async with app.db.tenant(ws.key) as conn:
         cur = await conn.execute(
             "SELECT m.id::text AS id, m.lexical_length, u.lexeme, cardinality(u.positions) AS tf"
@@ -176,6 +176,13 @@ async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_fact
         idf = math.log(1 + (n - df[r["lexeme"]] + 0.5) / (df[r["lexeme"]] + 0.5))
         tf, dl = r["tf"], r["lexical_length"]
         expected[r["id"]] = expected.get(r["id"], 0.0) + idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+    return expected, max((r["tf"] for r in rows if r["lexeme"] in query), default=0)
+
+
+async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
+    ws, _ = await seeded(app, tenant_factory)
+    text = "Melanie's pottery class at the lake"
+    expected, _ = await okapi(app, ws, text)
     hits = await run(app, ws, spec(use_vector=False), text, None)
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
     assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
@@ -365,6 +372,23 @@ async def test_lexical_candidates_function_answers_only_for_the_transactions_wor
     assert other is not None
     assert own["n"] == sum("Caroline" in t for t in TEXTS)
     assert other["n"] == 0  # their memories match too, but this transaction is not theirs
+
+
+async def test_bm25_counts_repeated_lexemes_and_lengths(app: App, tenant_factory: TenantFactory) -> None:
+    # Term frequencies above one, lengths that differ, and a query lexeme no memory holds.
+    texts = [
+        "lake lake lake and the lake house",
+        "the lake",
+        "a pottery class by the lake, pottery every week, pottery again",
+        "nothing to see here at all today",
+    ] + [f"filler memory number {i} about the weather" for i in range(20)]
+    ws, _ = await seeded(app, tenant_factory, texts)
+    text = "pottery lake zeppelin"
+    expected, most = await okapi(app, ws, text)
+    assert most == 4  # "lake" four times
+    hits = await run(app, ws, spec(use_vector=False), text, None)
+    assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
+    assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
 
 
 @pytest.mark.parametrize("prefilter", [False, True])

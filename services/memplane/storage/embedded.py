@@ -23,7 +23,7 @@ through `runuser` when root, so no fork of a threaded (gRPC) process is involved
 Linux and macOS (fcntl); a PID reused by an unrelated process counts as a live holder
 until that process exits (PostgreSQL is left running, never stopped under a user).
 
-Server settings (*config*, e.g. shared_buffers) go to `pgdata/memplane.conf`, which
+Server settings (*config*, e.g. shared_buffers: memplane.storage.embedded_memory) go to `pgdata/memplane.conf`, which
 `postgresql.conf` includes; they are written before PostgreSQL starts, so they apply from
 the next start. A fresh *pgdata* (the wheel's initdb starts it with PostgreSQL's defaults)
 is restarted once to apply them; a postmaster already running for another holder keeps
@@ -52,7 +52,6 @@ from memplane.logs import QUIET_WARNINGS
 _log = logging.getLogger(__name__)
 
 HOLDERS_FILE = ".handle_pids.json"  # the wheel's list of holder PIDs, inside pgdata
-SHARED_BUFFERS_CAP_MB = 8192  # the automatic shared_buffers' upper bound (see shared_buffers_mb)
 CONFIG_FILE = "memplane.conf"  # the settings memplane gives the server, inside pgdata
 _INCLUDE = f"include_if_exists = '{CONFIG_FILE}'  # memplane's settings (memplane.storage.embedded)"
 PG_CTL_SECONDS = 60  # pg_ctl start/stop -w waits up to this long (its -t) before failing
@@ -136,17 +135,6 @@ def _last_log_line(pgdata: Path) -> str:
         lines = [line for line in (pgdata / "log").read_text(errors="replace").splitlines() if line.strip()]
         return lines[-1] if lines else ""
     return ""
-
-
-def shared_buffers_mb(configured: int) -> int:
-    """The embedded server's shared_buffers in MiB: *configured* when > 0, else a quarter
-    of physical memory between 128 MiB (PostgreSQL's default) and SHARED_BUFFERS_CAP_MB
-    (the quarter PostgreSQL's documentation suggests for a dedicated server, capped on a
-    machine shared with the application)."""
-    if configured > 0:
-        return configured
-    quarter = int(psutil.virtual_memory().total // (4 * 1024 * 1024))
-    return max(128, min(quarter, SHARED_BUFFERS_CAP_MB))
 
 
 def write_config(pgdata: Path, config: Mapping[str, str]) -> None:
