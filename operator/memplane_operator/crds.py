@@ -282,11 +282,15 @@ def _workspace_status() -> Schema:
                     "className": _string("The SandboxClass used."),
                     "type": _string("Its type.", enum=SANDBOX_TYPES),
                     "claimName": _string("The PersistentVolumeClaim of a local sandbox."),
-                    "ref": _string("The backend's reference of the sandbox (docker: the container id)."),
+                    "ref": _string(
+                        "The backend's reference of the sandbox (docker: the container id; pod: the name of "
+                        "its Pod and claim; e2b: the sandbox id)."
+                    ),
                     "root": _string("The sandbox root, an absolute path inside the sandbox."),
                     "state": _string(
-                        "Running, or Suspended after spec.sandbox.idleTimeout without activity.",
-                        enum=["Running", "Suspended"],
+                        "Running; Pending while it is made but not ready (a Pod not Ready yet); or Suspended "
+                        "after spec.sandbox.idleTimeout without activity.",
+                        enum=["Pending", "Running", "Suspended"],
                     ),
                     "lastActivityTime": _string(
                         "The latest activity seen: the annotation memplane.io/sandbox-activity, or the "

@@ -45,6 +45,11 @@ class Kube:
     def __init__(self, api: kr8s.asyncio.Api) -> None:
         self._api = api
 
+    @property
+    def api(self) -> kr8s.asyncio.Api:
+        """The kr8s client (shared with the pod sandboxes the operator drives)."""
+        return self._api
+
     def _object(self, kind: type[APIObject], name: str, namespace: str | None) -> APIObject:
         metadata: Body = {"name": name}
         if namespace is not None:

@@ -1,15 +1,16 @@
 """The sandbox of a MemoryWorkspace, from its SandboxClass.
 
 Implemented here: `none` (no files) and `local` (a PersistentVolumeClaim the workspace's
-files live on). The types with an adapter in `memplane_operator.backends` (docker) are
-driven through their `memplane.sandbox` backend (`memplane_operator.sandbox_backed`);
-a type with none (pod and e2b, until their backends land) is reported as
-SandboxReady=False, reason Unsupported.
+files live on). The types with an adapter in `memplane_operator.backends` (docker, pod,
+e2b) are driven through their `memplane.sandbox` backend
+(`memplane_operator.sandbox_backed`); a type with none (only one a newer CRD allows) is
+reported as SandboxReady=False, reason Unsupported.
 
 When a live workspace moves to another SandboxClass (spec.sandbox.sandboxClassName edited,
 or the default class changed), its old sandbox is released first by reclaimPolicy, as at
 deletion: Delete destroys it (a container removed, a claim deleted), Retain keeps it (a
-container stopped, a claim left); then the new class's sandbox is made.
+container stopped, a Pod deleted with its claim left, an E2B sandbox paused, a claim
+left); then the new class's sandbox is made.
 
 A local sandbox's claim carries no ownerReference: at deletion, reclaimPolicy decides
 (Delete removes it, Retain keeps it for a re-created MemoryWorkspace of the same name).

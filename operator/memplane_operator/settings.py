@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
 
 class OperatorSettings(BaseSettings):
     """Where the services are, with which key, and how often to re-check every workspace."""
@@ -52,6 +54,12 @@ class OperatorSettings(BaseSettings):
         description="Deadline of one sandbox backend call (ensure, suspend, destroy); past it the backend "
         "reads as unavailable (SandboxReady=False, BackendUnavailable) and the call is retried with backoff.",
     )
+    own_namespace: str = Field(
+        default="",
+        description="The operator's own namespace, where the Secrets a SandboxClass names live "
+        "(spec.e2b.apiKeySecretRef). Empty: the namespace of its in-cluster ServiceAccount "
+        "(/var/run/secrets/kubernetes.io/serviceaccount/namespace); the chart sets it from the downward API.",
+    )
     health_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint (/healthz).")  # noqa: S104
     health_port: int = Field(default=8080, ge=0, le=65535, description="Port of the liveness endpoint; 0 disables it.")
     log_json: bool = Field(default=False, description="Log one JSON object per line (for clusters).")
@@ -75,6 +83,16 @@ class OperatorSettings(BaseSettings):
         if not key:
             raise ValueError(f"{self.admin_key_file} is empty")
         return key
+
+    def class_secret_namespace(self) -> str:
+        """`own_namespace`, else the in-cluster ServiceAccount's namespace, else "" (no
+        Secret a SandboxClass names can be read)."""
+        if self.own_namespace:
+            return self.own_namespace
+        try:
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            return ""
 
     @property
     def agent_target(self) -> str:

@@ -113,6 +113,7 @@ def operator_settings(services: Services, admin_key: str, **overrides: object) -
         "admin_key": SecretStr(admin_key),
         "resync_seconds": RESYNC_SECONDS,
         "health_port": 0,
+        "own_namespace": OPERATOR_NAMESPACE,  # where SandboxClass Secrets (the E2B key) are read
     }
     values.update(overrides)
     return OperatorSettings.model_validate(values)
