@@ -177,7 +177,8 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
             if waiting.waiting:
                 state = PENDING
             elif state != RUNNING or handle.ref != recorded.get("ref"):
-                ctx.logger.info("sandbox %s running (%s)", handle.ref, "resumed" if state else "ensured")
+                how = {SUSPENDED: "resumed", PENDING: "ready"}.get(str(state), "ensured")
+                ctx.logger.info("sandbox %s running (%s)", handle.ref, how)
                 last = now  # a create or a resume counts as activity
                 state = RUNNING
             elif newer:
