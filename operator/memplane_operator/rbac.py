@@ -1,7 +1,7 @@
 """The RBAC the operator needs, as one source (written to operator/config/rbac/ by
 scripts/gen_manifests.py; the chart reuses it). Nothing more: no Deployment, no listing of
-Pods or Secrets, no exec into a sandbox (the operator never runs anything in one; what
-syncs files into a pod sandbox needs pods/exec under its own identity)."""
+Pods or Secrets. pods/exec is there for the file sync of pod sandboxes (its files go as
+tar over exec, as `kubectl cp`)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def namespaced_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create", "patch", "delete"]},
         # The Pod of a SandboxClass of type pod (by name; watched while one terminates).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "create", "delete"]},
+        # The file sync of a pod sandbox (memplane_operator.sandbox_sync): files as tar over exec
+        # and the sync lock's mkdir. create is the exec itself; get, what API servers before
+        # Kubernetes 1.30 check for the websocket upgrade (a GET) of pods/exec.
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
         # kopf posts Kubernetes events about handlers (warnings and errors by default).
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]

@@ -36,7 +36,7 @@ BUILT_IN = frozenset({"none", "local"})  # provisioned by the operator itself, w
 CLAIM_SUFFIX = "-sandbox"
 # Every field of status.sandbox: a status written whole names the absent ones as null (a
 # merge patch keeps the fields it does not name).
-STATUS_KEYS = ("className", "type", "claimName", "ref", "root", "state", "lastActivityTime")
+STATUS_KEYS = ("className", "type", "claimName", "ref", "root", "state", "lastActivityTime", "lastSyncTime")
 
 
 def claim_name(ctx: Ctx) -> str:
@@ -197,7 +197,8 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
     )
 
 
-def _class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:
+def class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:
+    """The spec of SandboxClass *name* from the index; None when there is none."""
     found = _only(classes.get(name, ())) if name else None
     return None if found is None else dict(found[0])
 
@@ -212,7 +213,7 @@ async def _release_previous(ctx: Ctx, classes: ClassIndex, current: str | None) 
         return {}
     destroy = ctx.spec.reclaim_policy == "Delete"
     if recorded.get("ref") and recorded.get("type") in backends.ADAPTERS:
-        done = await sandbox_backed.release_backed(ctx, recorded, _class_spec(classes, previous), destroy=destroy)
+        done = await sandbox_backed.release_backed(ctx, recorded, class_spec(classes, previous), destroy=destroy)
     elif recorded.get("claimName"):
         done = f"claim {claim_name(ctx)} " + ("deleted" if destroy and await _delete_claim(ctx) else "kept")
     else:
@@ -231,7 +232,7 @@ async def release_sandbox(ctx: Ctx, classes: ClassIndex) -> str:
     recorded = dict(ctx.observed.get("sandbox") or {})
     kind = str(recorded.get("type") or "")
     if kind in backends.ADAPTERS:  # a ref not recorded yet (cut short after the create): found by name
-        spec = _class_spec(classes, str(recorded.get("className") or ""))
+        spec = class_spec(classes, str(recorded.get("className") or ""))
         return await sandbox_backed.release_backed(ctx, recorded, spec, destroy=destroy)
     if not destroy:
         return "sandbox claim kept"

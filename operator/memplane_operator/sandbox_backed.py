@@ -10,8 +10,10 @@ Idle suspend: the idle timeout is the workspace's ``spec.sandbox.idleTimeout``, 
 class's ``spec.idleTimeout``, else none (never suspended). Activity is the newest of the
 workspace annotation ``memplane.io/sandbox-activity`` (an RFC 3339 UTC time, e.g.
 ``2026-12-04T22:00:00Z``, written by whatever uses the sandbox: an agent, a sidecar, a
-person with ``kubectl annotate``; nothing in memplane writes it yet) and the operator's own
-creates and resumes (recorded as ``lastActivityTime``). A Running sandbox idle longer than
+person with ``kubectl annotate``), an edit the operator's file sync found in the sandbox
+(`memplane_operator.sandbox_sync`; its own writes are not activity) and the operator's own
+creates and resumes (recorded as ``lastActivityTime``). No idle suspend happens while a
+sync pass is in the sandbox. A Running sandbox idle longer than
 the timeout is suspended (the backend's `suspend`: a stopped container, a deleted Pod whose
 claim stays, a paused E2B sandbox — the files kept); a Suspended one is resumed when the
 annotation is newer than ``lastActivityTime``. SandboxReady stays True while suspended
@@ -156,7 +158,8 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
         recorded = {}  # nothing of this class recorded yet: ensure (adopting one made before a crash)
     now = datetime.now(UTC).replace(microsecond=0)
     last = _parse_time(recorded.get("lastActivityTime"))
-    seen = activity_time(ctx)
+    slot = ctx.runtime.syncs.slot(ctx.uid)
+    seen = max((t for t in (activity_time(ctx), slot.last_edit) if t is not None), default=None)
     newer = seen is not None and (last is None or seen > last)
     timeout = idle_timeout_seconds(ctx, spec)
     state = recorded.get("state")
@@ -166,7 +169,12 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
     try:
         if state == SUSPENDED and not newer:
             pass  # stays suspended until activity
-        elif state == RUNNING and idle_since is not None and (now - idle_since).total_seconds() >= (timeout or 0):
+        elif (
+            state == RUNNING
+            and idle_since is not None
+            and (now - idle_since).total_seconds() >= (timeout or 0)
+            and not slot.in_flight  # a sync pass is in the sandbox: suspended at a later pass
+        ):
             handle = _handle(kind, tenant, recorded, None)
             await calls.call(kind, f"suspend {handle.ref}", backend.suspend(handle))
             state = SUSPENDED
@@ -197,6 +205,7 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
         "lastActivityTime": _stamp(last or now),
         "claimName": None,
     }
+    slot.state, slot.ref, slot.root = str(state), str(recorded["ref"]), str(recorded["root"])
     if state == PENDING:
         raise _retried(ctx, class_name, waiting.reason, waiting.waiting)
     ctx.runtime.sandbox_failures.pop(ctx.uid, None)

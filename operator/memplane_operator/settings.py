@@ -54,6 +54,26 @@ class OperatorSettings(BaseSettings):
         description="Deadline of one sandbox backend call (ensure, suspend, destroy); past it the backend "
         "reads as unavailable (SandboxReady=False, BackendUnavailable) and the call is retried with backoff.",
     )
+    sandbox_sync_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds between two sync passes of a running docker, pod or e2b sandbox's Memory/ view, for "
+        "workspaces and SandboxClasses that set no syncInterval; 0: no sync unless they set one.",
+    )
+    sandbox_sync_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of one sync pass (waiting for another pass's lock included); past it the pass is "
+        "cancelled and SandboxSynced=False, reason TimedOut; the next interval tries again.",
+    )
+    sandbox_sync_concurrency: int = Field(
+        default=4, ge=1, description="Sync passes the operator process runs at once (the others wait their turn)."
+    )
+    sandbox_sync_target: str = Field(
+        default="",
+        description="host:port the operator's sync reaches the retrieval and write-back services at, with each "
+        "workspace's own key. Empty: service_target (and service_targets), as an agent pod would.",
+    )
     own_namespace: str = Field(
         default="",
         description="The operator's own namespace, where the Secrets a SandboxClass names live "
@@ -93,6 +113,13 @@ class OperatorSettings(BaseSettings):
             return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
         except OSError:
             return ""
+
+    def sync_targets(self) -> tuple[str, dict[str, str]]:
+        """(target, per-service targets) of the operator's sync client: `sandbox_sync_target`
+        for every service when set, else what agent pods get (`agent_target`, `service_targets`)."""
+        if self.sandbox_sync_target:
+            return self.sandbox_sync_target, {}
+        return self.agent_target, dict(self.service_targets)
 
     @property
     def agent_target(self) -> str:

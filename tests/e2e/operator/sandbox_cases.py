@@ -118,6 +118,11 @@ def reason_is(reason: str) -> str:
     return f"jsonpath={{.status.conditions[?(@.type=='SandboxReady')].reason}}={reason}"
 
 
+def synced_is(reason: str) -> str:
+    """The SandboxSynced reason *reason* (the operator's file sync), for `wait_for`."""
+    return f"jsonpath={{.status.conditions[?(@.type=='SandboxSynced')].reason}}={reason}"
+
+
 class SandboxCases:
     """The cases every backed type passes; a module sets `driver` (a fixture) and gets
     `sandbox_class_name` (a fresh class of that type, removed at the end)."""

@@ -7,17 +7,32 @@ sandboxes are looked at directly (state, metadata, files on the host)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Iterator
 
 import pytest
 
+from memplane.client import AsyncMemplaneClient
+from memplane.filesync.convert import memory_from_proto
+from memplane.mdview.names import file_name
 from memplane.sandbox import SandboxHandle
 from memplane.sandbox.e2b import METADATA_KEY, E2BSandboxes
+from memplane.v1 import memory_pb2
 from memplane_operator.backend_e2b import CLASS_METADATA, NAMESPACE_METADATA
 from tests.e2e.operator.conftest import OPERATOR_NAMESPACE
-from tests.e2e.operator.kubeobjects import apply, condition, example, get, wait_for, wait_ready, workspace
+from tests.e2e.operator.kubeobjects import (
+    apply,
+    condition,
+    eventually,
+    example,
+    get,
+    secret_env,
+    wait_for,
+    wait_ready,
+    workspace,
+)
 from tests.e2e.operator.sandbox_cases import (
     BadCase,
     SandboxCases,
@@ -25,9 +40,11 @@ from tests.e2e.operator.sandbox_cases import (
     UnreachableCases,
     UnreachableDriver,
     reason_is,
+    synced_is,
 )
 from tests.fake_e2b import FakeE2B
 from tests.fix_kube import KubeCluster
+from tests.fix_process import Services
 
 pytestmark = pytest.mark.usefixtures("operator")
 TEMPLATE = "memplane-sandbox"
@@ -118,6 +135,28 @@ def driver(kube: KubeCluster, cloud: FakeE2B, monkeypatch: pytest.MonkeyPatch) -
 
 class TestE2BSandboxes(SandboxCases, UnreachableCases):
     """The cases of sandbox_cases.py on e2b, and what only its key does."""
+
+    async def test_a_memory_added_over_grpc_is_synced_into_the_e2b_sandbox(
+        self, kube: KubeCluster, k8s_namespace: str, driver: E2BDriver, sandbox_class_name: str, services: Services
+    ) -> None:
+        sandbox = {"sandboxClassName": sandbox_class_name, "syncInterval": "1s"}
+        await apply(kube, workspace(k8s_namespace, "syncs", sandbox=sandbox))
+        ready = await wait_ready(kube, k8s_namespace, "syncs")
+        key = (await secret_env(kube, k8s_namespace, ready["status"]["secretName"]))["MEMPLANE_API_KEY"]
+        item = memory_pb2.MemoryInput(content="Erin keeps the on-call rota", name="Rota")
+        async with AsyncMemplaneClient(services.target, key) as client:
+            memory = (await client.add_memories([item]))[0]
+        ref = ready["status"]["sandbox"]["ref"]
+        path = f"Memory/{file_name(memory_from_proto(memory))}"
+
+        async def synced() -> bytes | None:
+            with contextlib.suppress(FileNotFoundError):
+                return await driver.read(ref, path)
+            return None
+
+        text = (await eventually(synced, what=f"{path} in the E2B sandbox")).decode()
+        assert f"memplane_id: {memory.id}" in text
+        await wait_for(kube, synced_is("Synced"), "memoryworkspace/syncs", k8s_namespace)
 
     async def test_a_rotated_key_in_the_secret_is_used_at_the_next_pass(
         self, kube: KubeCluster, k8s_namespace: str, driver: E2BDriver, sandbox_class_name: str
