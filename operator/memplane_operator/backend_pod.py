@@ -27,6 +27,7 @@ import kr8s
 
 from memplane.errors import FailedPreconditionError
 from memplane.sandbox.errors import SandboxNotReadyError
+from memplane.sandbox.kubeexec import KubeExecError
 from memplane.sandbox.pod import PodSandboxes
 from memplane_operator.backend_base import (
     CLASS_LABEL,
@@ -125,11 +126,13 @@ async def ref_by_name(backend: PodSandboxes, params: PodParams, workspace: str) 
 def classify(error: BaseException) -> Exception | None:
     """The API server refusing an object (invalid, forbidden, over a quota) ->
     `BackendRefusedError`; a 5xx, a Pod still terminating, or no connection ->
+    `BackendUnavailableError`; an exec into the Pod refused or cut (the file sync's) ->
     `BackendUnavailableError`; anything else -> None."""
     if isinstance(error, FailedPreconditionError):
         return BackendRefusedError(str(error))
-    if isinstance(error, SandboxNotReadyError):
-        return BackendUnavailableError(str(error))
+    if isinstance(error, (SandboxNotReadyError, KubeExecError)):
+        exec_failed = "exec into the sandbox Pod failed: " if isinstance(error, KubeExecError) else ""
+        return BackendUnavailableError(f"{exec_failed}{error}")
     if isinstance(error, kr8s.ServerError):
         status = error.response.status_code if error.response is not None else None
         if status is not None and 400 <= status < 500:

@@ -63,7 +63,9 @@ async def tick(runtime: Runtime, body: kopf.Body, classes: Any, logger: Any) -> 
     if one is due, its outcome written to the status. Returns the seconds to wait before
     the next turn (the interval; when there is nothing to sync, the shorter of the resync
     interval and the operator's default sync interval, so a sandbox made meanwhile is
-    synced soon). Raises nothing but cancellation: a failure is the condition's."""
+    synced soon). A failed pass is the condition's, never raised; what the API server
+    raises for the status read or write (`kr8s.ServerError`, `httpx.TransportError`)
+    propagates (the daemon logs it and turns again after the resync interval)."""
     ctx = steps.context(runtime, body, logger)
     settings = runtime.settings
     idle = min(settings.resync_seconds, settings.sandbox_sync_seconds or settings.resync_seconds)

@@ -17,7 +17,8 @@ from memplane.errors import (
 from memplane.filesync import SyncReport
 from memplane.filesync.lock import SyncLockedError
 from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxNotFoundError
-from memplane_operator import backend_docker, backend_e2b
+from memplane.sandbox.kubeexec import KubeExecError
+from memplane_operator import backend_docker, backend_e2b, backend_pod
 from memplane_operator.conditions import READY, SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
@@ -100,6 +101,7 @@ def test_the_summary_names_a_bounded_number_of_problems() -> None:
         (SandboxExecTimeoutError(["sh"], 60), backend_docker, "SandboxError"),  # not a service deadline
         (SandboxNotFoundError("tn-a"), backend_docker, "SandboxError"),
         (SandboxNotFoundError("tn-a"), backend_e2b, "BackendUnavailable"),  # e2b: made again at the next ensure
+        (KubeExecError("HTTP 400: pod has no node"), backend_pod, "BackendUnavailable"),  # not the services'
         (NotFoundError("memory", "x"), backend_docker, "ServiceError"),
         (RuntimeError("surprise"), backend_docker, "SyncFailed"),
     ],
