@@ -89,7 +89,10 @@ class Ctx:
     def status_patch(self) -> dict[str, Any]:
         """Everything to write into .status: the fields steps set, the conditions, the phase,
         and observedGeneration in the same patch as the Ready=True computed for it (a reader
-        never sees Ready before observedGeneration says which generation it is for)."""
+        never sees Ready before observedGeneration says which generation it is for). The
+        SandboxSynced the file sync last wrote is taken as it is now (a pass may have ended
+        while this reconcile ran)."""
+        self.runtime.syncs.overlay(self.uid, self.conditions)
         observed = {"observedGeneration": self.generation} if self.conditions.is_true(READY, current=True) else {}
         return {
             **self.status,

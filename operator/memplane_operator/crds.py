@@ -303,8 +303,8 @@ def _workspace_status() -> Schema:
                         format="date-time",
                     ),
                     "lastSyncTime": _string(
-                        "When the operator's last sync pass of the sandbox's Memory/ view finished (see the "
-                        "SandboxSynced condition).",
+                        "When the operator's last successful sync pass of the sandbox's Memory/ view ended "
+                        "(a failed one is the SandboxSynced condition's).",
                         format="date-time",
                     ),
                 },

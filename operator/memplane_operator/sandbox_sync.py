@@ -18,8 +18,9 @@ Each pass is reported in the object's status (a merge patch of the status subres
 conditional on the resourceVersion read): the SandboxSynced condition (True: reason
 Synced, or SyncedWithProblems when files were left as they are; False: the reason of
 `sync_state.failure`, retried at the next interval; False SyncDisabled for an interval of
-"0s"), ``status.sandbox.lastSyncTime`` and, when the pass found edits made in the
-sandbox (`sync_state.found_edits`), ``status.sandbox.lastActivityTime``.
+"0s"), ``status.sandbox.lastSyncTime`` (when the last pass that succeeded ended) and,
+when the pass found edits made in the sandbox (`sync_state.found_edits`),
+``status.sandbox.lastActivityTime``. A failure repeated at each retry writes nothing new.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ async def _report(ctx: Ctx, slot: SyncSlot, handle: SandboxHandle, outcome: Sync
         # A warning (an Event of the object) when the failure is new; each retry is only debug.
         log = ctx.logger.debug if _says(ctx.conditions.get(SANDBOX_SYNCED), new) else ctx.logger.warning
         log("sandbox sync failed (%s): %s", found[0], found[1])
-        await _publish(ctx, new, handle=handle, fields=fields)
+        await _publish(ctx, new, handle=handle)  # lastSyncTime is the last pass that succeeded
         return
     if found_edits(outcome, slot.problems):
         slot.last_edit = now

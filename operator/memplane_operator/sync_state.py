@@ -6,9 +6,9 @@ The reconcile and the sync write the same `status`: the reconcile writes the con
 list whole (a merge patch replaces a list), so a pass's SandboxSynced written in between
 would be overwritten by the older one the reconcile read. The book keeps the latest one
 written (`SyncSlot.condition`) and `SyncBook.overlay` puts it into every Conditions the
-reconcile builds, so the reconcile does not take back what the sync wrote (but for a
-reconcile pass that computed its status just before a sync pass ended: the next resync
-writes the newer one). The sandbox step
+reconcile builds and again into the status patch it writes (`Ctx.status_patch`), so the
+reconcile does not take back what the sync wrote (but for a pass ending between that
+patch and kopf's write of it: the next resync writes the newer one). The sandbox step
 records there what it left the sandbox in (`state`, `ref`, `root`), under the object's
 lock: a pass starts only on a Running sandbox, and no idle suspend happens while a pass
 is in flight (`in_flight`), so the sync never wakes a suspended sandbox.
