@@ -18,6 +18,7 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from memplane.filesync.convert import memory_from_proto
+from memplane.filesync.lock import sync_lock
 from memplane.filesync.state import ERRORS_FILE
 from memplane.mdview.names import file_name
 from memplane.sandbox import SandboxFileNotFoundError, SandboxHandle
@@ -230,17 +231,7 @@ async def test_a_suspended_sandbox_is_neither_synced_nor_woken_and_is_synced_onc
     asleep = await get(kube, "memoryworkspace", "sleeper", k8s_namespace)
     memory, path = await box.add("Frank waters the plants on Thursdays", "Plants")
 
-    async def passes_of_the_clock(count: int) -> None:
-        seen: set[str] = set()
-
-        async def counted() -> bool | None:
-            obj = await get(kube, "memoryworkspace", "clock", k8s_namespace)
-            seen.add(obj["status"]["sandbox"]["lastSyncTime"])
-            return True if len(seen) > count else None
-
-        await eventually(counted, what=f"{count} sync passes of another workspace")
-
-    await passes_of_the_clock(3)
+    await passes_of(kube, k8s_namespace, "clock", 3)
     still = await get(kube, "memoryworkspace", "sleeper", k8s_namespace)
     assert still["status"]["sandbox"]["state"] == "Suspended"
     assert still["status"]["sandbox"].get("lastSyncTime") == asleep["status"]["sandbox"].get("lastSyncTime")
@@ -259,6 +250,38 @@ async def test_a_suspended_sandbox_is_neither_synced_nor_woken_and_is_synced_onc
     await wait_for(kube, state_is("Running"), "memoryworkspace/sleeper", k8s_namespace)
     text = await eventually(lambda: box.read(path), what=f"{path} once the sandbox runs again")
     assert f"memplane_id: {memory.id}" in text
+
+
+async def test_no_idle_suspend_while_a_pass_is_in_the_sandbox(
+    kube: KubeCluster, k8s_namespace: str, boxes: Boxes
+) -> None:
+    await boxes("ticks")  # synced every second: its passes show time passing for the other
+    box = await boxes("busy")
+    async with sync_lock(box.backend, box.handle, wait_seconds=30):  # the next pass of "busy" waits on it
+        await passes_of(kube, k8s_namespace, "ticks", 2)
+        held = (await get(kube, "memoryworkspace", "busy", k8s_namespace))["status"]["sandbox"]["lastSyncTime"]
+        await passes_of(kube, k8s_namespace, "ticks", 3)
+        busy = await get(kube, "memoryworkspace", "busy", k8s_namespace)
+        assert busy["status"]["sandbox"]["lastSyncTime"] == held  # its pass is in flight, waiting
+        await patch_workspace(kube, k8s_namespace, "busy", {"spec": {"sandbox": {"idleTimeout": "1s"}}})
+        await passes_of(kube, k8s_namespace, "ticks", 3)
+        still = await get(kube, "memoryworkspace", "busy", k8s_namespace)
+        assert still["status"]["sandbox"]["state"] == "Running"  # idle, but a pass is in the sandbox
+        assert still["metadata"]["generation"] == condition(still, "SandboxReady")["observedGeneration"]
+    await wait_for(kube, state_is("Suspended"), "memoryworkspace/busy", k8s_namespace)  # once it is done
+
+
+async def passes_of(kube: KubeCluster, namespace: str, name: str, count: int) -> None:
+    """Wait for *count* more sync passes of the MemoryWorkspace *name* (its lastSyncTime
+    taking *count* new values): a clock made of the operator's own work."""
+    seen: set[str] = set()
+
+    async def counted() -> bool | None:
+        obj = await get(kube, "memoryworkspace", name, namespace)
+        seen.add(obj["status"]["sandbox"]["lastSyncTime"])
+        return True if len(seen) > count else None
+
+    await eventually(counted, what=f"{count} sync passes of {name}")
 
 
 async def _delete(kube: KubeCluster, namespace: str, names: list[str]) -> None:
