@@ -19,7 +19,7 @@ each embedded by the server, and a second listing), and as the reference the sam
 `list_all_memories` + `render_view` + `write_view` over an unchanged sandbox (what a
 one-way re-render costs): the ratio is what detecting edits adds.
 
-    python bench/mdview_render.py                 # ~5 min on a loaded 2-core box
+    python bench/mdview_render.py                 # ~15 min on a loaded 2-core box
     python bench/mdview_render.py --sizes 1000 --repeats 1 --sync-sizes 1000
     python bench/mdview_render.py --sync-sizes ''  # no server
 """
@@ -193,7 +193,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="memory counts (default 1000,10000)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per size (default 3; medians)")
-    parser.add_argument("--sync-sizes", default="1000", help="stored memories of the sync rows ('' for none)")
+    parser.add_argument(
+        "--sync-sizes", default="1000,10000", help="stored memories of the sync rows (default 1000,10000; '' for none)"
+    )
     ns = parser.parse_args()
     print(f"flags: sizes={ns.sizes} repeats={ns.repeats}; load average {os.getloadavg()[0]:.2f}")
     print(f"{'memories':>9} {'files':>6} {'listed':>6} {'render ms':>10} {'write ms':>9} {'rewrite ms':>11}"

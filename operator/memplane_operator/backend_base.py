@@ -1,13 +1,19 @@
-"""What every SandboxClass adapter shares: its errors, the open backend it returns, and
+"""What every SandboxClass adapter shares: its errors, the workspace a backend is opened
+for (`Target`), the open backend it returns, what starting a sandbox gave (`Started`) and
 the shape of an adapter module (`Adapter`). See `memplane_operator.backends`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memplane.sandbox import SandboxBackend
+from memplane.sandbox import SandboxBackend, SandboxHandle
+from memplane_operator.kube import Kube
+
+CLASS_LABEL = "memplane.io/sandbox-class"  # on what a class's backend makes: the class's name
+_IMAGE = re.compile(r"^[^\s]{1,1024}$")
 
 
 class InvalidParametersError(ValueError):
@@ -29,6 +35,20 @@ class BackendRefusedError(Exception):
     alone can judge): only a change to the SandboxClass or the backend helps."""
 
 
+@dataclass(frozen=True)
+class Target:
+    """The MemoryWorkspace a backend is opened for: its *namespace* (where a pod
+    sandbox's objects go), *owner* (an ownerReference to it), *storage* (its
+    spec.sandbox.storageSize); the operator's *kube* client and *own_namespace* (where
+    the Secrets a SandboxClass names live)."""
+
+    namespace: str
+    owner: Mapping[str, Any]
+    storage: str
+    kube: Kube
+    own_namespace: str
+
+
 @dataclass
 class OpenBackend:
     """A backend ready for lifecycle calls and how to release what it holds."""
@@ -37,20 +57,49 @@ class OpenBackend:
     close: Callable[[], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class Started:
+    """What `Adapter.start` gave: the sandbox's *handle*, and, while it is not ready to
+    use yet, *waiting* (what it waits on) with a condition *reason*; "" once ready."""
+
+    handle: SandboxHandle
+    waiting: str = ""
+    reason: str = ""
+
+
+def check_image(field: str, image: str) -> str:
+    """*image* if it can be an image reference (1-1,024 characters, no whitespace; the
+    engine or the kubelet judges the rest); `InvalidParametersError` naming *field* else."""
+    if not _IMAGE.match(image):
+        raise InvalidParametersError(field, f"{image!r} is not an image reference")
+    return image
+
+
+async def nothing_to_close() -> None:
+    """`OpenBackend.close` of a backend that holds nothing of its own."""
+
+
 class Adapter(Protocol):
-    """What an adapter module provides (see backend_docker)."""
+    """What an adapter module provides (see backend_docker, backend_pod, backend_e2b)."""
 
     TYPE: str
+    SHARED: bool  # one open backend serves every workspace of the class (else one per call)
 
     def parse(self, class_name: str, spec: Mapping[str, Any]) -> Any:
         """The parameters of SandboxClass *class_name* from its spec; raises `InvalidParametersError`."""
 
-    async def open_backend(self, params: Any) -> OpenBackend:
-        """A backend for *params* (no network call needed to open it)."""
+    async def open_backend(self, params: Any, target: Target) -> OpenBackend:
+        """A backend for *params* (a shared one ignores *target*); raises
+        `InvalidParametersError` for a parameter only checkable now (a Secret it names)."""
 
-    def ref_by_name(self, params: Any, workspace: str) -> str:
-        """A reference that finds *workspace*'s sandbox without a recorded one (a name), for a
-        release after a crash between the backend's create and the status write."""
+    async def start(self, backend: Any, workspace: str) -> Started:
+        """Make or resume *workspace*'s sandbox (the lifecycle `ensure`, without blocking
+        on a sandbox that becomes ready by itself later)."""
+
+    async def ref_by_name(self, backend: Any, params: Any, workspace: str) -> str | None:
+        """The reference of *workspace*'s sandbox found without a recorded one (by name or
+        metadata), for a release after a crash between the backend's create and the status
+        write; None when there is none."""
 
     def classify(self, error: BaseException) -> Exception | None:
         """*error* as `BackendUnavailableError` / `BackendRefusedError`, or None if it is not the backend's."""

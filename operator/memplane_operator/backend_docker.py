@@ -24,18 +24,21 @@ import aiodocker
 from memplane.errors import FailedPreconditionError
 from memplane.sandbox.docker import DockerSandboxes
 from memplane_operator.backend_base import (
+    CLASS_LABEL,
     BackendRefusedError,
     BackendUnavailableError,
     InvalidParametersError,
     OpenBackend,
+    Started,
+    Target,
+    check_image,
 )
 
 TYPE = "docker"
+SHARED = True  # one aiodocker client per class
 MANAGED_BY = {"app.kubernetes.io/managed-by": "memplane-operator"}
-CLASS_LABEL = "memplane.io/sandbox-class"
 _SCHEMES = ("unix", "tcp", "http", "https")
 _NETWORK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_IMAGE = re.compile(r"^[^\s]{1,1024}$")
 _CONNECT_FAILED = 900  # aiodocker's status for "cannot connect to the engine"
 
 
@@ -74,8 +77,7 @@ def parse(class_name: str, spec: Mapping[str, Any]) -> DockerParams:
     host = str(docker.get("host") or "")
     image = str(docker.get("image") or "")
     network = str(docker.get("network") or "none")
-    if not _IMAGE.match(image):
-        raise InvalidParametersError("spec.docker.image", f"{image!r} is not an image reference")
+    check_image("spec.docker.image", image)
     if not _NETWORK.match(network):
         raise InvalidParametersError("spec.docker.network", f"{network!r} is not a network name")
     return DockerParams(class_name=class_name, host=_check_host(host), image=image, network=network)
@@ -86,14 +88,25 @@ def container_prefix(class_name: str) -> str:
     return f"memplane-{class_name}-"
 
 
-def ref_by_name(params: DockerParams, workspace: str) -> str:
+def container_name(params: DockerParams, workspace: str) -> str:
     """The container's name (the Engine API takes a name wherever it takes an id)."""
     return container_prefix(params.class_name) + workspace
 
 
-async def open_backend(params: DockerParams) -> OpenBackend:
+async def ref_by_name(backend: DockerSandboxes, params: DockerParams, workspace: str) -> str:
+    """The container's name: a suspend or destroy of a container that does not exist does nothing."""
+    return container_name(params, workspace)
+
+
+async def start(backend: DockerSandboxes, workspace: str) -> Started:
+    """`ensure`: the container made or started; ready once it runs."""
+    return Started(await backend.ensure(workspace))
+
+
+async def open_backend(params: DockerParams, target: Target | None = None) -> OpenBackend:
     """A `DockerSandboxes` over a new aiodocker client of *params.host* (no call is made
-    until the first lifecycle call); `close` closes the client."""
+    until the first lifecycle call), shared by every workspace of the class (*target*
+    unused); `close` closes the client."""
     docker = aiodocker.Docker(url=params.host)
     backend = DockerSandboxes(
         docker,

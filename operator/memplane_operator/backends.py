@@ -2,35 +2,40 @@
 adapter module per type, looked up in `ADAPTERS` (plain imports, no strings).
 
 An adapter (`Adapter`) turns a SandboxClass spec into parameters (`parse`, raising
-`InvalidParametersError` naming the field), opens a backend from them (`open_backend`)
-and says what an exception of its backend means (`classify`): the backend is out of reach
-or failing (`BackendUnavailableError`, retried soon with backoff), or it refuses what the
+`InvalidParametersError` naming the field), opens a backend from them for a workspace
+(`open_backend`), starts a workspace's sandbox (`start`: ready, or what it waits on) and
+says what an exception of its backend means (`classify`): the backend is out of reach or
+failing (`BackendUnavailableError`, retried soon with backoff), or it refuses what the
 class asks (`BackendRefusedError`, e.g. an image the engine does not have: retried at the
 resync, fixed by an edit). `local` and `none` are not here: the operator provisions those
-itself (a PersistentVolumeClaim; nothing). `pod` and `e2b` join once their backend classes
-exist in `memplane.sandbox`; until then a class of those types reads SandboxReady=False,
-reason Unsupported.
+itself (a PersistentVolumeClaim; nothing).
 
-`Backends` keeps one open backend per SandboxClass and parameters (a changed class opens a
-new one), each lifecycle call bounded by a timeout, and closes them at exit.
+`Backends` keeps one open backend per SandboxClass and parameters for the adapters whose
+backend serves every workspace (`SHARED`: docker, one client per class; a changed class
+opens a new one) and opens the others for each use (pod: per namespace and owner; e2b:
+its key read from the Secret each time); each lifecycle call is bounded by a timeout;
+what is open is closed at exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memplane.sandbox import SandboxBackend
-from memplane_operator import backend_docker
+from memplane_operator import backend_docker, backend_e2b, backend_pod
 from memplane_operator.backend_base import (
     Adapter,
     BackendRefusedError,
     BackendUnavailableError,
     InvalidParametersError,
     OpenBackend,
+    Started,
+    Target,
 )
 
 __all__ = [
@@ -41,6 +46,8 @@ __all__ = [
     "Backends",
     "InvalidParametersError",
     "OpenBackend",
+    "Started",
+    "Target",
     "adapter_for",
     "parse",
 ]
@@ -50,8 +57,10 @@ T = TypeVar("T")
 DEFAULT_CALL_TIMEOUT_SECONDS = 60.0  # one ensure / suspend / destroy, API round trips included
 
 
-ADAPTERS: Mapping[str, Adapter] = {
-    backend_docker.TYPE: backend_docker,  # a module is an Adapter by its functions
+ADAPTERS: Mapping[str, Adapter] = {  # a module is an Adapter by its functions
+    backend_docker.TYPE: backend_docker,
+    backend_pod.TYPE: backend_pod,
+    backend_e2b.TYPE: backend_e2b,
 }
 
 
@@ -75,19 +84,29 @@ class Backends:
     _open: dict[tuple[str, str], OpenBackend] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def get(self, class_name: str, kind: str, params: Any) -> SandboxBackend:
-        """The backend of SandboxClass *class_name* with *params*; one opened with other
-        parameters for the same class is closed first."""
+    @contextlib.asynccontextmanager
+    async def use(self, class_name: str, kind: str, params: Any, target: Target) -> AsyncIterator[SandboxBackend]:
+        """The backend of SandboxClass *class_name* with *params* for *target*'s workspace:
+        a shared one kept open (one opened with other parameters for the same class is
+        closed first), else one opened now and closed on leaving. Raises
+        `InvalidParametersError` from the adapter's `open_backend`."""
+        adapter = ADAPTERS[kind]
+        if not adapter.SHARED:
+            opened = await adapter.open_backend(params, target)
+            try:
+                yield opened.backend
+            finally:
+                await opened.close()
+            return
         key = (class_name, json.dumps(_plain(params), sort_keys=True))
         async with self._lock:
             found = self._open.get(key)
-            if found is not None:
-                return found.backend
-            for stale in [k for k in self._open if k[0] == class_name]:
-                await self._open.pop(stale).close()
-            opened = await ADAPTERS[kind].open_backend(params)
-            self._open[key] = opened
-            return opened.backend
+            if found is None:
+                for stale in [k for k in self._open if k[0] == class_name]:
+                    await self._open.pop(stale).close()
+                found = await adapter.open_backend(params, target)
+                self._open[key] = found
+        yield found.backend
 
     async def call(self, kind: str, what: str, operation: Awaitable[T]) -> T:
         """Await a lifecycle *operation* of a *kind* backend within the call timeout. Raises

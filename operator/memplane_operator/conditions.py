@@ -16,6 +16,7 @@ CREDENTIALS_READY = "CredentialsReady"
 SANDBOX_READY = "SandboxReady"
 QUOTA_EXCEEDED = "QuotaExceeded"
 CONFLICT = "Conflict"
+SANDBOX_SYNCED = "SandboxSynced"  # informational: the operator's file sync (not a part of Ready)
 PARTS = (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY)
 
 
@@ -42,9 +43,10 @@ class Conditions:
             return False
         return not current or c.get("observedGeneration") == self.generation
 
-    def set(self, kind: str, status: bool | None, reason: str, message: str = "") -> None:
+    def set(self, kind: str, status: bool | None, reason: str, message: str = "", *, derive: bool = True) -> None:
         """Set *kind* to True / False / Unknown (None); keep lastTransitionTime unless the
-        status changes. Ready is recomputed after each part."""
+        status changes. Ready is recomputed after each part (unless not *derive*: a writer
+        that read the other conditions but does not own Ready, the file sync)."""
         value = "Unknown" if status is None else str(bool(status))
         old = self._by_type.get(kind)
         changed = old is None or old["status"] != value
@@ -56,8 +58,16 @@ class Conditions:
             "lastTransitionTime": _now() if changed or old is None else old["lastTransitionTime"],
             "observedGeneration": self.generation,
         }
-        if kind != READY:
+        if kind != READY and derive:
             self._derive_ready()
+
+    def put(self, kind: str, condition: Mapping[str, Any] | None) -> None:
+        """Replace *kind* with *condition* as another writer computed it (None: remove it);
+        Ready is not recomputed."""
+        if condition is None:
+            self._by_type.pop(kind, None)
+        else:
+            self._by_type[kind] = copy.deepcopy(dict(condition))
 
     def _derive_ready(self) -> None:
         if self.is_true(CONFLICT):
@@ -76,7 +86,7 @@ class Conditions:
 
     def as_list(self) -> list[dict[str, Any]]:
         """Conditions in a stable order: Ready, the parts, then the rest."""
-        order = {kind: i for i, kind in enumerate((READY, *PARTS, QUOTA_EXCEEDED, CONFLICT))}
+        order = {kind: i for i, kind in enumerate((READY, *PARTS, SANDBOX_SYNCED, QUOTA_EXCEEDED, CONFLICT))}
         return sorted(self._by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
     def phase(self, *, suspended: bool = False, deleting: bool = False) -> str:

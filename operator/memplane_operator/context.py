@@ -15,6 +15,7 @@ from memplane_operator.conditions import READY, Conditions
 from memplane_operator.kube import Kube
 from memplane_operator.model import WorkspaceSpec
 from memplane_operator.settings import OperatorSettings
+from memplane_operator.sync_state import SyncBook
 
 FINALIZER = "memplane.io/workspace-protection"
 ROTATE_ANNOTATION = "memplane.io/rotate"  # set to any new value to rotate the API key
@@ -26,7 +27,7 @@ class Runtime:
     """Process-wide state, made at startup (kopf's memo): clients, settings and one lock per
     MemoryWorkspace, so a timer never reconciles an object while a change handler does; the
     open sandbox backends and, per MemoryWorkspace uid, how many sandbox calls in a row
-    found the backend unavailable (the retry backoff)."""
+    found the backend unavailable (the retry backoff); the file sync's book (`syncs`)."""
 
     settings: OperatorSettings
     admin: AsyncMemplaneClient
@@ -34,6 +35,7 @@ class Runtime:
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     sandboxes: Backends = field(default_factory=Backends)
     sandbox_failures: dict[str, int] = field(default_factory=dict)
+    syncs: SyncBook = field(default_factory=SyncBook)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The lock of the object with *uid*."""
@@ -87,7 +89,10 @@ class Ctx:
     def status_patch(self) -> dict[str, Any]:
         """Everything to write into .status: the fields steps set, the conditions, the phase,
         and observedGeneration in the same patch as the Ready=True computed for it (a reader
-        never sees Ready before observedGeneration says which generation it is for)."""
+        never sees Ready before observedGeneration says which generation it is for). The
+        SandboxSynced the file sync last wrote is taken as it is now (a pass may have ended
+        while this reconcile ran)."""
+        self.runtime.syncs.overlay(self.uid, self.conditions)
         observed = {"observedGeneration": self.generation} if self.conditions.is_true(READY, current=True) else {}
         return {
             **self.status,

@@ -191,6 +191,11 @@ def _workspace_spec() -> Schema:
                 "idleTimeout, else never). Activity: the annotation memplane.io/sandbox-activity (an RFC 3339 "
                 "time); a newer one resumes a suspended sandbox."
             ),
+            "syncInterval": _duration(
+                "How often the operator syncs the sandbox's Memory/ view with the workspace (types docker, pod, "
+                "e2b): memories rendered into it, its edits taken back. Default: the SandboxClass's "
+                'syncInterval, else the operator\'s MEMPLANE_OPERATOR_SANDBOX_SYNC_SECONDS (30 s); "0s": never.'
+            ),
         },
     )
     credentials = _object(
@@ -282,15 +287,24 @@ def _workspace_status() -> Schema:
                     "className": _string("The SandboxClass used."),
                     "type": _string("Its type.", enum=SANDBOX_TYPES),
                     "claimName": _string("The PersistentVolumeClaim of a local sandbox."),
-                    "ref": _string("The backend's reference of the sandbox (docker: the container id)."),
+                    "ref": _string(
+                        "The backend's reference of the sandbox (docker: the container id; pod: the name of "
+                        "its Pod and claim; e2b: the sandbox id)."
+                    ),
                     "root": _string("The sandbox root, an absolute path inside the sandbox."),
                     "state": _string(
-                        "Running, or Suspended after spec.sandbox.idleTimeout without activity.",
-                        enum=["Running", "Suspended"],
+                        "Running; Pending while it is made but not ready (a Pod not Ready yet); or Suspended "
+                        "after spec.sandbox.idleTimeout without activity.",
+                        enum=["Pending", "Running", "Suspended"],
                     ),
                     "lastActivityTime": _string(
-                        "The latest activity seen: the annotation memplane.io/sandbox-activity, or the "
-                        "operator's create or resume of the sandbox.",
+                        "The latest activity seen: the annotation memplane.io/sandbox-activity, an edit the "
+                        "operator's sync found in the sandbox, or the operator's create or resume of the sandbox.",
+                        format="date-time",
+                    ),
+                    "lastSyncTime": _string(
+                        "When the operator's last successful sync pass of the sandbox's Memory/ view ended "
+                        "(a failed one is the SandboxSynced condition's).",
                         format="date-time",
                     ),
                 },
@@ -442,6 +456,11 @@ def _sandbox_class_spec() -> Schema:
             "idleTimeout": _duration(
                 "Idle time after which a workspace's running sandbox is suspended, for workspaces that set "
                 "no spec.sandbox.idleTimeout (unset: never). Types with compute only (docker, pod, e2b)."
+            ),
+            "syncInterval": _duration(
+                "How often the operator syncs each workspace's sandbox (its Memory/ view, both ways), for "
+                "workspaces that set no spec.sandbox.syncInterval (unset: MEMPLANE_OPERATOR_SANDBOX_SYNC_SECONDS, "
+                '30 s; "0s": never). Types docker, pod, e2b.'
             ),
         },
         required=["type"],

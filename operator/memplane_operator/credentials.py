@@ -265,3 +265,14 @@ async def release_credentials(ctx: Ctx) -> int:
         if secret is not None and _owned_by(secret, ctx.uid):
             await ctx.runtime.kube.delete(Secret, name, ctx.namespace)
     return revoked
+
+
+async def current_key(ctx: Ctx) -> str | None:
+    """The workspace's API key as its Secret holds it now (read on every call, kept in
+    memory only), or None when the Secret is missing, not this object's own, or holds no
+    key memplane would take (the credentials step is then not done)."""
+    secret = await ctx.runtime.kube.read(Secret, ctx.spec.secret_name, ctx.namespace)
+    if secret is None or not _owned_by(secret, ctx.uid):
+        return None
+    api_key = _decode(secret).api_key
+    return api_key if importable(api_key) else None

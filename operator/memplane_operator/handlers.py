@@ -8,6 +8,9 @@
 - a timer every `resync_seconds`: the same steps in one pass, repairing drift (a deleted
   Secret, quotas changed behind the operator's back), reporting usage and revoking
   rotated keys after their grace period.
+- a daemon per object: the file sync of its running sandbox (`sandbox_sync`), a pass every
+  syncInterval, outside the reconcile's lock; stopped (a pass in flight cancelled after
+  SYNC_CANCEL_SECONDS) when the object is deleted or the operator exits.
 - delete (finalizer memplane.io/workspace-protection): reclaimPolicy, idempotent, "already
   gone" is success; nothing is done to a workspace this object does not own.
 - indexes: every MemoryWorkspace's tenantId (duplicates across namespaces are Conflict) and
@@ -28,7 +31,7 @@ import kr8s
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
-from memplane_operator import credentials, sandbox, steps, workspace
+from memplane_operator import credentials, sandbox, sandbox_sync, steps, workspace
 from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY
 from memplane_operator.context import FINALIZER, Ctx, Runtime, StepBlocked
@@ -36,12 +39,14 @@ from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
 from memplane_operator.sandbox_backed import SandboxUnavailableError
 from memplane_operator.settings import OperatorSettings
+from memplane_operator.sync_state import SyncBook
 
 WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
 CLASSES = (GROUP, VERSION, "sandboxclasses")
 # kopf's progress and last-handled annotations. Not "memplane.io": kopf leaves the annotations
 # under its own prefix out of the diff it reacts to, and memplane.io/rotate must be seen.
 KOPF_PREFIX = "kopf.memplane.io"
+SYNC_CANCEL_SECONDS = 1.0  # a sync pass in flight at deletion or exit is cancelled after this
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -171,6 +176,22 @@ async def resync(**kwargs: Any) -> None:
             patch.status.update(ctx.status_patch())
 
 
+async def sync_daemon(**kwargs: Any) -> None:
+    """Daemon: the object's file sync loop (`sandbox_sync.tick`), until kopf stops it. A turn
+    that fails outside a pass (the API server unreachable for its status write) is logged
+    and the loop goes on after the resync interval."""
+    stopped: kopf.DaemonStopped = kwargs["stopped"]
+    runtime = _runtime(kwargs["memo"])
+    logger = kwargs["logger"]
+    while not stopped:
+        try:
+            delay = await sandbox_sync.tick(runtime, kwargs["body"], kwargs["sandbox_classes"], logger)
+        except Exception as error:  # the loop outlives a failed turn; the next one tries again
+            logger.warning("sandbox sync: %s: %s", type(error).__name__, error)
+            delay = runtime.settings.resync_seconds
+        await stopped.wait(delay)
+
+
 async def delete(**kwargs: Any) -> None:
     """Finalizer: honour reclaimPolicy for a workspace this object owns; revoke its keys,
     delete its Secret and, by reclaimPolicy, its sandbox (Delete: the claim deleted, a
@@ -209,6 +230,7 @@ async def delete(**kwargs: Any) -> None:
         released,
     )
     runtime.locks.pop(ctx.uid, None)
+    runtime.syncs.forget(ctx.uid)
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
@@ -225,6 +247,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
             admin=admin,
             kube=Kube(await kr8s.asyncio.api()),
             sandboxes=Backends(call_timeout_seconds=settings.sandbox_call_timeout_seconds),
+            syncs=SyncBook(concurrency=settings.sandbox_sync_concurrency),
         )
         kwargs["logger"].info("memplane operator: AdminService at %s", settings.admin_target)
 
@@ -242,6 +265,9 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.timer(
         *WORKSPACES, id="resync", interval=interval, initial_delay=interval, backoff=interval, registry=registry
     )(resync)
+    kopf.daemon(*WORKSPACES, id="sandbox-sync", cancellation_timeout=SYNC_CANCEL_SECONDS, registry=registry)(
+        sync_daemon
+    )
     kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
 
 

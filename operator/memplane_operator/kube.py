@@ -11,9 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import kr8s
-from kr8s.asyncio.objects import APIObject, Namespace, PersistentVolumeClaim, Secret
+from kr8s.asyncio.objects import APIObject, Namespace, PersistentVolumeClaim, Secret, new_class
 
-__all__ = ["Kube", "KubeConflictError", "Namespace", "PersistentVolumeClaim", "Secret"]
+__all__ = ["Kube", "KubeConflictError", "MemoryWorkspace", "Namespace", "PersistentVolumeClaim", "Secret"]
+
+# The operator's own resource, for the writes kopf does not make (the file sync's status).
+MemoryWorkspace = new_class(
+    "MemoryWorkspace", version="memplane.io/v1alpha1", namespaced=True, plural="memoryworkspaces"
+)
 
 Body = dict[str, Any]
 
@@ -45,6 +50,11 @@ class Kube:
     def __init__(self, api: kr8s.asyncio.Api) -> None:
         self._api = api
 
+    @property
+    def api(self) -> kr8s.asyncio.Api:
+        """The kr8s client (shared with the pod sandboxes the operator drives)."""
+        return self._api
+
     def _object(self, kind: type[APIObject], name: str, namespace: str | None) -> APIObject:
         metadata: Body = {"name": name}
         if namespace is not None:
@@ -67,12 +77,15 @@ class Kube:
             await obj.create()
         return _plain(obj)
 
-    async def patch(self, kind: type[APIObject], name: str, namespace: str | None, patch: Body) -> Body:
-        """JSON merge patch; a `metadata.resourceVersion` in *patch* makes it conditional.
-        Raises `KubeConflictError` (changed since read), `kr8s.NotFoundError` (gone)."""
+    async def patch(
+        self, kind: type[APIObject], name: str, namespace: str | None, patch: Body, *, subresource: str | None = None
+    ) -> Body:
+        """JSON merge patch (of *subresource*, e.g. "status", when given); a
+        `metadata.resourceVersion` in *patch* makes it conditional. Raises
+        `KubeConflictError` (changed since read), `kr8s.NotFoundError` (gone)."""
         obj = self._object(kind, name, namespace)
         with _conflicts():
-            await obj.patch(patch)
+            await obj.patch(patch, subresource=subresource)
         return _plain(obj)
 
     async def delete(self, kind: type[APIObject], name: str, namespace: str | None = None) -> bool:

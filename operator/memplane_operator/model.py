@@ -105,6 +105,7 @@ class WorkspaceSpec:
     quotas: admin_pb2.WorkspaceQuotas
     retention: admin_pb2.RetentionPolicy
     idle_timeout: str = ""  # spec.sandbox.idleTimeout (a DURATION_PATTERN string; "": the class's)
+    sync_interval: str = ""  # spec.sandbox.syncInterval (a DURATION_PATTERN string; "0s": off; "": the class's)
     embedding: EmbeddingSpec = field(default_factory=EmbeddingSpec)
     problems: tuple[str, ...] = ()
 
@@ -129,6 +130,7 @@ class WorkspaceSpec:
             sandbox_class=sandbox.get("sandboxClassName") or "",
             storage_size=str(sandbox.get("storageSize") or DEFAULT_STORAGE_SIZE),
             idle_timeout=str(sandbox.get("idleTimeout") or ""),
+            sync_interval=str(sandbox.get("syncInterval") or ""),
             quotas=admin_pb2.WorkspaceQuotas(
                 max_memories=int(quotas.get("maxMemories", 0)),
                 max_bytes=_bounded(

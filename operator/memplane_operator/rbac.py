@@ -1,6 +1,7 @@
 """The RBAC the operator needs, as one source (written to operator/config/rbac/ by
-scripts/gen_manifests.py; the chart reuses it). Nothing more: no Pod, Deployment or
-cluster-wide Secret listing."""
+scripts/gen_manifests.py; the chart reuses it). Nothing more: no Deployment, no listing of
+Pods or Secrets. pods/exec is there for the file sync of pod sandboxes (its files go as
+tar over exec, as `kubectl cp`)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,22 @@ def namespaced_rules() -> list[dict[str, Any]]:
         # The credentials Secret and the sandbox volume of each workspace, by name only.
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create", "patch", "delete"]},
+        # The Pod of a SandboxClass of type pod (by name; watched while one terminates).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "create", "delete"]},
+        # The file sync of a pod sandbox (memplane_operator.sandbox_sync): files as tar over exec
+        # and the sync lock's mkdir. create is the exec itself; get, what API servers before
+        # Kubernetes 1.30 check for the websocket upgrade (a GET) of pods/exec.
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
         # kopf posts Kubernetes events about handlers (warnings and errors by default).
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
+
+
+def own_namespace_rules() -> list[dict[str, Any]]:
+    """Rules in the operator's own namespace: the Secrets a SandboxClass names (the E2B API
+    key of spec.e2b.apiKeySecretRef), read by name. Covered by the ClusterRole when the
+    operator serves the whole cluster; a Role of its own in the chart's namespaced mode."""
+    return [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
 
 
 def cluster_rules() -> list[dict[str, Any]]:

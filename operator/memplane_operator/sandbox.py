@@ -1,15 +1,16 @@
 """The sandbox of a MemoryWorkspace, from its SandboxClass.
 
 Implemented here: `none` (no files) and `local` (a PersistentVolumeClaim the workspace's
-files live on). The types with an adapter in `memplane_operator.backends` (docker) are
-driven through their `memplane.sandbox` backend (`memplane_operator.sandbox_backed`);
-a type with none (pod and e2b, until their backends land) is reported as
-SandboxReady=False, reason Unsupported.
+files live on). The types with an adapter in `memplane_operator.backends` (docker, pod,
+e2b) are driven through their `memplane.sandbox` backend
+(`memplane_operator.sandbox_backed`); a type with none (only one a newer CRD allows) is
+reported as SandboxReady=False, reason Unsupported.
 
 When a live workspace moves to another SandboxClass (spec.sandbox.sandboxClassName edited,
 or the default class changed), its old sandbox is released first by reclaimPolicy, as at
 deletion: Delete destroys it (a container removed, a claim deleted), Retain keeps it (a
-container stopped, a claim left); then the new class's sandbox is made.
+container stopped, a Pod deleted with its claim left, an E2B sandbox paused, a claim
+left); then the new class's sandbox is made.
 
 A local sandbox's claim carries no ownerReference: at deletion, reclaimPolicy decides
 (Delete removes it, Retain keeps it for a re-created MemoryWorkspace of the same name).
@@ -35,7 +36,7 @@ BUILT_IN = frozenset({"none", "local"})  # provisioned by the operator itself, w
 CLAIM_SUFFIX = "-sandbox"
 # Every field of status.sandbox: a status written whole names the absent ones as null (a
 # merge patch keeps the fields it does not name).
-STATUS_KEYS = ("className", "type", "claimName", "ref", "root", "state", "lastActivityTime")
+STATUS_KEYS = ("className", "type", "claimName", "ref", "root", "state", "lastActivityTime", "lastSyncTime")
 
 
 def claim_name(ctx: Ctx) -> str:
@@ -196,7 +197,8 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
     )
 
 
-def _class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:
+def class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:
+    """The spec of SandboxClass *name* from the index; None when there is none."""
     found = _only(classes.get(name, ())) if name else None
     return None if found is None else dict(found[0])
 
@@ -211,7 +213,7 @@ async def _release_previous(ctx: Ctx, classes: ClassIndex, current: str | None) 
         return {}
     destroy = ctx.spec.reclaim_policy == "Delete"
     if recorded.get("ref") and recorded.get("type") in backends.ADAPTERS:
-        done = await sandbox_backed.release_backed(ctx, recorded, _class_spec(classes, previous), destroy=destroy)
+        done = await sandbox_backed.release_backed(ctx, recorded, class_spec(classes, previous), destroy=destroy)
     elif recorded.get("claimName"):
         done = f"claim {claim_name(ctx)} " + ("deleted" if destroy and await _delete_claim(ctx) else "kept")
     else:
@@ -230,7 +232,7 @@ async def release_sandbox(ctx: Ctx, classes: ClassIndex) -> str:
     recorded = dict(ctx.observed.get("sandbox") or {})
     kind = str(recorded.get("type") or "")
     if kind in backends.ADAPTERS:  # a ref not recorded yet (cut short after the create): found by name
-        spec = _class_spec(classes, str(recorded.get("className") or ""))
+        spec = class_spec(classes, str(recorded.get("className") or ""))
         return await sandbox_backed.release_backed(ctx, recorded, spec, destroy=destroy)
     if not destroy:
         return "sandbox claim kept"

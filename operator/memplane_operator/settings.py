@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
 
 class OperatorSettings(BaseSettings):
     """Where the services are, with which key, and how often to re-check every workspace."""
@@ -52,6 +54,32 @@ class OperatorSettings(BaseSettings):
         description="Deadline of one sandbox backend call (ensure, suspend, destroy); past it the backend "
         "reads as unavailable (SandboxReady=False, BackendUnavailable) and the call is retried with backoff.",
     )
+    sandbox_sync_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds between two sync passes of a running docker, pod or e2b sandbox's Memory/ view, for "
+        "workspaces and SandboxClasses that set no syncInterval; 0: no sync unless they set one.",
+    )
+    sandbox_sync_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of one sync pass (waiting for another pass's lock included); past it the pass is "
+        "cancelled and SandboxSynced=False, reason TimedOut; the next interval tries again.",
+    )
+    sandbox_sync_concurrency: int = Field(
+        default=4, ge=1, description="Sync passes the operator process runs at once (the others wait their turn)."
+    )
+    sandbox_sync_target: str = Field(
+        default="",
+        description="host:port the operator's sync reaches the retrieval and write-back services at, with each "
+        "workspace's own key. Empty: service_target (and service_targets), as an agent pod would.",
+    )
+    own_namespace: str = Field(
+        default="",
+        description="The operator's own namespace, where the Secrets a SandboxClass names live "
+        "(spec.e2b.apiKeySecretRef). Empty: the namespace of its in-cluster ServiceAccount "
+        "(/var/run/secrets/kubernetes.io/serviceaccount/namespace); the chart sets it from the downward API.",
+    )
     health_host: str = Field(default="0.0.0.0", description="Address of the liveness endpoint (/healthz).")  # noqa: S104
     health_port: int = Field(default=8080, ge=0, le=65535, description="Port of the liveness endpoint; 0 disables it.")
     log_json: bool = Field(default=False, description="Log one JSON object per line (for clusters).")
@@ -75,6 +103,23 @@ class OperatorSettings(BaseSettings):
         if not key:
             raise ValueError(f"{self.admin_key_file} is empty")
         return key
+
+    def class_secret_namespace(self) -> str:
+        """`own_namespace`, else the in-cluster ServiceAccount's namespace, else "" (no
+        Secret a SandboxClass names can be read)."""
+        if self.own_namespace:
+            return self.own_namespace
+        try:
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        except OSError:
+            return ""
+
+    def sync_targets(self) -> tuple[str, dict[str, str]]:
+        """(target, per-service targets) of the operator's sync client: `sandbox_sync_target`
+        for every service when set, else what agent pods get (`agent_target`, `service_targets`)."""
+        if self.sandbox_sync_target:
+            return self.sandbox_sync_target, {}
+        return self.agent_target, dict(self.service_targets)
 
     @property
     def agent_target(self) -> str:

@@ -71,8 +71,10 @@ STEP_FUNCTIONS: dict[str, Step] = {
 
 
 def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
+    """The Ctx of one reconcile of *body*; its conditions carry the SandboxSynced the file
+    sync last wrote (see `memplane_operator.sync_state`)."""
     meta = body["metadata"]
-    return Ctx(
+    ctx = Ctx(
         runtime=runtime,
         name=meta["name"],
         namespace=meta["namespace"],
@@ -84,6 +86,8 @@ def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
         logger=logger,
         observed=dict(body.get("status") or {}),
     )
+    runtime.syncs.overlay(ctx.uid, ctx.conditions)
+    return ctx
 
 
 async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:

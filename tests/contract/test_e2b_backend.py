@@ -63,6 +63,26 @@ async def test_another_process_finds_the_same_sandbox_by_metadata(
     assert await other.read_file(again, "note.md") == b"from one"
 
 
+async def test_backends_with_other_metadata_never_take_each_other_s_sandbox(
+    fake_e2b: FakeE2B, cleanup: list[SandboxHandle]
+) -> None:
+    """Two operator SandboxClasses (metadata memplane.io/sandbox-class) of one workspace
+    each get their own sandbox, and `find` sees only its own."""
+    one = E2BSandboxes(metadata={"memplane.io/sandbox-class": "a"}, connection=fake_e2b.connection())
+    two = E2BSandboxes(metadata={"memplane.io/sandbox-class": "b"}, connection=fake_e2b.connection())
+    workspace = _workspace()
+    assert await one.find(workspace) is None
+    first = await one.ensure(workspace)
+    cleanup.append(first)
+    second = await two.ensure(workspace)
+    cleanup.append(second)
+    assert first.ref != second.ref
+    assert await one.ensure(workspace) == first
+    found = await two.find(workspace)
+    assert found is not None
+    assert (found.ref, found.workspace) == (second.ref, workspace)
+
+
 async def test_suspend_pauses_and_ensure_resumes_destroy_kills(fake_e2b: FakeE2B) -> None:
     backend = E2BSandboxes(connection=fake_e2b.connection())
     handle = await backend.ensure(_workspace())

@@ -20,6 +20,7 @@ from memplane.filesync import SyncReport, restore_deleted, sync_once
 from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.sandbox import LocalSandboxes
 from memplane.settings import Settings
+from memplane.telemetry import setup_telemetry
 from memplane.v1 import memory_pb2
 
 
@@ -49,6 +50,7 @@ async def cmd_sync(ns: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 2
+    setup_telemetry()  # the problem events of each pass, exported where OTEL_EXPORTER_OTLP_ENDPOINT says
     backend = LocalSandboxes(directory.parent)
     handle = await backend.ensure(directory.name)
     scope = memory_pb2.Scope(user_id=ns.user_id, agent_id=ns.agent_id)

@@ -39,12 +39,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry import trace
+
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.client.transfer import list_all_memories
 from memplane.domain.models import Memory
 from memplane.errors import InvalidArgumentError, NotFoundError, VersionConflictError
 from memplane.filesync.convert import memory_from_proto, memory_input
 from memplane.filesync.files import FileFields, MalformedFileError, diff, new_memory_parts, parse_file
+from memplane.filesync.lock import DEFAULT_WAIT_SECONDS, sync_lock
 from memplane.filesync.state import (
     ERRORS_FILE,
     STATE_FILE,
@@ -68,6 +71,8 @@ from memplane.sandbox import SandboxBackend, SandboxFileNotFoundError, SandboxHa
 from memplane.v1 import memory_pb2
 
 _log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+PROBLEM_EVENT = "memplane.file_sync.problem"  # a span event per file left as it is
 
 FILE_SYNC = "file-sync"
 _INDEX = f"{MEMORY_DIR}/{INDEX_FILE}"
@@ -140,7 +145,11 @@ class _Pass:
         self.journal_candidates: set[str] = set()  # journal files no pass left: kept unless rendered
 
     def problem(self, path: str, why: str) -> None:
-        _log.warning("file sync: %s left as it is: %s", path, why)
+        """Leave *path* as it is: named in the errors note, a WARNING log record and an
+        OpenTelemetry event (PROBLEM_EVENT, attributes ``memplane.file.path`` and
+        ``memplane.file.problem``) on the pass's span ``memplane.file_sync``."""
+        _log.warning("file sync: %s left as it is: %s", path, why, extra={"path": path, "problem": why})
+        trace.get_current_span().add_event(PROBLEM_EVENT, {"memplane.file.path": path, "memplane.file.problem": why})
         self.report.problems[path] = why
         self.keep.add(path)
 
@@ -306,15 +315,38 @@ async def sync_once(
     scope: memory_pb2.Scope | None = None,
     max_index_tokens: int = INDEX_MAX_TOKENS,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    lock_wait_seconds: float = DEFAULT_WAIT_SECONDS,
 ) -> SyncReport:
     """One pass of the sync of *client*'s workspace with the sandbox *handle*: take in
     the sandbox's edits, render the view again, remember it. *scope* is where new files'
     memories go (default: the workspace's empty scope); *count_tokens* and
-    *max_index_tokens* bound MEMORY.md as `memplane.mdview.render_view`. Raises what the
-    RPCs raise (`UnauthenticatedError`, `UnavailableError`, ...) and the backend
-    (`SandboxNotFoundError`). A pass cut short is run again: every write carries the
+    *max_index_tokens* bound MEMORY.md as `memplane.mdview.render_view`. The pass holds
+    the sandbox's sync lock (`memplane.filesync.lock`), waiting up to
+    *lock_wait_seconds* for another pass to finish. Raises `SyncLockedError` (UNAVAILABLE)
+    past that wait, what the RPCs raise (`UnauthenticatedError`, `UnavailableError`, ...)
+    and the backend (`SandboxNotFoundError`). A pass cut short is run again: every write carries the
     version it expects, so an edit already written shows as a conflict whose copy
     AddMemories finds a duplicate of the updated memory (stored once, nothing lost)."""
+    with _tracer.start_as_current_span("memplane.file_sync", attributes={"memplane.sandbox.ref": handle.ref}) as span:
+        async with sync_lock(backend, handle, wait_seconds=lock_wait_seconds):
+            report = await _pass(
+                client, backend, handle, count_tokens=count_tokens, scope=scope, max_index_tokens=max_index_tokens,
+                now=now,
+            )  # fmt: skip
+        span.set_attribute("memplane.file_sync.problems", len(report.problems))
+        return report
+
+
+async def _pass(
+    client: AsyncMemplaneClient,
+    backend: SandboxBackend,
+    handle: SandboxHandle,
+    *,
+    count_tokens: Callable[[str], int],
+    scope: memory_pb2.Scope | None,
+    max_index_tokens: int,
+    now: Callable[[], datetime],
+) -> SyncReport:
     state = load_state(await _read(backend, handle, STATE_FILE))
     present, refused = await _scan(backend, handle)
     run = _Pass(client, await _memories(client), now(), scope or memory_pb2.Scope())

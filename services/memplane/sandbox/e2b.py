@@ -1,7 +1,9 @@
 """`E2BSandboxes`: an E2B cloud sandbox per workspace through the `e2b` SDK (2.x).
 
 A workspace's sandbox is found by its metadata (`memplane.workspace` = the workspace
-name), so any process with the same API key finds the same sandbox: `ensure` lists the
+name, and every entry of *metadata*: two backends with different *metadata*, e.g. two
+operator SandboxClasses, never take each other's sandboxes), so any process with the same
+API key and metadata finds the same sandbox: `ensure` lists the
 running and paused sandboxes with that metadata and connects to the oldest (a paused one
 is resumed by the connect), else creates one from *template* with the metadata, the
 timeout and `on_timeout: pause` (an idle sandbox pauses at its timeout instead of being
@@ -71,7 +73,7 @@ class E2BSandboxes(SandboxBackend):
       its end E2B pauses the sandbox (3,600 s; E2B caps it by plan, 1 h or 24 h);
     - *allow_internet_access*: whether the sandbox may reach the internet (False);
     - *metadata*: more metadata for new sandboxes (e.g. the namespace), beside
-      `memplane.workspace`;
+      `memplane.workspace`; a sandbox is this backend's only if it carries all of it;
     - *api_key*, *domain*: E2B's API key and domain (default: the SDK's, from
       `E2B_API_KEY` / `E2B_DOMAIN`, domain e2b.app);
     - *connection*: further `e2b.ConnectionConfig` options passed to every SDK call
@@ -117,14 +119,23 @@ class E2BSandboxes(SandboxBackend):
             root = await self._make_root(sandbox)
             return SandboxHandle(self.kind, workspace, sandbox.sandbox_id, root)
 
+    async def find(self, workspace: str) -> SandboxHandle | None:
+        """The handle of the workspace's oldest running or paused sandbox without
+        connecting to it (its root unknown: ""), for `suspend` / `destroy`; None if
+        there is none."""
+        sandbox_id = await self._find(check_workspace(workspace))
+        return None if sandbox_id is None else SandboxHandle(self.kind, workspace, sandbox_id, "")
+
     async def _find(self, workspace: str) -> str | None:
-        """The id of the workspace's oldest running or paused sandbox, or None."""
-        query = SandboxQuery(metadata={METADATA_KEY: workspace}, state=[SandboxState.RUNNING, SandboxState.PAUSED])
+        """The id of the workspace's oldest running or paused sandbox carrying all of
+        this backend's metadata, or None."""
+        wanted = {**self._metadata, METADATA_KEY: workspace}
+        query = SandboxQuery(metadata=wanted, state=[SandboxState.RUNNING, SandboxState.PAUSED])
         paginator = AsyncSandbox.list(query=query, **self._opts)
         found = []
         while paginator.has_next:
             found.extend(await paginator.next_items())
-        mine = [s for s in found if (s.metadata or {}).get(METADATA_KEY) == workspace]
+        mine = [s for s in found if all((s.metadata or {}).get(k) == v for k, v in wanted.items())]
         return min(mine, key=lambda s: (s.started_at, s.sandbox_id)).sandbox_id if mine else None
 
     async def _create(self, workspace: str) -> AsyncSandbox:

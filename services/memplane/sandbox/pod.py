@@ -5,7 +5,7 @@
 terminating, or has failed or succeeded, is waited out and created anew) + `wait_ready`
 (the Pod's Ready condition, watched, within *ready_timeout_seconds*, else
 `SandboxNotReadyError` saying what it waits on). The operator, which must not block a
-handler for minutes, can call `provision` and then `ready` on each resync instead.
+handler for minutes, calls `provision` and then `waiting_on` on each pass instead.
 `suspend` deletes the Pod and keeps the claim (the files); `destroy` deletes both. The
 objects' shapes are `memplane.sandbox.podspec`'s; the sandbox root is `/sandbox` (the
 claim's mount). Exec runs over the ``pods/<name>/exec`` websocket
@@ -123,8 +123,16 @@ class PodSandboxes(TarExecIO):
 
     async def ready(self, handle: SandboxHandle) -> bool:
         """Whether the handle's Pod exists and its Ready condition is True (one GET)."""
-        pod = await self._kube_get(Pod, self._name(handle))
-        return pod is not None and _is_ready(pod.raw)
+        return await self.waiting_on(handle) is None
+
+    async def waiting_on(self, handle: SandboxHandle) -> str | None:
+        """None when the handle's Pod is Ready, else what it waits on (`describe`, or that
+        it does not exist), from one GET."""
+        name = self._name(handle)
+        pod = await self._kube_get(Pod, name)
+        if pod is None:
+            return f"pod {name} does not exist"
+        return None if _is_ready(pod.raw) else describe(pod.raw)
 
     async def wait_ready(self, handle: SandboxHandle) -> None:
         """Wait (a watch, no polling) until the Pod is Ready; `SandboxNotReadyError`

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from memplane.settings import Settings
-from memplane_operator.rbac import cluster_rules, namespaced_rules
+from memplane_operator.rbac import cluster_rules, namespaced_rules, own_namespace_rules
 from tests.e2e.chart.helmtools import CHART, REPO, by_kind, named, pod_specs, render, set_flags
 from tests.fix_kube import KubeCluster, KubeCommandError
 
@@ -130,9 +130,12 @@ def test_matrix_switches(cluster: KubeCluster) -> None:
     assert "replicas" not in named(hpa, "Deployment", "mp-memplane-retrieval")["spec"]
     assert by_kind(render(cluster, MATRIX["no-networkpolicy"]), "NetworkPolicy") == []
     namespaced = render(cluster, MATRIX["namespaced-rbac"])
-    roles = by_kind(namespaced, "Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    assert roles[0]["rules"] == namespaced_rules()
+    roles = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r["rules"] for r in by_kind(namespaced, "Role")}
+    assert roles == {
+        ("team-a", "mp-memplane-operator"): namespaced_rules(),
+        ("team-b", "mp-memplane-operator"): namespaced_rules(),
+        ("memplane", "mp-memplane-operator-class-secrets"): own_namespace_rules(),  # the release's namespace
+    }
     assert named(namespaced, "ClusterRole", "mp-memplane-operator")["rules"] == cluster_rules()
     without = render(cluster, MATRIX["no-operator-no-crds"])
     assert not {"CustomResourceDefinition", "ClusterRole"} & {d["kind"] for d in without}

@@ -113,14 +113,23 @@ def operator_settings(services: Services, admin_key: str, **overrides: object) -
         "admin_key": SecretStr(admin_key),
         "resync_seconds": RESYNC_SECONDS,
         "health_port": 0,
+        "own_namespace": OPERATOR_NAMESPACE,  # where SandboxClass Secrets (the E2B key) are read
     }
     values.update(overrides)
     return OperatorSettings.model_validate(values)
 
 
 @pytest.fixture(scope="session")
+def live_operator_settings(services: Services, admin_key: str) -> OperatorSettings:
+    """The settings the in-process operator runs with — the very object, read by its passes
+    as they go: a test may point `sandbox_sync_target` where nothing listens (the services
+    unreachable for the sync) and back."""
+    return operator_settings(services, admin_key)
+
+
+@pytest.fixture(scope="session")
 def operator(
-    services: Services, admin_key: str, operator_kubeconfig: Path, memplane_crds: KubeCluster
+    live_operator_settings: OperatorSettings, operator_kubeconfig: Path, memplane_crds: KubeCluster
 ) -> Iterator[KopfRunner]:
     """The operator in-process (KopfRunner, its own thread and loop) for namespaces t-*,
     as the ServiceAccount; yielded once it has taken a canary MemoryWorkspace to Ready
@@ -133,7 +142,7 @@ def operator(
     try:
         for _attempt in range(CANARY_ATTEMPTS):
             registry = kopf.OperatorRegistry()
-            register(registry, operator_settings(services, admin_key))
+            register(registry, live_operator_settings)
             log: list[str] = []
             records = _Records(log)
             kopf_logger.addHandler(records)

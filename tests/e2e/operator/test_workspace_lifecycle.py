@@ -222,7 +222,7 @@ async def test_drift_is_repaired(kube: KubeCluster, k8s_namespace: str, services
 
 
 async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_namespace: str) -> None:
-    # e2b has no backend in the operator yet (memplane_operator.backends.ADAPTERS).
+    # An e2b class whose key Secret does not exist (in the operator's namespace).
     cloud: dict[str, Any] = {
         "apiVersion": "memplane.io/v1alpha1",
         "kind": "SandboxClass",
@@ -243,7 +243,7 @@ async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_names
         workspace(k8s_namespace, "denied", sandbox={"sandboxClassName": "team-only"}),
     )
     for name, reason in (
-        ("cloud", "Unsupported"),
+        ("cloud", "InvalidParameters"),
         ("missing", "SandboxClassNotFound"),
         ("denied", "NamespaceNotAllowed"),
     ):

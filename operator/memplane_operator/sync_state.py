@@ -1,0 +1,183 @@
+"""What the operator's file sync keeps per MemoryWorkspace between passes, and the pure
+rules it follows: the interval, what counts as activity, the SandboxSynced condition's
+reason and message. The passes themselves: `memplane_operator.sandbox_sync`.
+
+The reconcile and the sync write the same `status`: the reconcile writes the conditions
+list whole (a merge patch replaces a list), so a pass's SandboxSynced written in between
+would be overwritten by the older one the reconcile read. The book keeps the latest one
+written (`SyncSlot.condition`) and `SyncBook.overlay` puts it into every Conditions the
+reconcile builds and again into the status patch it writes (`Ctx.status_patch`), so the
+reconcile does not take back what the sync wrote (but for a pass ending between that
+patch and kopf's write of it: the next resync writes the newer one). The sandbox step
+records there what it left the sandbox in (`state`, `ref`, `root`), under the object's
+lock: a pass starts only on a Running sandbox, and no idle suspend happens while a pass
+is in flight (`in_flight`), so the sync never wakes a suspended sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memplane.errors import (
+    DeadlineExceededError,
+    KeyRevokedError,
+    MemplaneError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from memplane.filesync import SyncReport
+from memplane.filesync.lock import SyncLockedError
+from memplane.filesync.state import ERRORS_FILE
+from memplane.sandbox.errors import (
+    SandboxExecTimeoutError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    SandboxPathError,
+)
+from memplane_operator.backend_base import Adapter, BackendRefusedError
+from memplane_operator.conditions import SANDBOX_SYNCED, Conditions
+from memplane_operator.model import parse_duration
+
+DEFAULT_CONCURRENCY = 4
+MAX_PROBLEMS_SHOWN = 5  # files named in the condition's message (all of them are in ERRORS_FILE)
+_SANDBOX_ERRORS = (
+    SandboxExecTimeoutError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    SandboxPathError,
+)
+
+
+@dataclass
+class SyncSlot:
+    """One MemoryWorkspace's sync, as this process knows it. *state*, *ref*, *root*: the
+    sandbox as the sandbox step last left it ("": not seen since the operator started;
+    status.sandbox then stands). *condition*: SandboxSynced as last written, once *decided*
+    (None: absent). *last_edit*: when a pass last found an edit made in the sandbox.
+    *problems*: the files the last pass left as they are (None before the first pass)."""
+
+    state: str = ""
+    ref: str = ""
+    root: str = ""
+    in_flight: bool = False
+    decided: bool = False
+    condition: dict[str, Any] | None = None
+    last_edit: datetime | None = None
+    problems: frozenset[str] | None = None
+
+
+@dataclass
+class SyncBook:
+    """The slots of every MemoryWorkspace (by uid) and the gate bounding how many passes
+    the process runs at once (*concurrency*)."""
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    slots: dict[str, SyncSlot] = field(default_factory=dict)
+    gate: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = asyncio.Semaphore(self.concurrency)
+
+    def slot(self, uid: str) -> SyncSlot:
+        """The slot of the object *uid* (made empty on first use)."""
+        return self.slots.setdefault(uid, SyncSlot())
+
+    def forget(self, uid: str) -> None:
+        """Drop the slot of a deleted object."""
+        self.slots.pop(uid, None)
+
+    def overlay(self, uid: str, conditions: Conditions) -> None:
+        """Put the SandboxSynced this process last wrote for *uid* into *conditions*."""
+        found = self.slots.get(uid)
+        if found is not None and found.decided:
+            conditions.put(SANDBOX_SYNCED, found.condition)
+
+
+def interval_seconds(workspace: str, class_spec: Mapping[str, Any], default: float) -> float | None:
+    """Seconds between passes: the workspace's spec.sandbox.syncInterval, else the class's
+    spec.syncInterval, else *default* (the operator's setting). None: no sync ("0s", or a
+    default of 0). Durations are DURATION_PATTERN strings the API server checked; raises
+    `ValueError` for one that is not."""
+    text = workspace or str(class_spec.get("syncInterval") or "")
+    seconds = float(parse_duration(text)) if text else default
+    return seconds if seconds > 0 else None
+
+
+def found_edits(report: SyncReport, before: frozenset[str] | None) -> bool:
+    """Whether a pass found something the sandbox's user did (activity): a memory file
+    edited, added or deleted (taken back, or kept as a conflict), or a file newly left as
+    it is (a malformed one; *before*: those of the previous pass, None for the first pass
+    of this process, whose problems may predate it). What the pass itself wrote is not."""
+    if report.changed_memories():
+        return True
+    return before is not None and bool(set(report.problems) - before)
+
+
+def summary(report: SyncReport) -> str:
+    """The SandboxSynced message of a pass: files written and removed, edits taken back,
+    and the problems left in Memory/.memplane-errors.md (at most MAX_PROBLEMS_SHOWN named)."""
+    edits = len(report.updated) + len(report.added) + len(report.deleted) + len(report.conflicts)
+    text = (
+        f"{len(report.written)} files written, {len(report.removed)} removed; {edits} edits taken back "
+        f"({len(report.updated)} updated, {len(report.added)} added, {len(report.deleted)} deleted, "
+        f"{len(report.conflicts)} conflicts)"
+    )
+    if not report.problems:
+        return text
+    shown = sorted(report.problems.items())[:MAX_PROBLEMS_SHOWN]
+    more = len(report.problems) - len(shown)
+    named = "; ".join(f"{path}: {why}" for path, why in shown) + (f"; and {more} more" if more else "")
+    return f"{text}; {len(report.problems)} files left as they are, listed in {ERRORS_FILE}: {named}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A pass that failed, as SandboxSynced=False: *reason* and *message*."""
+
+    reason: str
+    message: str
+
+
+def failure(error: BaseException, adapter: Adapter | None) -> Failure:
+    """*error* from a pass as SandboxSynced=False. Reasons: TimedOut (the pass's deadline),
+    SyncLocked (another pass held the sandbox), BackendUnavailable / BackendRefused (the
+    sandbox backend, as its *adapter* reads the error), SandboxError (the sandbox refused a
+    file or a command), KeyRejected (the workspace's key refused), ServiceUnavailable (the
+    services unreachable or past a deadline), ServiceError (another error of the services),
+    SyncFailed (anything else)."""
+    text = str(error) or type(error).__name__
+    for kinds, reason, says in _FIRST:
+        if isinstance(error, kinds):
+            return Failure(reason, says.format(text=text, kind=type(error).__name__))
+    mapped = adapter.classify(error) if adapter is not None else None
+    if mapped is not None:
+        refused = isinstance(mapped, BackendRefusedError)
+        return Failure("BackendRefused" if refused else "BackendUnavailable", str(mapped))
+    for kinds, reason, says in _THEN:
+        if isinstance(error, kinds):
+            return Failure(reason, says.format(text=text, kind=type(error).__name__))
+    return Failure("SyncFailed", f"{type(error).__name__}: {text}")
+
+
+_Reading = tuple[tuple[type[BaseException], ...], str, str]  # error classes, reason, message
+# Tried before the adapter's reading (TimeoutError is an OSError, KeyRevokedError a
+# FailedPreconditionError, which the adapters read as their own) ...
+_FIRST: tuple[_Reading, ...] = (
+    ((TimeoutError,), "TimedOut", "{text}"),
+    ((SyncLockedError,), "SyncLocked", "{text}"),
+    ((UnauthenticatedError, PermissionDeniedError, KeyRevokedError), "KeyRejected",
+     "the services refused the workspace's key: {text}"),
+)  # fmt: skip
+# ... and after it (SandboxExecTimeoutError is a DeadlineExceededError: sandbox errors first).
+_THEN: tuple[_Reading, ...] = (
+    (_SANDBOX_ERRORS, "SandboxError", "{kind}: {text}"),
+    ((UnavailableError, DeadlineExceededError), "ServiceUnavailable", "the memplane services are unreachable: {text}"),
+    ((MemplaneError,), "ServiceError", "{kind}: {text}"),
+)

@@ -1,0 +1,142 @@
+"""The pure parts of the operator's file sync (memplane_operator.sync_state): the interval
+(workspace, class, operator default; "0s" off), what counts as activity, the condition's
+message, how a pass's error reads, and the condition the reconcile carries over."""
+
+from __future__ import annotations
+
+import aiodocker
+import pytest
+
+from memplane.errors import (
+    DeadlineExceededError,
+    KeyRevokedError,
+    NotFoundError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from memplane.filesync import SyncReport
+from memplane.filesync.lock import SyncLockedError
+from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxNotFoundError
+from memplane.sandbox.kubeexec import KubeExecError
+from memplane_operator import backend_docker, backend_e2b, backend_pod
+from memplane_operator.conditions import READY, SANDBOX_READY, SANDBOX_SYNCED, Conditions
+from memplane_operator.settings import OperatorSettings
+from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
+
+
+@pytest.mark.parametrize(
+    ("workspace", "class_spec", "default", "expected"),
+    [
+        ("", {}, 30.0, 30.0),  # neither says: the operator's default
+        ("", {"syncInterval": "2m"}, 30.0, 120.0),  # the class's
+        ("10s", {"syncInterval": "2m"}, 30.0, 10.0),  # the workspace's wins
+        ("0s", {"syncInterval": "2m"}, 30.0, None),  # "0s": off
+        ("", {"syncInterval": "0s"}, 30.0, None),
+        ("1h", {"syncInterval": "0s"}, 30.0, 3600.0),  # a workspace may turn on what its class turned off
+        ("", {}, 0.0, None),  # an operator default of 0: off unless set
+    ],
+)
+def test_the_interval_is_the_workspaces_else_the_classs_else_the_operators(
+    workspace: str, class_spec: dict[str, str], default: float, expected: float | None
+) -> None:
+    assert interval_seconds(workspace, class_spec, default) == expected
+
+
+def test_an_interval_the_schema_would_refuse_raises() -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        interval_seconds("soon", {}, 30.0)
+
+
+def test_edits_taken_back_are_activity_and_the_syncs_own_writes_are_not() -> None:
+    own = SyncReport(written=["Memory/MEMORY.md", "Memory/user_a.md"], removed=["Memory/old.md"])
+    assert not found_edits(own, frozenset())
+    for edited in (
+        SyncReport(updated=["Memory/user_a.md"]),
+        SyncReport(added=["Memory/new.md"]),
+        SyncReport(deleted=["Memory/user_a.md"]),
+        SyncReport(conflicts=["Memory/user_a.md"]),
+    ):
+        assert found_edits(edited, frozenset())
+
+
+def test_a_newly_malformed_file_is_activity_and_one_still_malformed_is_not() -> None:
+    bad = SyncReport(problems={"Memory/bad.md": "missing frontmatter"})
+    assert found_edits(bad, frozenset())  # new since the last pass
+    assert not found_edits(bad, frozenset({"Memory/bad.md"}))  # the same file, left as it was
+    assert not found_edits(bad, None)  # the first pass of this process: it may predate it
+
+
+def test_the_summary_counts_writes_and_edits_and_names_the_problems() -> None:
+    report = SyncReport(
+        updated=["Memory/a.md"],
+        added=["Memory/b.md"],
+        written=["Memory/MEMORY.md", "Memory/a.md", "Memory/b2.md"],
+        removed=["Memory/gone.md"],
+        problems={"Memory/bad.md": "missing frontmatter (a first line '---')"},
+    )
+    text = summary(report)
+    assert text.startswith("3 files written, 1 removed; 2 edits taken back (1 updated, 1 added, 0 deleted")
+    assert "1 files left as they are, listed in Memory/.memplane-errors.md" in text
+    assert "Memory/bad.md: missing frontmatter" in text
+
+
+def test_the_summary_names_a_bounded_number_of_problems() -> None:
+    problems = {f"Memory/bad{i:02}.md": "no name" for i in range(MAX_PROBLEMS_SHOWN + 3)}
+    text = summary(SyncReport(problems=problems))
+    assert text.count(": no name") == MAX_PROBLEMS_SHOWN
+    assert text.endswith("and 3 more")
+
+
+@pytest.mark.parametrize(
+    ("error", "adapter", "reason"),
+    [
+        (TimeoutError("the pass did not finish within 120 s"), backend_docker, "TimedOut"),
+        (SyncLockedError("held by host 1 since 0"), backend_docker, "SyncLocked"),
+        (UnavailableError("connection refused"), backend_docker, "ServiceUnavailable"),
+        (DeadlineExceededError("deadline"), backend_docker, "ServiceUnavailable"),
+        (UnauthenticatedError("bad key"), backend_docker, "KeyRejected"),
+        (KeyRevokedError("revoked"), backend_docker, "KeyRejected"),  # not the adapter's FailedPrecondition
+        (aiodocker.DockerError(500, {"message": "engine down"}), backend_docker, "BackendUnavailable"),
+        (aiodocker.DockerError(404, {"message": "no such container"}), backend_docker, "BackendRefused"),
+        (SandboxExecTimeoutError(["sh"], 60), backend_docker, "SandboxError"),  # not a service deadline
+        (SandboxNotFoundError("tn-a"), backend_docker, "SandboxError"),
+        (SandboxNotFoundError("tn-a"), backend_e2b, "BackendUnavailable"),  # e2b: made again at the next ensure
+        (KubeExecError("HTTP 400: pod has no node"), backend_pod, "BackendUnavailable"),  # not the services'
+        (NotFoundError("memory", "x"), backend_docker, "ServiceError"),
+        (RuntimeError("surprise"), backend_docker, "SyncFailed"),
+    ],
+)
+def test_a_failed_pass_reads_as_a_reason(error: BaseException, adapter: object, reason: str) -> None:
+    got = failure(error, adapter)  # type: ignore[arg-type]
+    assert got.reason == reason
+    assert got.message
+
+
+def test_the_reconcile_carries_the_sync_condition_last_written_and_ready_ignores_it() -> None:
+    book = SyncBook()
+    written = Conditions([], 3)
+    written.set(SANDBOX_SYNCED, False, "ServiceUnavailable", "down", derive=False)
+    assert written.get(READY) is None  # the sync does not derive Ready
+    book.slot("uid-1").decided, book.slot("uid-1").condition = True, written.get(SANDBOX_SYNCED)
+
+    older = Conditions([{"type": SANDBOX_SYNCED, "status": "True", "reason": "Synced", "lastTransitionTime": "t"}], 3)
+    book.overlay("uid-1", older)
+    assert older.get(SANDBOX_SYNCED) == written.get(SANDBOX_SYNCED)
+    older.set(SANDBOX_READY, True, "Provisioned")
+    assert older.is_true(READY) is False  # DatabaseReady and CredentialsReady missing, SandboxSynced not a part
+
+    book.slot("uid-1").condition = None  # the sync removed it (no backed sandbox any more)
+    book.overlay("uid-1", older)
+    assert older.get(SANDBOX_SYNCED) is None
+    untouched = Conditions([{"type": SANDBOX_SYNCED, "status": "True", "reason": "Synced"}], 1)
+    book.overlay("uid-other", untouched)  # nothing decided for it in this process: left as read
+    assert untouched.get(SANDBOX_SYNCED) is not None
+
+
+def test_the_sync_reaches_the_services_where_agents_do_unless_told() -> None:
+    base = {"admin_key": "k", "admin_target": "admin:1", "service_target": "svc:1"}
+    assert OperatorSettings.model_validate(base).sync_targets() == ("svc:1", {})
+    split = OperatorSettings.model_validate({**base, "service_targets": {"retrieval": "r:1"}})
+    assert split.sync_targets() == ("svc:1", {"retrieval": "r:1"})
+    told = OperatorSettings.model_validate({**base, "sandbox_sync_target": "sync:1"})
+    assert told.sync_targets() == ("sync:1", {})
