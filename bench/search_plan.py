@@ -8,6 +8,15 @@ prints each one's execution time and lexical candidate count, their median, and 
 the median query (per node: actual time, rows, buffers hit / read). A first pass over the
 same questions warms the caches unless --cold.
 
+With --terms it times the query-aware terms instead (issue 14's neighbourhood, speaker,
+time and phrase terms against issue 9's budget): each question runs as the statement of
+three configurations in turn — "off" (WEIGHTED fusion, every term 0: the search before
+issue 14), "zscore" (the fusion alone) and "default" (the server's settings) — each in its
+tenant transaction as the server sends it (one round trip, the statement prepared by
+psycopg after its fifth use: a warm-up pass first), and prints each configuration's p50 /
+p95 (ms, from the client: the statement's database time plus one loopback round trip) and
+its p50 against "off".
+
 With --ef-search E1 E2 ... it checks the vector leg instead: the same statement with the
 vector signal only, through HNSW (iterative scan, hnsw.ef_search = each E) against the
 exact scan (every row's distance, sorted), per query: the HNSW path's time and recall@depth
@@ -157,6 +166,35 @@ async def vector_leg(stack: Any, picked: list[Question], ef_values: list[int]) -
         )
 
 
+async def terms_cost(stack: Any, picked: list[Question], per_user: bool) -> None:
+    """p50 / p95 of the default statement against the terms off (see the docstring)."""
+    cfg = stack.app.settings.retrieval
+    ws = stack.workspace
+    default = _spec(cfg, per_user, per_user)
+    zscore = dataclasses.replace(default, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0)
+    configs = {"off": dataclasses.replace(zscore, zscore=False, dbsf=False, rrf=False), "zscore": zscore}
+    configs["default"] = default
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    settings = {} if per_user else _hnsw_settings(cfg.hnsw_ef_search, default.depth)
+    for warm in (True, False):
+        for q in picked:
+            flt = MemoryFilter(user_id=q.user_id) if per_user else MemoryFilter()
+            for name, spec in configs.items():
+                now = datetime.now(UTC)
+                query, params = search_sql.statement(spec, flt, now, ws.embedding_dimensions)
+                values = _values(params, ws, q, spec, cfg=cfg, now=now)
+                started = time.perf_counter()
+                async with stack.app.db.tenant_pipeline(ws.key, settings) as conn:
+                    cursors = [await conn.execute(query, values)]
+                await search_sql.read(cursors)
+                if not warm:
+                    times[name].append((time.perf_counter() - started) * 1000)
+    base = statistics.median(times["off"])
+    for name, ms in times.items():
+        p50, p95 = statistics.median(ms), statistics.quantiles(ms, n=20)[-1]
+        print(f"{name:8s} p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  x{p50 / base:.2f}  ({len(ms)} queries)")
+
+
 async def main(args: argparse.Namespace) -> None:
     environment_banner("search_plan", args)
     async with bench_server(keep=args.pgdata) as stack:
@@ -172,6 +210,9 @@ async def main(args: argparse.Namespace) -> None:
         picked = questions[:: max(1, len(questions) // args.queries)][: args.queries]
         if args.ef_search:
             await vector_leg(stack, picked, args.ef_search)
+            return
+        if args.terms:
+            await terms_cost(stack, picked, args.per_user)
             return
         for warm in [False] if args.cold else [True, False]:
             times, plans = [], []
@@ -210,5 +251,6 @@ if __name__ == "__main__":
     parser.add_argument("--queries", type=int, default=20, help="questions explained")
     parser.add_argument("--per-user", action="store_true", help="each question within its user, not the workspace")
     parser.add_argument("--cold", action="store_true", help="no warm-up pass")
+    parser.add_argument("--terms", action="store_true", help="time the query-aware terms against them off")
     parser.add_argument("--ef-search", type=int, nargs="*", default=[], help="check the vector leg at these")
     asyncio.run(main(parser.parse_args()))

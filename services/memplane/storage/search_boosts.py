@@ -57,13 +57,16 @@ _NEIGHBOURS = sql.SQL(
 # A candidate's order within its session: its transcript position ("t:" + the transcript's
 # session), else, for a memory of a scope session with no transcript (AddMemories), the
 # order it was written in: the id of its first event ("w:" + the scope session; event ids
-# of one write are consecutive, in request order). No session, no neighbours.
+# of one write are consecutive, in request order; read through memory_events_memory_idx,
+# an index-only scan). No session, no neighbours: the event is not looked up at all (a
+# NULL session joins nothing in nb), which saved ~0.15 ms of a ~3.5 ms per-user search
+# on LoCoMo's AddMemories rows (`bench/search_plan.py --terms`; README, recall "Speed").
 _SESSION = sql.SQL(
     "CASE WHEN t.seq IS NOT NULL THEN 't:' || m.source_session_id ELSE 'w:' || nullif(m.session_id, '') END"
 )
 _POSITION = sql.SQL(
-    "CASE WHEN t.seq IS NOT NULL THEN t.seq"
-    " ELSE (SELECT min(e.id) FROM memory_events e WHERE e.workspace_key = %(ws)s AND e.memory_id = m.id) END"
+    "CASE WHEN t.seq IS NOT NULL THEN t.seq WHEN m.session_id <> ''"
+    " THEN (SELECT min(e.id) FROM memory_events e WHERE e.workspace_key = %(ws)s AND e.memory_id = m.id) END"
 )
 _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
 
