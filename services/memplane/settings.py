@@ -213,6 +213,23 @@ class QuotaSettings(BaseModel):
     )
 
 
+MIN_WEIGHT = 1e-6
+"""The smallest positive weight of a fusion or recall term (0 turns a term off), in the settings
+and in SearchMemories requests. PostgreSQL's float8 arithmetic raises on underflow instead of
+rounding to 0 (float8mul: "value out of range: underflow"), so a weight of 5e-324 times a
+normalised score of 0.4 failed the whole search; a weight under a millionth changes no
+ranking beyond ties."""
+_WEIGHTS = (
+    "zscore_vector_weight",
+    "vector_weight",
+    "neighbour_weight",
+    "speaker_weight",
+    "time_weight",
+    "phrase_weight",
+    "prf_weight",
+)
+
+
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
@@ -327,6 +344,14 @@ class RetrievalSettings(BaseModel):
         ge=0,
         description="Seconds the row count of a filter (which picks the exact scan or HNSW) is reused.",
     )
+
+    @model_validator(mode="after")
+    def _weights_computable(self) -> RetrievalSettings:
+        for name in _WEIGHTS:
+            if 0.0 < getattr(self, name) < MIN_WEIGHT:
+                raise ValueError(f"{name} must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows)")
+        return self
+
     bm25_k1: float = Field(default=1.2, description="BM25 k1 (Robertson & Zaragoza 2009; Lucene default).")
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
     file_selection_timeout: float = Field(
