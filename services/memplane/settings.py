@@ -77,6 +77,7 @@ class DatabaseSettings(BaseModel):
     embedded_shared_buffers_mb: int = Field(
         default=0,
         ge=0,
+        le=8_388_607,  # PostgreSQL's maximum, INT_MAX / 2 buffers of 8 kB (embedded_memory.SHARED_BUFFERS_MAX_MB)
         description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of embedded_memory_mb, "
         "between 128 and 8,192 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
         "search reads its pages through the kernel's cache (at 1,000,000 memories, 2.3 GB of rows and 2 GB of "
