@@ -77,6 +77,7 @@ class DatabaseSettings(BaseModel):
     embedded_shared_buffers_mb: int = Field(
         default=0,
         ge=0,
+        le=8_388_607,  # PostgreSQL's maximum, INT_MAX / 2 buffers of 8 kB (embedded_memory.SHARED_BUFFERS_MAX_MB)
         description="shared_buffers of the embedded PostgreSQL (no dsn), MiB; 0: a quarter of embedded_memory_mb, "
         "between 128 and 8,192 MiB. PostgreSQL's own default, 128 MiB, holds ~50k memories: past that every "
         "search reads its pages through the kernel's cache (at 1,000,000 memories, 2.3 GB of rows and 2 GB of "
@@ -213,6 +214,23 @@ class QuotaSettings(BaseModel):
     )
 
 
+MIN_WEIGHT = 1e-6
+"""The smallest positive weight of a fusion or recall term (0 turns a term off), in the settings
+and in SearchMemories requests. PostgreSQL's float8 arithmetic raises on underflow instead of
+rounding to 0 (float8mul: "value out of range: underflow"), so a weight of 5e-324 times a
+normalised score of 0.4 failed the whole search; a weight under a millionth changes no
+ranking beyond ties."""
+_WEIGHTS = (
+    "zscore_vector_weight",
+    "vector_weight",
+    "neighbour_weight",
+    "speaker_weight",
+    "time_weight",
+    "phrase_weight",
+    "prf_weight",
+)
+
+
 class RetrievalSettings(BaseModel):
     """Search tuning; each constant's source is given."""
 
@@ -327,6 +345,14 @@ class RetrievalSettings(BaseModel):
         ge=0,
         description="Seconds the row count of a filter (which picks the exact scan or HNSW) is reused.",
     )
+
+    @model_validator(mode="after")
+    def _weights_computable(self) -> RetrievalSettings:
+        for name in _WEIGHTS:
+            if 0.0 < getattr(self, name) < MIN_WEIGHT:
+                raise ValueError(f"{name} must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows)")
+        return self
+
     bm25_k1: float = Field(default=1.2, description="BM25 k1 (Robertson & Zaragoza 2009; Lucene default).")
     bm25_b: float = Field(default=0.75, description="BM25 b (Robertson & Zaragoza 2009; Lucene default).")
     file_selection_timeout: float = Field(

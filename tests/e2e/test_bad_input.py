@@ -85,6 +85,10 @@ CASES: list[tuple[str, Call, list[str]]] = [
     ),
     ("wrong embedding length", add(mem("ok", embedding=[0.1, 0.2, 0.3])), ["memories[0].embedding"]),
     ("zero embedding", add(mem("ok", embedding=[0.0] * 384)), ["memories[0].embedding"]),
+    # pgvector computes cosine in float32: a norm whose square underflows to 0 or overflows to
+    # infinity there made every search's vector score NaN (WEIGHTED fused scores all NaN).
+    ("embedding too short to have a cosine", add(mem("ok", embedding=[1e-30] * 384)), ["memories[0].embedding"]),
+    ("embedding too long to have a cosine", add(mem("ok", embedding=[1e30] * 384)), ["memories[0].embedding"]),
     ("name too long", add(mem("ok", name="n" * 257)), ["memories[0].name"]),
     ("user_id too long", add(mem("ok", user_id="u" * 129)), ["memories[0].scope.user_id"]),
     ("unknown type", add(mem("ok", type=99)), ["memories[0].type"]),

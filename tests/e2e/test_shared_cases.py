@@ -31,7 +31,16 @@ async def test_c001_chinese_keyword_inside_a_sentence_is_found_lexically(workspa
     assert hybrid.hits[0].memory.id == stored[0].id
 
 
-@pytest.mark.parametrize("fusion", [retrieval_pb2.FUSION_METHOD_RRF, retrieval_pb2.FUSION_METHOD_WEIGHTED])
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        retrieval_pb2.FUSION_METHOD_UNSPECIFIED,  # the server's default (ZSCORE) with the default recall terms
+        retrieval_pb2.FUSION_METHOD_RRF,
+        retrieval_pb2.FUSION_METHOD_WEIGHTED,
+        retrieval_pb2.FUSION_METHOD_DBSF,
+        retrieval_pb2.FUSION_METHOD_ZSCORE,
+    ],
+)
 async def test_c002_exact_keyword_match_outranks_vague_semantic_match(workspace: TestWorkspace, fusion: int) -> None:
     stored = await workspace.client.add_memories(
         [

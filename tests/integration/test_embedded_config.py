@@ -10,12 +10,19 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
+from pydantic import ValidationError
 
 from memplane.app import start_database
 from memplane.settings import DatabaseSettings, Settings
 from memplane.storage import embedded_memory
-from memplane.storage.embedded import start_embedded
-from memplane.storage.embedded_memory import ServerMemory, cgroup_limit_mb, server_memory
+from memplane.storage.embedded import EmbeddedPostgresError, start_embedded
+from memplane.storage.embedded_memory import (
+    EFFECTIVE_CACHE_SIZE_MAX_MB,
+    SHARED_BUFFERS_MAX_MB,
+    ServerMemory,
+    cgroup_limit_mb,
+    server_memory,
+)
 
 MEMORY_SETTINGS = ("shared_buffers", "effective_cache_size", "maintenance_work_mem", "work_mem")
 
@@ -104,3 +111,34 @@ def _pg_units(value: str) -> str:
     """How PostgreSQL prints *value* ("2048MB" -> "2GB": whole units of 1024)."""
     mb = int(value.removesuffix("MB"))
     return f"{mb // 1024}GB" if mb % 1024 == 0 else f"{mb}MB"
+
+
+def test_a_memory_past_what_postgresql_can_express_is_clamped_and_the_server_starts(tmp_path: Path) -> None:
+    """effective_cache_size = memory x 3/4 is capped at PostgreSQL's maximum (2^31 - 1 pages of
+    8 kB): MEMPLANE_DATABASE__EMBEDDED_MEMORY_MB=99999999999 wrote 74999999999MB, which
+    PostgreSQL refused ("configuration file ... contains errors") and the server never started."""
+    huge = 99_999_999_999
+    assert server_memory(huge) == ServerMemory(8192, EFFECTIVE_CACHE_SIZE_MAX_MB, 2048, 64)
+    settings = Settings(data_dir=tmp_path, database=DatabaseSettings(embedded_memory_mb=huge))
+    dsn, held = start_database(settings)
+    assert held is not None
+    try:
+        assert _setting(dsn, "effective_cache_size") == f"{EFFECTIVE_CACHE_SIZE_MAX_MB}MB"
+    finally:
+        held.release()
+
+
+def test_shared_buffers_past_what_postgresql_can_express_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ValidationError, match="embedded_shared_buffers_mb"):
+        DatabaseSettings(embedded_shared_buffers_mb=SHARED_BUFFERS_MAX_MB + 1)
+    assert DatabaseSettings(embedded_shared_buffers_mb=SHARED_BUFFERS_MAX_MB).embedded_shared_buffers_mb > 0
+
+
+@pytest.mark.skipif(
+    Path("/proc/sys/vm/overcommit_memory").read_text().strip() == "1", reason="the kernel grants any mapping"
+)
+def test_a_failed_start_names_postgresqls_fatal_line_not_its_last_one(tmp_path: Path) -> None:
+    """shared_buffers of 1 TiB on this machine: the restart's FATAL ("could not map anonymous
+    shared memory") was followed by "database system is shut down", which the error named."""
+    with pytest.raises(EmbeddedPostgresError, match="could not map anonymous shared memory"):
+        start_embedded(tmp_path / "pgdata", {"shared_buffers": "1048576MB"})

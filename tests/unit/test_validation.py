@@ -77,8 +77,13 @@ def test_each_bad_field_is_named(memory: NewMemory, field: str) -> None:
 
 
 def test_finite_embedding_values_whose_sum_overflows_are_finite() -> None:
-    # The finiteness check sums first; a sum past the float range is not a bad value.
-    assert fields_of(NewMemory(content="ok", embedding=(1e308, 1e308, -1.0, 0.5))) == []
+    # The finiteness check sums first; a sum past the float range is not a non-finite value
+    # (such a vector is refused for its length: pgvector's float32 cosine of it is NaN).
+    v = Violations()
+    check_new_memory(v, "memories[0]", NewMemory(content="ok", embedding=(1e308, 1e308, -1.0, 0.5)), LIMITS, DIMS)
+    assert [item.field for item in v.items] == ["memories[0].embedding"]
+    assert "length" in v.items[0].description
+    assert fields_of(NewMemory(content="ok", embedding=(1e15, 0.0, -1.0, 0.5))) == []  # the bound itself
 
 
 def test_every_violation_is_reported_at_once() -> None:

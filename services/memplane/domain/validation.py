@@ -167,6 +167,22 @@ def check_new_memory(
             v.add(f"{field}.embedding", "values must be finite")
         elif not any(memory.embedding):
             v.add(f"{field}.embedding", "must not be the zero vector (cosine distance is undefined)")
+        elif not MIN_EMBEDDING_NORM <= math.hypot(*memory.embedding) <= MAX_EMBEDDING_NORM:
+            v.add(
+                f"{field}.embedding",
+                f"its length must be between {MIN_EMBEDDING_NORM:g} and {MAX_EMBEDDING_NORM:g} (pgvector's float32 "
+                "cosine of it is otherwise NaN)",
+            )
+
+
+MIN_EMBEDDING_NORM = 1e-15
+MAX_EMBEDDING_NORM = 1e15
+"""The Euclidean length a client's embedding may have. pgvector sums the squares in float32
+(its cosine: dot / sqrt(|a|^2 |b|^2)); a vector of 384 values of 1e-30 has |a|^2 = 0 there,
+one of 1e30 has infinity, and its cosine is NaN against every query: stored, it turned the
+vector score of every search of the workspace into NaN (WEIGHTED fused scores all NaN). Within
+these bounds the squares and their sum stay normal float32 numbers at any dimension up to
+pgvector's 16,000."""
 
 
 def check_batch(v: Violations, field: str, size: int, limits: LimitsSettings) -> None:

@@ -44,7 +44,7 @@ from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, boun
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.retrieval.query import query_names, query_phrases, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
-from memplane.settings import LimitsSettings, RetrievalSettings
+from memplane.settings import MIN_WEIGHT, LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
@@ -174,8 +174,6 @@ class RetrievalService:
             v.add("top_k", f"must be between 1 and {self._limits.max_top_k}")
         if not 0.0 <= request.min_score <= 1.0:
             v.add("min_score", "must be between 0 and 1")
-        if request.vector_weight is not None and not 0.0 <= request.vector_weight <= 1.0:
-            v.add("vector_weight", "must be between 0 and 1")
         if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
             v.add("rrf_k", "must be between 1 and 10000")
         for name, high in (
@@ -187,10 +185,12 @@ class RetrievalService:
             count = getattr(request, name)
             if count is not None and not 0 <= count <= high:
                 v.add(name, f"must be between 0 and {high}")
-        for name in ("neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"):
+        for name in ("vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"):
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
                 v.add(name, "must be between 0 and 1")
+            elif value is not None and 0.0 < value < MIN_WEIGHT:
+                v.add(name, f"must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows the arithmetic)")
         check_filter(v, "filter", request.filter, self._limits)
         v.raise_if_any()
 

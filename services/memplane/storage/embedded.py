@@ -120,20 +120,36 @@ def pg_ctl(pgdata: Path, *args: str) -> None:
     argv = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-t", str(PG_CTL_SECONDS), *args]
     if _RUN_AS is not None:
         argv = ["runuser", "-u", _RUN_AS, "--", *argv]
+    log_start = _log_size(pgdata)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PG_CTL_SECONDS + 10, check=False)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as error:  # runuser missing, pg_ctl hung past its own -t
         raise EmbeddedPostgresError(f"pg_ctl {' '.join(args[-1:])} failed: {error}") from error
     if done.returncode != 0:
         raise EmbeddedPostgresError(
-            f"pg_ctl {' '.join(args[-1:])} failed: {_last_log_line(pgdata) or done.stderr.strip()}"
+            f"pg_ctl {' '.join(args[-1:])} failed: {_failure_line(pgdata, log_start) or done.stderr.strip()}"
         )
 
 
-def _last_log_line(pgdata: Path) -> str:
+def _log_size(pgdata: Path) -> int:
+    try:
+        return (pgdata / "log").stat().st_size
+    except OSError:
+        return 0
+
+
+def _failure_line(pgdata: Path, start: int) -> str:
+    """The server log's line saying why this pg_ctl call failed: of what it wrote past byte
+    *start*, the last FATAL or PANIC line (a failed start logs "database system is shut down"
+    after it), else the last line of the log."""
     with contextlib.suppress(OSError):
-        lines = [line for line in (pgdata / "log").read_text(errors="replace").splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+        data = (pgdata / "log").read_bytes()
+        written = data[start:] if start <= len(data) else data  # a shorter log was rotated: all of it
+        fatal = [
+            line for line in written.decode(errors="replace").splitlines() if " FATAL: " in line or " PANIC: " in line
+        ]
+        lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+        return fatal[-1] if fatal else (lines[-1] if lines else "")
     return ""
 
 

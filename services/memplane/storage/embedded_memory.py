@@ -13,7 +13,9 @@ PostgreSQL's documentation gives ("Resource Consumption", "Query Planning") and 
   its embedding model). `database.embedded_shared_buffers_mb` overrides it.
 - effective_cache_size = memory * 3/4 (pgtune; the planner's estimate of what the
   kernel and shared_buffers cache together, allocates nothing): with the default 4 GB
-  the planner prices an index scan of a 2 GB HNSW index on a smaller box as cached.
+  the planner prices an index scan of a 2 GB HNSW index on a smaller box as cached. At most
+  PostgreSQL's maximum (2^31 - 1 pages of 8 kB, ~16 TiB): a larger configured memory is
+  clamped there rather than written as a value PostgreSQL refuses to start with.
 - maintenance_work_mem = memory / 16, between 64 MiB (the default) and 2 GiB (pgtune):
   CREATE INDEX and VACUUM; pgvector builds an HNSW graph fastest when it fits here.
 - work_mem = (memory - shared_buffers) / (3 * max_connections), between 4 MiB (the
@@ -40,6 +42,8 @@ MAINTENANCE_WORK_MEM_MIN_MB = 64  # PostgreSQL's default
 MAINTENANCE_WORK_MEM_CAP_MB = 2048  # pgtune's cap
 WORK_MEM_MIN_MB = 4  # PostgreSQL's default
 WORK_MEM_CAP_MB = 64
+EFFECTIVE_CACHE_SIZE_MAX_MB = (2**31 - 1) * 8 // 1024  # PostgreSQL's maximum: INT_MAX pages of 8 kB
+SHARED_BUFFERS_MAX_MB = (2**30 - 1) * 8 // 1024  # PostgreSQL's maximum: INT_MAX / 2 buffers of 8 kB
 MAX_CONNECTIONS = 100  # PostgreSQL's default, which the embedded server keeps
 # cgroup v2, then v1: the memory limit of the container this process runs in.
 CGROUP_LIMIT_FILES = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
@@ -93,12 +97,13 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 def server_memory(memory_mb: int = 0, shared_buffers_mb: int = 0) -> ServerMemory:
     """The settings for a server given *memory_mb* MiB (0: `machine_memory_mb()`), by the
-    rules of the module docstring; *shared_buffers_mb* > 0 is taken as it is."""
+    rules of the module docstring; *shared_buffers_mb* > 0 is taken as it is (the settings
+    bound it by SHARED_BUFFERS_MAX_MB)."""
     memory = memory_mb if memory_mb > 0 else machine_memory_mb()
     shared = shared_buffers_mb or _clamp(memory // 4, SHARED_BUFFERS_MIN_MB, SHARED_BUFFERS_CAP_MB)
     return ServerMemory(
         shared_buffers=shared,
-        effective_cache_size=max(shared, memory * 3 // 4),
+        effective_cache_size=min(max(shared, memory * 3 // 4), EFFECTIVE_CACHE_SIZE_MAX_MB),
         maintenance_work_mem=_clamp(memory // 16, MAINTENANCE_WORK_MEM_MIN_MB, MAINTENANCE_WORK_MEM_CAP_MB),
         work_mem=_clamp((memory - shared) // (3 * MAX_CONNECTIONS), WORK_MEM_MIN_MB, WORK_MEM_CAP_MB),
     )

@@ -71,14 +71,17 @@ _POSITION = sql.SQL(
 _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
 
 
-# The turns within context_turns of a hit in its session's transcript (not itself), in
-# order, as a JSON array of {offset, id, name, content}; [] without a transcript position.
+# The turns within context_turns of a hit in its session's transcript (not itself) written
+# under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
+# two users of a workspace may share: a search filtered to one must not return the other's
+# words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
+# position.
 CONTEXT_COLUMN = sql.SQL(
     "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
     "   'content', n.content) ORDER BY n.seq), '[]'::json)"
     " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
     "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
-    "   AND n.seq <> h.seq"
+    "   AND n.seq <> h.seq AND n.user_id = h.user_id AND n.agent_id = h.agent_id"
     " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
 )
 

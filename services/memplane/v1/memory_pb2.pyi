@@ -337,7 +337,9 @@ class MemoryInput(_message.Message):
     @_builtins.property
     def embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """Optional precomputed embedding. Its length must equal the workspace's embedding
-        dimension; when empty the server embeds name, description and content itself.
+        dimension, its values be finite and its Euclidean norm lie between 1e-15 and 1e15
+        (pgvector's float32 cosine is NaN outside); when empty the server embeds name,
+        description and content itself.
         """
 
     def __init__(

@@ -220,8 +220,9 @@ class SearchMemoriesRequest(_message.Message):
     fusion: Global___FusionMethod.ValueType
     """Fusion method in HYBRID mode."""
     vector_weight: _builtins.float
-    """Weight of the vector signal, 0 to 1; unset (0) means the server's default for the
-    fusion method (`retrieval.vector_weight`, 0.5, for WEIGHTED and DBSF;
+    """Weight of the vector signal, 0 to 1 (a positive weight at least 1e-6, as every weight
+    below: a smaller one underflows the arithmetic and is refused); unset (0) means the
+    server's default for the fusion method (`retrieval.vector_weight`, 0.5, for WEIGHTED and DBSF;
     `retrieval.zscore_vector_weight`, 0.4, for ZSCORE; 0.5 for RRF; ReMe uses 0.7). The
     lexical weight is 1 - vector_weight. Weights RRF terms too.
     """
@@ -236,20 +237,20 @@ class SearchMemoriesRequest(_message.Message):
     0 turns it off; unset means the server's `retrieval.neighbour_window`.
     """
     neighbour_weight: _builtins.float
-    """Weight of the neighbourhood term, 0 to 1; 0 turns it off; unset means the server's
+    """Weight of the neighbourhood term, 0 or 1e-6 to 1; 0 turns it off; unset means the server's
     `retrieval.neighbour_weight`.
     """
     speaker_weight: _builtins.float
     """Speaker boost: a candidate whose speaker (metadata "speaker", which WriteConversation
     stores from the message name) is named in the query (a capitalised word, "Caroline's"
-    counting as "Caroline") gains this much, 0 to 1; 0 turns it off; unset means the
+    counting as "Caroline") gains this much, 0 or 1e-6 to 1; 0 turns it off; unset means the
     server's `retrieval.speaker_weight`.
     """
     time_weight: _builtins.float
     """Time boost: when the query names a date ("in May 2023", "on 3 June, 2023", "June 26,
     2023", "in 2023", "last week"), a candidate whose valid_from (a turn's time) lies in that
-    interval widened by `retrieval.time_slack_days` each side gains this much, 0 to 1; 0
-    turns it off; unset means the server's `retrieval.time_weight`.
+    interval widened by `retrieval.time_slack_days` each side gains this much, 0 or 1e-6
+    to 1; 0 turns it off; unset means the server's `retrieval.time_weight`.
     """
     prf_terms: _builtins.int
     """Pseudo-relevance feedback for the lexical signal, RM3 (Abdul-Jaleel et al., TREC 2004;
@@ -261,13 +262,14 @@ class SearchMemoriesRequest(_message.Message):
     """
     phrase_weight: _builtins.float
     """Phrase boost: a candidate holding, as a phrase (the words in order, stemmed), a text
-    the query quotes ("...", “...”) gains this much, 0 to 1; 0 turns it off; unset means
-    the server's `retrieval.phrase_weight`.
+    the query quotes ("...", “...”) gains this much, 0 or 1e-6 to 1; 0 turns it off; unset
+    means the server's `retrieval.phrase_weight`.
     """
     context_turns: _builtins.int
     """Context: return with each hit up to this many turns each side of it in its session's
-    transcript (SearchHit.context; memories written by WriteConversation), 0 to 10; 0 (the
-    default) returns none.
+    transcript (SearchHit.context; memories written by WriteConversation), only turns written
+    under the hit's own user_id and agent_id (a session id two users share is not a shared
+    context), 0 to 10; 0 (the default) returns none.
     """
     context_max_tokens: _builtins.int
     """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns

@@ -1,0 +1,27 @@
+"""RetrievalSettings refuses a weight too small for PostgreSQL's float8 arithmetic (it raises
+on underflow instead of rounding to 0), naming it; 0 (off) and MIN_WEIGHT are accepted."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from memplane.settings import MIN_WEIGHT, RetrievalSettings
+
+WEIGHTS = (
+    "zscore_vector_weight",
+    "vector_weight",
+    "neighbour_weight",
+    "speaker_weight",
+    "time_weight",
+    "phrase_weight",
+    "prf_weight",
+)
+
+
+@pytest.mark.parametrize("name", WEIGHTS)
+def test_a_weight_under_min_weight_is_refused_naming_it(name: str) -> None:
+    with pytest.raises(ValidationError, match=name):
+        RetrievalSettings(**{name: 1e-300})
+    assert getattr(RetrievalSettings(**{name: 0.0}), name) == 0.0
+    assert getattr(RetrievalSettings(**{name: MIN_WEIGHT}), name) == MIN_WEIGHT
