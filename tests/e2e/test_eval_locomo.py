@@ -14,10 +14,10 @@ import pytest
 
 from memplane.cli.main import main
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import FailedPreconditionError
+from memplane.errors import FailedPreconditionError, NotFoundError
 from memplane.eval.ingest import TEXT_FORMAT_LABEL, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import load_locomo, workspace_name
-from memplane.eval.runner import hit_message_id, ingest_locomo
+from memplane.eval.runner import EvalConfig, hit_message_id, ingest_locomo, run_locomo_eval
 from memplane.v1 import memory_pb2, retrieval_pb2
 from tests.support import list_all
 
@@ -221,3 +221,39 @@ async def test_eval_reuses_an_import_and_sets_the_recall_terms(
     finally:
         for name in names:
             await admin_client.delete_workspace(name)
+
+
+async def test_eval_reuse_of_a_prefix_with_no_workspaces_is_an_error_naming_what_it_looked_for(
+    tmp_path: Path, server: str, admin_key: str, admin_client: AsyncMemplaneClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --prefix with --reuse names the workspaces it looked for and creates none
+    (it imported every conversation into fresh workspaces under the typo)."""
+    path = locomo_file(tmp_path)
+    prefix = f"Typo-{secrets.token_hex(3)}"
+    auth = ["--target", server, "--api-key", admin_key]
+    run = asyncio.get_running_loop().run_in_executor
+    for text_format, looked_for in (
+        ("conversation", workspace_name(prefix, SAMPLE)),
+        ("peer", workspace_name(f"{prefix}-peer", SAMPLE)),
+    ):
+        argv = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--text-format", text_format]
+        assert await run(None, main, [*argv, "--no-progress", *auth]) == 1
+        captured = capsys.readouterr()
+        assert "lexical" not in captured.out  # no evaluation ran
+        assert f"--reuse: no workspace with --prefix {prefix}" in captured.err
+        assert looked_for in captured.err
+        assert f"memplane import locomo {path} --prefix {prefix}" in captured.err
+        with pytest.raises(NotFoundError):
+            await admin_client.get_workspace(looked_for)
+
+
+async def test_run_locomo_eval_with_reuse_refuses_missing_workspaces_before_creating_any(
+    tmp_path: Path, server: str, admin_client: AsyncMemplaneClient
+) -> None:
+    conversations = load_locomo(locomo_file(tmp_path))
+    prefix = f"typo-{secrets.token_hex(3)}"
+    config = EvalConfig(modes=("lexical",), prefix=prefix, reuse=True, progress=False)
+    with pytest.raises(NotFoundError, match=workspace_name(prefix, SAMPLE)):
+        await run_locomo_eval(admin_client, _factory(server), conversations, config)
+    with pytest.raises(NotFoundError):
+        await admin_client.get_workspace(workspace_name(prefix, SAMPLE))

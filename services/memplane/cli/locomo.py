@@ -16,12 +16,15 @@ the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
   "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest); `--text-format
   extract` writes the conversation format with extraction on. `--split` adds the rows of
   conversations 1-5 (tuning) and 6-10 (held out) apart (memplane.eval.runner.split_label).
+  `--reuse --prefix P` evaluates an earlier import's workspaces instead; one missing (a
+  mistyped prefix) is an error naming --prefix and the workspaces it looked for.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,15 @@ from memplane.cli.connect import add_connection_flags, admin_client, workspace_c
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import Conversation, load_locomo
-from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, SearchTerms, ingest_locomo, run_locomo_eval
+from memplane.eval.runner import (
+    FUSIONS,
+    SEARCH_MODES,
+    EvalConfig,
+    SearchTerms,
+    ingest_locomo,
+    missing_workspaces,
+    run_locomo_eval,
+)
 from memplane.settings import Settings
 
 TERMS: dict[str, tuple[type, str]] = {
@@ -124,9 +135,24 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         **({"prefix": ns.prefix} if ns.prefix else {}),
     )
     async with admin_client(ns, settings) as admin:
+        if ns.reuse:
+            missing = await missing_workspaces(admin, conversations, prefix=ns.prefix, text_format=ns.text_format)
+            if missing:
+                _no_workspaces(ns, missing, len(conversations))
+                return 1
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
     print(report.format())
     return 0
+
+
+def _no_workspaces(ns: argparse.Namespace, missing: Sequence[str], total: int) -> None:
+    fmt = "" if ns.text_format == "conversation" else f" --text-format {ns.text_format}"
+    print(
+        f"memplane: --reuse: no workspace with --prefix {ns.prefix}{fmt} for {len(missing)} of {total} "
+        f"conversations: looked for {', '.join(missing)}; nothing was created. Check --prefix, or import "
+        f"them first: memplane import locomo {ns.path} --prefix {ns.prefix}{fmt}",
+        file=sys.stderr,
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -203,7 +229,8 @@ def add_parsers(sub: Any, imports: Any) -> None:
         "--reuse",
         action="store_true",
         help="evaluate the workspaces an earlier `memplane import locomo --prefix P [--text-format F]` made "
-        "(needs --prefix): sessions are replayed idempotently (nothing re-embedded) and the workspaces kept, "
+        "(needs --prefix; a missing one is an error naming the workspaces looked for, nothing created): "
+        "sessions are replayed idempotently (nothing re-embedded) and the workspaces kept, "
         "so an ablation costs search passes, not re-imports",
     )
     q.set_defaults(func=cmd_eval_locomo)
