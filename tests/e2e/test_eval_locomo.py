@@ -6,8 +6,10 @@ back to dia_ids, and a peer-format run never reuses a conversation-format worksp
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import secrets
+import warnings
 from pathlib import Path
 
 import pytest
@@ -216,8 +218,10 @@ async def test_eval_reuses_an_import_and_sets_the_recall_terms(
         for name in names:
             assert (await admin_client.get_workspace(name)).name == name
         bad = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--neighbour-weight", "2", "--no-progress"]
-        assert await run(None, main, bad + auth) != 0
-        assert "neighbour_weight" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error, before anything runs
+            await run(None, main, bad + auth)
+        assert exited.value.code == 2
+        assert "argument --neighbour-weight: must be between 0 and 1" in capsys.readouterr().err
     finally:
         for name in names:
             await admin_client.delete_workspace(name)
@@ -255,5 +259,46 @@ async def test_run_locomo_eval_with_reuse_refuses_missing_workspaces_before_crea
     config = EvalConfig(modes=("lexical",), prefix=prefix, reuse=True, progress=False)
     with pytest.raises(NotFoundError, match=workspace_name(prefix, SAMPLE)):
         await run_locomo_eval(admin_client, _factory(server), conversations, config)
+    with pytest.raises(NotFoundError):
+        await admin_client.get_workspace(workspace_name(prefix, SAMPLE))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--neighbour-weight", "2"),
+        ("--speaker-weight", "1e-7"),
+        ("--time-weight", "nan"),
+        ("--phrase-weight", "-0.1"),
+        ("--neighbour-window", "11"),
+        ("--prf-terms", "51"),
+        ("--vector-weight", "1.5"),
+    ],
+)
+async def test_eval_refuses_a_bad_term_flag_before_anything_runs(
+    tmp_path: Path,
+    server: str,
+    admin_key: str,
+    admin_client: AsyncMemplaneClient,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+) -> None:
+    """A term out of the server's range is a usage error naming the flag, before any
+    workspace is made or coroutine created (it imported every conversation, then failed
+    at the first search, leaving "coroutine ... was never awaited" warnings)."""
+    path = locomo_file(tmp_path)
+    prefix = f"bad-{secrets.token_hex(3)}"
+    argv = ["eval", "locomo", str(path), "--prefix", prefix, flag, value, "--modes", "lexical", "--no-progress"]
+    argv += ["--target", server, "--api-key", admin_key]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit) as exited:
+            await asyncio.get_running_loop().run_in_executor(None, main, argv)
+        gc.collect()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: " in err
+    assert not [w for w in caught if "never awaited" in str(w.message)]
     with pytest.raises(NotFoundError):
         await admin_client.get_workspace(workspace_name(prefix, SAMPLE))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from memplane.eval.runner import (
     missing_workspaces,
     run_locomo_eval,
 )
-from memplane.settings import Settings
+from memplane.settings import MIN_WEIGHT, RetrievalSettings, Settings
 
 TERMS: dict[str, tuple[type, str]] = {
     "neighbour_window": (int, "turns each side whose fused score a hit borrows, 0-10 (0 off)"),
@@ -62,6 +62,28 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _term(name: str, kind: type) -> Callable[[str], float]:
+    """The argparse type of search field *name*: a *kind* within the bounds the server's
+    `RetrievalSettings` gives the field (SearchMemories refuses the same values), and a
+    positive weight at least MIN_WEIGHT; checked while parsing, before anything connects."""
+    metadata = RetrievalSettings.model_fields[name].metadata  # pydantic's Field(ge=, le=)
+    low: float = next(m.ge for m in metadata if hasattr(m, "ge"))
+    high: float = next(m.le for m in metadata if hasattr(m, "le"))
+
+    def parse(text: str) -> float:
+        try:
+            value: float = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not low <= value <= high:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, not {text}")
+        if kind is float and 0.0 < value < MIN_WEIGHT:
+            raise argparse.ArgumentTypeError(f"must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows)")
+        return value
+
+    return parse
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -192,7 +214,10 @@ def add_parsers(sub: Any, imports: Any) -> None:
         "--fusion", choices=sorted(FUSIONS), default="default", help="fusion of hybrid mode (default: the server's)"
     )
     q.add_argument(
-        "--vector-weight", type=float, default=0.0, help="vector weight of the fusion, 0-1 (0: server default)"
+        "--vector-weight",
+        type=_term("zscore_vector_weight", float),
+        default=0.0,
+        help="vector weight of the fusion, 0-1 (0: server default)",
     )
     q.add_argument(
         "--text-format",
@@ -214,7 +239,7 @@ def add_parsers(sub: Any, imports: Any) -> None:
     for name, (kind, what) in TERMS.items():
         q.add_argument(
             f"--{name.replace('_', '-')}",
-            type=kind,
+            type=_term(name, kind),
             default=None,
             help=f"SearchMemoriesRequest.{name}: {what} (default: the server's)",
         )
