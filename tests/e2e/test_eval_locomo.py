@@ -6,18 +6,20 @@ back to dia_ids, and a peer-format run never reuses a conversation-format worksp
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import secrets
+import warnings
 from pathlib import Path
 
 import pytest
 
 from memplane.cli.main import main
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import FailedPreconditionError
+from memplane.errors import FailedPreconditionError, NotFoundError
 from memplane.eval.ingest import TEXT_FORMAT_LABEL, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import load_locomo, workspace_name
-from memplane.eval.runner import hit_message_id, ingest_locomo
+from memplane.eval.runner import EvalConfig, hit_message_id, ingest_locomo, run_locomo_eval
 from memplane.v1 import memory_pb2, retrieval_pb2
 from tests.support import list_all
 
@@ -216,8 +218,87 @@ async def test_eval_reuses_an_import_and_sets_the_recall_terms(
         for name in names:
             assert (await admin_client.get_workspace(name)).name == name
         bad = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--neighbour-weight", "2", "--no-progress"]
-        assert await run(None, main, bad + auth) != 0
-        assert "neighbour_weight" in capsys.readouterr().err
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error, before anything runs
+            await run(None, main, bad + auth)
+        assert exited.value.code == 2
+        assert "argument --neighbour-weight: must be between 0 and 1" in capsys.readouterr().err
     finally:
         for name in names:
             await admin_client.delete_workspace(name)
+
+
+async def test_eval_reuse_of_a_prefix_with_no_workspaces_is_an_error_naming_what_it_looked_for(
+    tmp_path: Path, server: str, admin_key: str, admin_client: AsyncMemplaneClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --prefix with --reuse names the workspaces it looked for and creates none
+    (it imported every conversation into fresh workspaces under the typo)."""
+    path = locomo_file(tmp_path)
+    prefix = f"Typo-{secrets.token_hex(3)}"
+    auth = ["--target", server, "--api-key", admin_key]
+    run = asyncio.get_running_loop().run_in_executor
+    for text_format, looked_for in (
+        ("conversation", workspace_name(prefix, SAMPLE)),
+        ("peer", workspace_name(f"{prefix}-peer", SAMPLE)),
+    ):
+        argv = ["eval", "locomo", str(path), "--prefix", prefix, "--reuse", "--text-format", text_format]
+        assert await run(None, main, [*argv, "--no-progress", *auth]) == 1
+        captured = capsys.readouterr()
+        assert "lexical" not in captured.out  # no evaluation ran
+        assert f"--reuse: no workspace with --prefix {prefix}" in captured.err
+        assert looked_for in captured.err
+        assert f"memplane import locomo {path} --prefix {prefix}" in captured.err
+        with pytest.raises(NotFoundError):
+            await admin_client.get_workspace(looked_for)
+
+
+async def test_run_locomo_eval_with_reuse_refuses_missing_workspaces_before_creating_any(
+    tmp_path: Path, server: str, admin_client: AsyncMemplaneClient
+) -> None:
+    conversations = load_locomo(locomo_file(tmp_path))
+    prefix = f"typo-{secrets.token_hex(3)}"
+    config = EvalConfig(modes=("lexical",), prefix=prefix, reuse=True, progress=False)
+    with pytest.raises(NotFoundError, match=workspace_name(prefix, SAMPLE)):
+        await run_locomo_eval(admin_client, _factory(server), conversations, config)
+    with pytest.raises(NotFoundError):
+        await admin_client.get_workspace(workspace_name(prefix, SAMPLE))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--neighbour-weight", "2"),
+        ("--speaker-weight", "1e-7"),
+        ("--time-weight", "nan"),
+        ("--phrase-weight", "-0.1"),
+        ("--neighbour-window", "11"),
+        ("--prf-terms", "51"),
+        ("--vector-weight", "1.5"),
+    ],
+)
+async def test_eval_refuses_a_bad_term_flag_before_anything_runs(
+    tmp_path: Path,
+    server: str,
+    admin_key: str,
+    admin_client: AsyncMemplaneClient,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+) -> None:
+    """A term out of the server's range is a usage error naming the flag, before any
+    workspace is made or coroutine created (it imported every conversation, then failed
+    at the first search, leaving "coroutine ... was never awaited" warnings)."""
+    path = locomo_file(tmp_path)
+    prefix = f"bad-{secrets.token_hex(3)}"
+    argv = ["eval", "locomo", str(path), "--prefix", prefix, flag, value, "--modes", "lexical", "--no-progress"]
+    argv += ["--target", server, "--api-key", admin_key]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit) as exited:
+            await asyncio.get_running_loop().run_in_executor(None, main, argv)
+        gc.collect()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: " in err
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    with pytest.raises(NotFoundError):
+        await admin_client.get_workspace(workspace_name(prefix, SAMPLE))

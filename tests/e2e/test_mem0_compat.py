@@ -52,6 +52,14 @@ async def test_items_have_mem0s_keys_in_search_get_and_get_all(memory: AsyncMemo
     assert listed == {k: v for k, v in got.items() if k != "score"}
 
 
+async def test_threshold_keeps_the_exact_match_under_the_servers_default_terms(memory: AsyncMemory) -> None:
+    """mem0's threshold= is SearchMemories min_score: the query's best candidate scores 1
+    with the query-aware terms on (it scored 1 / 2.4, and threshold=0.5 returned [])."""
+    await memory.add("I drink oolong tea every morning", user_id="t", infer=False)
+    hits = (await memory.search("I drink oolong tea every morning", user_id="t", threshold=0.5))["results"]
+    assert [(h["memory"], h["score"]) for h in hits] == [("I drink oolong tea every morning", 1.0)]
+
+
 async def test_infer_true_stores_the_turns_as_episodic_and_skips_system(
     memory: AsyncMemory, workspace: TestWorkspace
 ) -> None:

@@ -1,9 +1,10 @@
 """SearchMemories' per-request recall options over real gRPC: DBSF fusion, and the
 neighbourhood, speaker and time terms, and the context turns. Each term is checked against a search of the same
 workspace with the terms off (its fused scores are the base): a boosted hit's score is
-(base + its boosts) / (1 + the weights in use), each boost is exactly its weight (speaker,
-time) or its weight x the best base score of the same session's turns within the window
-(neighbour), and with every term 0 the hits are the reference fusion of the two signals
+(base + its boosts) / the largest such sum among the query's candidates (the best scores
+1, as the fusions' best does), each boost is exactly its weight (speaker, time) or its
+weight x the best base score of the same session's turns within the window (neighbour),
+and with every term 0 the hits are the reference fusion of the two signals
 (`memplane.retrieval.fusion.fuse`)."""
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def by_id(reply: retrieval_pb2.SearchMemoriesResponse) -> dict[str, retrieval_pb
     return {h.memory.metadata.fields["message_id"].string_value: h for h in reply.hits}
 
 
+def rescaled(sums: dict[str, float]) -> dict[str, float]:
+    """Each candidate's fusion score + boosts over the largest such sum (every candidate of
+    the query is in *sums*: the searches below ask for more hits than there are memories)."""
+    best = max(sums.values())
+    return {k: v / best for k, v in sums.items()}
+
+
 async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: TestWorkspace) -> None:
     await conversation(workspace)
     query = "What did Caroline feel at the support group in May 2023?"
@@ -90,10 +98,11 @@ async def test_speaker_boost_goes_to_the_turns_of_the_named_speaker(workspace: T
     base = by_id(await workspace.client.search(query, top_k=20, **OFF))
     boosted = by_id(await workspace.client.search(query, top_k=20, **{**OFF, "speaker_weight": 0.4}))
     assert set(boosted) == set(base) == {d for d, _, _ in SESSION_1 + SESSION_2}
+    want = rescaled({d: base[d].score + h.boosts.speaker for d, h in boosted.items()})
     for dia_id, hit in boosted.items():
         speaker = {d: s for d, s, _ in SESSION_1 + SESSION_2}[dia_id]
         assert hit.boosts.speaker == (0.4 if speaker == "Melanie" else 0.0)
-        assert hit.score == pytest.approx((base[dia_id].score + hit.boosts.speaker) / 1.4)
+        assert hit.score == pytest.approx(want[dia_id])
     first = await workspace.client.search(query, top_k=3, **{**OFF, "speaker_weight": 1.0})
     assert all(h.memory.metadata.fields["speaker"].string_value == "Melanie" for h in first.hits)
 
@@ -104,9 +113,10 @@ async def test_time_boost_goes_to_turns_inside_the_interval_the_query_names(work
     base = by_id(await workspace.client.search(query, top_k=20, **OFF))
     boosted = by_id(await workspace.client.search(query, top_k=20, **{**OFF, "time_weight": 0.5}))
     july = {d for d, _, _ in SESSION_2}
+    want = rescaled({d: base[d].score + h.boosts.time for d, h in boosted.items()})
     for dia_id, hit in boosted.items():
         assert hit.boosts.time == (0.5 if dia_id in july else 0.0)
-        assert hit.score == pytest.approx((base[dia_id].score + hit.boosts.time) / 1.5)
+        assert hit.score == pytest.approx(want[dia_id])
     undated = by_id(await workspace.client.search("Where did the kids go?", top_k=20, **{**OFF, "time_weight": 0.5}))
     assert all(h.boosts.time == 0.0 for h in undated.values())
 
@@ -128,8 +138,9 @@ async def test_phrase_boost_goes_to_memories_holding_the_quoted_phrase_in_order(
         "Nicole is becoming a great painter": 0.0,
         "a book about courage": 0.0,
     }
+    want = rescaled({h.memory.content: base[h.memory.content] + h.boosts.phrase for h in reply.hits})
     for hit in reply.hits:
-        assert hit.score == pytest.approx((base[hit.memory.content] + hit.boosts.phrase) / 1.3)
+        assert hit.score == pytest.approx(want[hit.memory.content])
     unquoted = await workspace.client.search("Becoming Nicole", top_k=5, **{**OFF, "phrase_weight": 0.3})
     assert all(h.boosts.phrase == 0.0 for h in unquoted.hits)
 
@@ -144,12 +155,15 @@ async def test_neighbour_term_borrows_the_best_score_within_the_window_of_the_sa
         await workspace.client.search(query, top_k=20, **{**OFF, "neighbour_window": 1, "neighbour_weight": 0.5})
     )
     order = [[d for d, _, _ in SESSION_1], [d for d, _, _ in SESSION_2]]
+    expected: dict[str, float] = {}
     for turns in order:
         for i, dia_id in enumerate(turns):
             window = [turns[j] for j in (i - 1, i + 1) if 0 <= j < len(turns)]
-            expected = 0.5 * max(base[n].score for n in window)
-            assert boosted[dia_id].boosts.neighbour == pytest.approx(expected, abs=1e-9)
-            assert boosted[dia_id].score == pytest.approx((base[dia_id].score + expected) / 1.5, abs=1e-9)
+            expected[dia_id] = 0.5 * max(base[n].score for n in window)
+            assert boosted[dia_id].boosts.neighbour == pytest.approx(expected[dia_id], abs=1e-9)
+    want = rescaled({d: base[d].score + expected[d] for d in expected})
+    for dia_id, hit in boosted.items():
+        assert hit.score == pytest.approx(want[dia_id], abs=1e-9)
     # D2:1 is next to no D1 turn: the first turn of session 2 borrows from D2:2 only.
     assert boosted["D2:1"].boosts.neighbour == pytest.approx(0.5 * base["D2:2"].score, abs=1e-9)
 
@@ -167,6 +181,49 @@ async def test_memories_without_a_transcript_are_neighbours_in_the_order_written
     assert got[b] == pytest.approx(0.5 * max(base[a], base[c]), abs=1e-9)
     assert got[c] == pytest.approx(0.5 * base[b], abs=1e-9)
     assert got[alone[0].id] == 0.0
+
+
+async def test_a_lone_exact_match_scores_1_under_the_default_terms_and_passes_min_score(
+    workspace: TestWorkspace,
+) -> None:
+    """The query's best candidate scores 1 with the terms on, as the fusions' best does: a
+    hit that gains no boost is not scaled down by the weights in use (it was 1 / 2.4 with
+    the defaults, and min_score 0.5 dropped the only, exact match)."""
+    await workspace.client.add_memories([mem("I drink oolong tea every morning")])
+    reply = await workspace.client.search("I drink oolong tea every morning", top_k=5)
+    assert [h.score for h in reply.hits] == [1.0]
+    kept = await workspace.client.search("I drink oolong tea every morning", top_k=5, min_score=0.5)
+    assert [h.memory.content for h in kept.hits] == ["I drink oolong tea every morning"]
+
+
+async def test_the_best_hit_of_a_boosted_query_scores_1_and_the_order_is_the_boosted_sum(
+    workspace: TestWorkspace,
+) -> None:
+    await conversation(workspace)
+    query = "What did Melanie paint in May 2023?"
+    base = by_id(await workspace.client.search(query, top_k=20, **OFF))
+    reply = await workspace.client.search(query, top_k=20, **DEFAULTS)
+    assert len(reply.hits) == len(base) == 8
+    sums = {
+        d: base[d].score + h.boosts.neighbour + h.boosts.speaker + h.boosts.time + h.boosts.phrase
+        for d, h in by_id(reply).items()
+    }
+    assert any(sums[d] != base[d].score for d in sums)  # the terms did add something
+    scores = [h.score for h in reply.hits]
+    assert scores[0] == 1.0
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert [h.memory.metadata.fields["message_id"].string_value for h in reply.hits] == sorted(
+        sums, key=lambda d: (-sums[d], by_id(reply)[d].memory.id)
+    )
+    want = rescaled(sums)
+    for dia_id, hit in by_id(reply).items():
+        assert hit.score == pytest.approx(want[dia_id], abs=1e-9)
+    # min_score and top_k cut the rescaled scores.
+    cut = await workspace.client.search(query, top_k=3, min_score=scores[4], **DEFAULTS)
+    assert [h.memory.id for h in cut.hits] == [h.memory.id for h in reply.hits[:3]]
+    cut = await workspace.client.search(query, top_k=20, min_score=scores[2], **DEFAULTS)
+    assert [h.memory.id for h in cut.hits] == [h.memory.id for h in reply.hits if h.score >= scores[2]]
 
 
 async def test_context_turns_come_back_in_order_within_the_token_bound(workspace: TestWorkspace) -> None:

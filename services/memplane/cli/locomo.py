@@ -16,12 +16,15 @@ the command line: LoCoMo is CC BY-NC 4.0 and never shipped with memplane.
   "eval-<run id>-peer-<sample id>" workspaces (see memplane.eval.ingest); `--text-format
   extract` writes the conversation format with extraction on. `--split` adds the rows of
   conversations 1-5 (tuning) and 6-10 (held out) apart (memplane.eval.runner.split_label).
+  `--reuse --prefix P` evaluates an earlier import's workspaces instead; one missing (a
+  mistyped prefix) is an error naming --prefix and the workspaces it looked for.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,16 @@ from memplane.cli.connect import add_connection_flags, admin_client, workspace_c
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import Conversation, load_locomo
-from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, SearchTerms, ingest_locomo, run_locomo_eval
-from memplane.settings import Settings
+from memplane.eval.runner import (
+    FUSIONS,
+    SEARCH_MODES,
+    EvalConfig,
+    SearchTerms,
+    ingest_locomo,
+    missing_workspaces,
+    run_locomo_eval,
+)
+from memplane.settings import MIN_WEIGHT, RetrievalSettings, Settings
 
 TERMS: dict[str, tuple[type, str]] = {
     "neighbour_window": (int, "turns each side whose fused score a hit borrows, 0-10 (0 off)"),
@@ -51,6 +62,28 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _term(name: str, kind: type) -> Callable[[str], float]:
+    """The argparse type of search field *name*: a *kind* within the bounds the server's
+    `RetrievalSettings` gives the field (SearchMemories refuses the same values), and a
+    positive weight at least MIN_WEIGHT; checked while parsing, before anything connects."""
+    metadata = RetrievalSettings.model_fields[name].metadata  # pydantic's Field(ge=, le=)
+    low: float = next(m.ge for m in metadata if hasattr(m, "ge"))
+    high: float = next(m.le for m in metadata if hasattr(m, "le"))
+
+    def parse(text: str) -> float:
+        try:
+            value: float = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not low <= value <= high:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, not {text}")
+        if kind is float and 0.0 < value < MIN_WEIGHT:
+            raise argparse.ArgumentTypeError(f"must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows)")
+        return value
+
+    return parse
 
 
 def _modes(text: str) -> tuple[str, ...]:
@@ -124,9 +157,24 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         **({"prefix": ns.prefix} if ns.prefix else {}),
     )
     async with admin_client(ns, settings) as admin:
+        if ns.reuse:
+            missing = await missing_workspaces(admin, conversations, prefix=ns.prefix, text_format=ns.text_format)
+            if missing:
+                _no_workspaces(ns, missing, len(conversations))
+                return 1
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
     print(report.format())
     return 0
+
+
+def _no_workspaces(ns: argparse.Namespace, missing: Sequence[str], total: int) -> None:
+    fmt = "" if ns.text_format == "conversation" else f" --text-format {ns.text_format}"
+    print(
+        f"memplane: --reuse: no workspace with --prefix {ns.prefix}{fmt} for {len(missing)} of {total} "
+        f"conversations: looked for {', '.join(missing)}; nothing was created. Check --prefix, or import "
+        f"them first: memplane import locomo {ns.path} --prefix {ns.prefix}{fmt}",
+        file=sys.stderr,
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +214,10 @@ def add_parsers(sub: Any, imports: Any) -> None:
         "--fusion", choices=sorted(FUSIONS), default="default", help="fusion of hybrid mode (default: the server's)"
     )
     q.add_argument(
-        "--vector-weight", type=float, default=0.0, help="vector weight of the fusion, 0-1 (0: server default)"
+        "--vector-weight",
+        type=_term("zscore_vector_weight", float),
+        default=0.0,
+        help="vector weight of the fusion, 0-1 (0: server default)",
     )
     q.add_argument(
         "--text-format",
@@ -188,7 +239,7 @@ def add_parsers(sub: Any, imports: Any) -> None:
     for name, (kind, what) in TERMS.items():
         q.add_argument(
             f"--{name.replace('_', '-')}",
-            type=kind,
+            type=_term(name, kind),
             default=None,
             help=f"SearchMemoriesRequest.{name}: {what} (default: the server's)",
         )
@@ -203,7 +254,8 @@ def add_parsers(sub: Any, imports: Any) -> None:
         "--reuse",
         action="store_true",
         help="evaluate the workspaces an earlier `memplane import locomo --prefix P [--text-format F]` made "
-        "(needs --prefix): sessions are replayed idempotently (nothing re-embedded) and the workspaces kept, "
+        "(needs --prefix; a missing one is an error naming the workspaces looked for, nothing created): "
+        "sessions are replayed idempotently (nothing re-embedded) and the workspaces kept, "
         "so an ablation costs search passes, not re-imports",
     )
     q.set_defaults(func=cmd_eval_locomo)

@@ -23,6 +23,7 @@ from google.protobuf import duration_pb2
 from tqdm import tqdm
 
 from memplane.client.aio import AsyncMemplaneClient
+from memplane.errors import NotFoundError
 from memplane.eval.concurrency import gather_bounded
 from memplane.eval.ingest import ClientFactory, TextFormat, WorkspaceSet, ingest_conversations
 from memplane.eval.locomo import CATEGORY_NAMES, Conversation, Question, workspace_name
@@ -196,6 +197,23 @@ def workspace_prefix(prefix: str, text_format: TextFormat) -> str:
     return prefix if text_format == "conversation" else f"{prefix}-{text_format}"
 
 
+async def missing_workspaces(
+    admin: AsyncMemplaneClient, conversations: Sequence[Conversation], *, prefix: str, text_format: TextFormat
+) -> list[str]:
+    """The names of the conversations' workspaces under *prefix* in *text_format* (as
+    `ingest_locomo` names them) that do not exist, in the conversations' order (admin
+    key; one GetWorkspace each). Raises `MemplaneError` other than `NotFoundError`."""
+    names = workspace_prefix(prefix, text_format)
+    missing = []
+    for conversation in conversations:
+        name = workspace_name(names, conversation.sample_id)
+        try:
+            await admin.get_workspace(name)
+        except NotFoundError:
+            missing.append(name)
+    return missing
+
+
 def hit_message_id(memory: memory_pb2.Memory) -> str:
     """The LoCoMo dia_id of a hit: metadata "message_id", else the first provenance
     message id, else "" (a memory not written by the ingestion)."""
@@ -331,9 +349,14 @@ async def run_locomo_eval(
     serves any number of evaluation passes.
 
     *admin* holds the admin key; *factory* makes workspace clients. Raises `MemplaneError`
-    (e.g. `AlreadyExistsError` if a workspace name is taken, `UnavailableError` if the
-    server is down).
+    (e.g. `AlreadyExistsError` if a workspace name is taken, `NotFoundError` naming every
+    missing workspace when `config.reuse` finds one absent (nothing is created then),
+    `UnavailableError` if the server is down).
     """
+    if config.reuse:
+        missing = await missing_workspaces(admin, conversations, prefix=config.prefix, text_format=config.text_format)
+        if missing:
+            raise NotFoundError("workspace", ", ".join(missing))
     log = _SearchLog()
     keep = config.keep or config.reuse
     async with WorkspaceSet(admin, factory, delete=not keep) as spaces:

@@ -26,8 +26,9 @@ pipeline: one round trip). Its parts, as CTEs:
   `memplane.retrieval.fusion.fuse` (which stays the reference: a test compares them);
 - with RM3 on (`prf_terms`), the lexical leg's first pass is `bm25_0` and a second pass
   over the expanded query is `bm25` (`memplane.storage.search_rm3`);
-- top: min_score and top_k, after the neighbourhood, speaker and time terms when any is
-  on (`memplane.storage.search_boosts`); then the memory rows.
+- top: min_score and top_k, after the neighbourhood, speaker, time and phrase terms when
+  any is on (fused score + boosts, over the query's largest such sum:
+  `memplane.storage.search_boosts`); then the memory rows.
 A term that is off adds nothing to the statement's text.
 """
 
@@ -338,15 +339,12 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
-        weights = spec.speaker_weight + spec.time_weight + spec.phrase_weight
-        weights += spec.neighbour_weight if spec.neighbours else 0.0
         params.values.update(
             neighbour_window=spec.neighbour_window,
             neighbour_weight=spec.neighbour_weight if spec.neighbours else 0.0,
             speaker_weight=spec.speaker_weight,
             time_weight=spec.time_weight,
             phrase_weight=spec.phrase_weight,
-            boost_weights=weights,
         )
     return query, params
 

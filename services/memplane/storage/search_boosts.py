@@ -4,12 +4,15 @@ speaker and time, as its last CTEs.
 Over every fused candidate (CTE `fused`): its memory's speaker (``metadata.speaker``),
 `valid_from` and place in its session's transcript (the seq of its first source message,
 joined only when the neighbourhood term is on), the best fused score among the candidates
-of the same session within `neighbour_window` turns, and the score
-(fused + neighbour_weight * that + speaker_weight * named + time_weight * dated +
-phrase_weight * phrased) /
-(1 + the weights in use). Parameters: names (text[]), time_from, time_to (the query's
-own; phrases, text[], the query's quoted phrases), neighbour_window, neighbour_weight,
-speaker_weight, time_weight, phrase_weight, boost_weights.
+of the same session within `neighbour_window` turns, the sum
+fused + neighbour_weight * that + speaker_weight * named + time_weight * dated +
+phrase_weight * phrased, and the score: that sum over the largest sum among the query's
+fused candidates (a window over all of them, before min_score and top_k), so the best
+candidate scores 1, as ZSCORE's best does, and the rest keep their order (all 1 when the
+largest sum is 0: the fusions' tie rule). min_score and top_k then cut that score, as
+they cut the fused score with the terms off. Parameters: names (text[]), time_from, time_to (the
+query's own; phrases, text[], the query's quoted phrases), neighbour_window,
+neighbour_weight, speaker_weight, time_weight, phrase_weight.
 A memory without a transcript position (AddMemories) is ordered within its scope session
 by when it was written (its first event's id); one without a session has no neighbours.
 """
@@ -26,7 +29,7 @@ _TOP = sql.SQL(
 
 # The query-aware terms, over every fused candidate: its memory's speaker, time and place in
 # its session's transcript (the first source message's seq), the best fused score among the
-# candidates of the same session within the window, and the rescaled sum.
+# candidates of the same session within the window, and the sum over the largest sum.
 _CONTEXT = sql.SQL(
     " ph AS MATERIALIZED (SELECT phraseto_tsquery(%(ts_config)s::regconfig, p) AS query"
     "   FROM unnest(%(phrases)s::text[]) p),"
@@ -41,10 +44,10 @@ _CONTEXT = sql.SQL(
     "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time,"
     "   CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END AS b_phrase"
     "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
-    " top AS (SELECT id, (score + b_neighbour + b_speaker + b_time + b_phrase) / (1 + %(boost_weights)s::float8)"
-    "   AS score, v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase"
-    "   FROM boosted WHERE (score + b_neighbour + b_speaker + b_time + b_phrase) / (1 + %(boost_weights)s::float8)"
-    "   >= %(min_score)s ORDER BY (score + b_neighbour + b_speaker + b_time + b_phrase) DESC, id LIMIT %(top_k)s)"
+    " summed AS (SELECT *, score + b_neighbour + b_speaker + b_time + b_phrase AS total FROM boosted),"
+    " rescaled AS (SELECT id, CASE WHEN max(total) OVER () > 0 THEN total / max(total) OVER () ELSE 1 END AS score,"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase FROM summed),"
+    " top AS (SELECT * FROM rescaled WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
 )
 _TRANSCRIPT = sql.SQL(
     "LEFT JOIN transcript_messages t ON t.workspace_key = %(ws)s AND t.session_id = m.source_session_id"

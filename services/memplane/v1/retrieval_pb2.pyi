@@ -210,10 +210,11 @@ class SearchMemoriesRequest(_message.Message):
     """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
     min_score: _builtins.float
     """Drop hits whose fused score is below this value (0 to 1; 0 keeps all). Fused scores
-    are relative to the query's candidates (RRF: rank 1 in every signal scores 1;
-    WEIGHTED: min-max normalised signals), so min_score trims the tail of a result list;
-    it does not judge absolute relevance. For that, read SearchHit.vector.score (raw
-    cosine similarity).
+    are relative to the query's candidates (ZSCORE: the best scores 1; RRF: rank 1 in
+    every signal scores 1; WEIGHTED: min-max normalised signals; with a query-aware term
+    on, fusion score + boosts over the query's largest such sum: the best scores 1), so
+    min_score trims the tail of a result list; it does not judge absolute relevance. For
+    that, read SearchHit.vector.score (raw cosine similarity).
     """
     mode: Global___SearchMode.ValueType
     """Signals to use."""
@@ -413,9 +414,11 @@ Global___SignalScore: _TypeAlias = SignalScore  # noqa: Y015
 
 @_typing.final
 class ScoreBoosts(_message.Message):
-    """What the query-aware terms added to a hit's score (each already multiplied by its
-    weight; all 0 when the terms are off). The fused score is (fusion score + neighbour +
-    speaker + time + phrase) / (1 + the weights of the terms in use), so it stays within 0..1.
+    """What the query-aware terms added to a hit's fusion score (each already multiplied by
+    its weight, not rescaled; all 0 when the terms are off). With a term on, the hit's score
+    is (fusion score + neighbour + speaker + time + phrase) divided by the largest such sum
+    among the query's candidates, so it stays within 0..1 and the query's best candidate
+    scores 1.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
