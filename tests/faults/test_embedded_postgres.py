@@ -44,8 +44,12 @@ LEXICAL = retrieval_pb2.SEARCH_MODE_LEXICAL
 
 def _postmasters(pgdata: Path) -> list[psutil.Process]:
     """The live (not zombie) postmasters of *pgdata*: processes named postgres started
-    with `-D pgdata` (backends rename themselves and carry no `-D`)."""
+    with `-D pgdata` (backends rename themselves and carry no `-D`). process_iter's cache
+    is cleared first: it yields a cached Process of an earlier process whose PID was reused
+    (pid_max is 32,768 here and the suite wraps it) with the new process's info, and that
+    object's methods then raise NoSuchProcess (CI saw it on the postmaster's children())."""
     found = []
+    psutil.process_iter.cache_clear()
     for proc in psutil.process_iter(["name", "cmdline", "status"]):
         cmdline = proc.info["cmdline"] or []
         if proc.info["name"] == "postgres" and str(pgdata) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
