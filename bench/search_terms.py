@@ -31,20 +31,14 @@ from typing import Any
 from memplane.cli.connect import admin_client, workspace_client
 from memplane.eval.ingest import TEXT_FORMATS, WorkspaceSet
 from memplane.eval.locomo import load_locomo, workspace_name
-from memplane.eval.runner import workspace_prefix
+from memplane.eval.runner import TERMS_OFF, workspace_prefix
 from memplane.settings import Settings
 from memplane.v1 import retrieval_pb2
 
-OFF: dict[str, Any] = {
-    "neighbour_window": 0,
-    "neighbour_weight": 0.0,
-    "speaker_weight": 0.0,
-    "time_weight": 0.0,
-    "phrase_weight": 0.0,
-}
+OFF = TERMS_OFF.request_fields()
 CONFIGS: dict[str, dict[str, Any]] = {
-    "off": {"fusion": retrieval_pb2.FUSION_METHOD_WEIGHTED, "prf_terms": 0, **OFF},
-    "zscore": {"fusion": retrieval_pb2.FUSION_METHOD_ZSCORE, "prf_terms": 0, **OFF},
+    "off": {"fusion": retrieval_pb2.FUSION_METHOD_WEIGHTED, **OFF},
+    "zscore": {"fusion": retrieval_pb2.FUSION_METHOD_ZSCORE, **OFF},
     "default": {},
     "default+prf10": {"prf_terms": 10},
 }

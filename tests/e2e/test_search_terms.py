@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from memplane.errors import InvalidArgumentError
+from memplane.eval.runner import TERMS_OFF
 from memplane.retrieval.fusion import FusionMethod, fuse
 from memplane.settings import MIN_WEIGHT
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2
@@ -23,13 +24,7 @@ from tests.support import fields, mem, ts
 
 USER = memory_pb2.MESSAGE_ROLE_USER
 MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
-OFF: dict[str, Any] = {
-    "neighbour_window": 0,
-    "neighbour_weight": 0.0,
-    "speaker_weight": 0.0,
-    "time_weight": 0.0,
-    "phrase_weight": 0.0,
-}
+OFF = TERMS_OFF.request_fields()
 SESSION_1 = [
     ("D1:1", "Caroline", "I went to an LGBTQ support group yesterday and it was powerful"),
     ("D1:2", "Melanie", "That sounds wonderful, what happened there?"),
@@ -257,8 +252,8 @@ async def test_rm3_expands_the_lexical_signal_from_its_best_memories(workspace: 
     await conversation(workspace)
     query = "LGBTQ support group"
     lexical = retrieval_pb2.SEARCH_MODE_LEXICAL
-    plain = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=0, **OFF)
-    expanded = await workspace.client.search(query, top_k=10, mode=lexical, prf_terms=10, **OFF)
+    plain = await workspace.client.search(query, top_k=10, mode=lexical, **OFF)
+    expanded = await workspace.client.search(query, top_k=10, mode=lexical, **{**OFF, "prf_terms": 10})
     ids = {h.memory.metadata.fields["message_id"].string_value for h in plain.hits}
     more = {h.memory.metadata.fields["message_id"].string_value for h in expanded.hits}
     assert ids == {"D1:1"}  # the one turn holding a query lexeme

@@ -17,7 +17,8 @@ import secrets
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from google.protobuf import duration_pb2
 from tqdm import tqdm
@@ -76,6 +77,17 @@ class SearchTerms:
     time_weight: float | None = None
     phrase_weight: float | None = None
     prf_terms: int | None = None
+
+    def request_fields(self) -> dict[str, Any]:
+        """The terms as keyword arguments of `AsyncMemplaneClient.search` (None: unset), for
+        callers that vary them by name (bench/search_terms.py, the tests)."""
+        return asdict(self)
+
+
+TERMS_OFF = SearchTerms(
+    neighbour_window=0, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0, prf_terms=0
+)
+"""Every query-aware term and RM3 turned off: the search as before issue 14's terms."""
 
 
 @dataclass(frozen=True)
