@@ -20,7 +20,7 @@ from memplane.retrieval.fusion import FusionMethod, fuse
 from memplane.settings import MIN_WEIGHT
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
-from tests.support import fields, mem, ts
+from tests.support import cond, fields, mem, ts
 
 USER = memory_pb2.MESSAGE_ROLE_USER
 MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
@@ -377,6 +377,34 @@ async def test_a_deleted_or_corrected_turn_does_not_come_back_as_another_hits_co
     superseded_too = filter_pb2.MemoryFilter(include_superseded=True)
     reply = await workspace.client.search(query, top_k=1, context_turns=2, filter=superseded_too)
     assert [c.message_id for c in reply.hits[0].context] == ["D1:1", "D1:4", "D1:5"]
+
+
+async def test_only_the_turns_own_memory_stands_for_it_as_context(workspace: TestWorkspace) -> None:
+    """Other memories may name a turn as their provenance (AddMemories lets a client set
+    it: a note on the turn, a summary of several): they never stand in for the turn, whose
+    own memory is its raw-turn memory (EPISODIC, metadata naming the message id, as
+    migration 0013 defines one). With that deleted, the turn is no context."""
+    turns = await _turns(workspace)
+    on_d12 = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2"])
+    on_both = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2", "D1:3"])
+    episodic = memory_pb2.MEMORY_TYPE_EPISODIC
+    await workspace.client.add_memories(
+        [
+            mem("Melanie was curious", user_id="conv", session_id="session_1", type=episodic, provenance=on_d12),
+            mem("They talked about it", user_id="conv", session_id="session_1", type=episodic, provenance=on_both),
+        ]
+    )
+    query = "People shared their transgender stories"
+    only_turns = filter_pb2.MemoryFilter(metadata=cond("message_id", filter_pb2.CONDITION_OPERATOR_EXISTS))
+
+    async def context() -> list[tuple[str, str]]:
+        reply = await workspace.client.search(query, top_k=1, context_turns=1, filter=only_turns)
+        assert reply.hits[0].memory.metadata.fields["message_id"].string_value == "D1:3"
+        return [(c.message_id, c.content) for c in reply.hits[0].context]
+
+    assert await context() == [("D1:2", SESSION_1[1][2]), ("D1:4", SESSION_1[3][2])]
+    await workspace.client.delete_memory(turns["D1:2"].id)
+    assert await context() == [("D1:4", SESSION_1[3][2])]
 
 
 async def test_a_deleted_or_closed_turn_lends_no_neighbour_score(workspace: TestWorkspace) -> None:
