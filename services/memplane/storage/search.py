@@ -43,7 +43,7 @@ import numpy as np
 from psycopg import sql
 
 from memplane.domain.filters import MemoryFilter
-from memplane.domain.models import Memory, Workspace
+from memplane.domain.models import Memory, MemoryType, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
@@ -344,7 +344,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         expired=flt.include_expired,
     )
     if spec.context_turns > 0:
-        params.values.update(context_turns=spec.context_turns)
+        params.values.update(context_turns=spec.context_turns, turn_type=MemoryType.EPISODIC.value)
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:

@@ -131,13 +131,28 @@ _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE f
 # under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
 # two users of a workspace may share: a search filtered to one must not return the other's
 # words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
-# position.
+# position. A turn is context only while its memory is: its raw-turn memory (as migration
+# 0013 defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
+# per turn) of the same user and agent, provenance that one turn, current under the
+# search's own validity flags (at, superseded, expired), read through
+# memories_source_turn_idx (migration 0015); its content is that memory's (a correction
+# replaces the turn's words; a deleted, closed or expired memory drops the turn; another
+# memory naming the turn, a note or a fact drawn from it, never stands in for it). Of
+# two such memories (a client's copy), the first written.
+# Parameters: context_turns, turn_type (MemoryType.EPISODIC's value), at, superseded, expired.
 CONTEXT_COLUMN = sql.SQL(
     "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
-    "   'content', n.content) ORDER BY n.seq), '[]'::json)"
+    "   'content', tm.content) ORDER BY n.seq), '[]'::json)"
     " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
     "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
     "   AND n.seq <> h.seq AND n.user_id = h.user_id AND n.agent_id = h.agent_id"
+    " CROSS JOIN LATERAL (SELECT t.content FROM memories t WHERE t.workspace_key = %(ws)s"
+    "   AND t.source_session_id = n.session_id AND t.source_message_ids[1] = n.message_id"
+    "   AND cardinality(t.source_message_ids) = 1 AND t.type = %(turn_type)s"
+    "   AND t.user_id = n.user_id AND t.agent_id = n.agent_id AND t.metadata->>'message_id' = n.message_id"
+    "   AND (%(superseded)s OR ((t.valid_to IS NULL OR t.valid_to > %(at)s) AND t.valid_from <= %(at)s))"
+    "   AND (%(expired)s OR t.expires_at IS NULL OR t.expires_at > %(at)s)"
+    "   ORDER BY t.created_at, t.id LIMIT 1) tm"
     " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
 )
 

@@ -283,7 +283,9 @@ class SearchMemoriesRequest(_message.Message):
     """Context: return with each hit up to this many turns each side of it in its session's
     transcript (SearchHit.context; memories written by WriteConversation), only turns written
     under the hit's own user_id and agent_id (a session id two users share is not a shared
-    context), 0 to 10; 0 (the default) returns none.
+    context) and whose memory is current (a turn whose memory was deleted, closed or expired
+    is left out; a corrected one comes with its memory's text), 0 to 10; 0 (the default)
+    returns none.
     """
     context_max_tokens: _builtins.int
     """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
@@ -374,7 +376,7 @@ class ContextTurn(_message.Message):
     name: _builtins.str
     """The message's author name (the speaker)."""
     content: _builtins.str
-    """The message's text."""
+    """The message's text: its memory's current content (a correction, if one was made)."""
     tokens: _builtins.int
     """Tokens of content in the workspace's token encoding."""
     def __init__(
