@@ -14,8 +14,9 @@ from the database time anyway).
     python bench/search_terms.py ... --text-format peer   # an import made with --text-format peer
 
 Configurations: "off" (WEIGHTED fusion, every term 0: the search before issue 14),
-"zscore" (the fusion alone), "default" (the server's defaults), "default+prf10" (and RM3
-with 10 expansion lexemes), "default+context5" (and 5 context turns each side of a hit).
+"zscore" (the fusion alone), "default, when 0" (the defaults but the when-question term),
+"default" (the server's defaults), "default+prf10" (and RM3 with 10 expansion lexemes),
+"default+context5" (and 5 context turns each side of a hit).
 
 --compare-target names a second server over a copy of the same data directory (the same
 keys), e.g. one running the code before a change: every configuration is then asked of it
@@ -48,6 +49,7 @@ OFF = TERMS_OFF.request_fields()
 CONFIGS: dict[str, dict[str, Any]] = {
     "off": {"fusion": retrieval_pb2.FUSION_METHOD_WEIGHTED, **OFF},
     "zscore": {"fusion": retrieval_pb2.FUSION_METHOD_ZSCORE, **OFF},
+    "default, when 0": {"when_weight": 0.0},
     "default": {},
     "default+prf10": {"prf_terms": 10},
     "default+context5": {"context_turns": 5},

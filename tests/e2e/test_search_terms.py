@@ -84,7 +84,8 @@ async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: Tes
         assert [h.memory.id for h in hybrid.hits] == [e.id for e in expected]
         for got, want in zip(hybrid.hits, expected, strict=True):
             assert got.score == pytest.approx(want.score, abs=1e-9)
-            assert (got.boosts.neighbour, got.boosts.speaker, got.boosts.time, got.boosts.phrase) == (0, 0, 0, 0)
+            b = got.boosts
+            assert (b.neighbour, b.speaker, b.time, b.phrase, b.when) == (0, 0, 0, 0, 0)
 
 
 async def test_speaker_boost_goes_to_the_turns_of_the_named_speaker(workspace: TestWorkspace) -> None:
@@ -200,7 +201,7 @@ async def test_the_best_hit_of_a_boosted_query_scores_1_and_the_order_is_the_boo
     reply = await workspace.client.search(query, top_k=20, **DEFAULTS)
     assert len(reply.hits) == len(base) == 8
     sums = {
-        d: base[d].score + h.boosts.neighbour + h.boosts.speaker + h.boosts.time + h.boosts.phrase
+        d: base[d].score + h.boosts.neighbour + h.boosts.speaker + h.boosts.time + h.boosts.phrase + h.boosts.when
         for d, h in by_id(reply).items()
     }
     assert any(sums[d] != base[d].score for d in sums)  # the terms did add something
@@ -285,6 +286,7 @@ def _defaults() -> None:
         speaker_weight=r.speaker_weight,
         time_weight=r.time_weight,
         phrase_weight=r.phrase_weight,
+        when_weight=r.when_weight,
     )
 
 
@@ -292,7 +294,7 @@ _defaults()
 
 
 @pytest.mark.parametrize(
-    "name", ["vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"]
+    "name", ["vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight", "when_weight"]
 )
 @pytest.mark.parametrize("tiny", [5e-324, 1e-300, 1e-7])
 async def test_a_weight_too_small_to_compute_with_is_refused_naming_it(
