@@ -93,12 +93,19 @@ def variants(source: str) -> dict[str, str]:
     return {name: text.replace(INSERT_FUNCTION + "(", f"{INSERT_FUNCTION}_{name}(", 1) for name, text in texts.items()}
 
 
+async def fetch_one(conn: psycopg.AsyncConnection[Any], query: str, params: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """The one row *query* returns (a dict: connections of this bench use dict_row)."""
+    row = await (await conn.execute(query, params)).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query!r}")
+    return dict(row)
+
+
 async def connect(dsn: str) -> tuple[psycopg.AsyncConnection[Any], psutil.Process]:
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
     await register_vector_async(conn)
     register_array_dumpers(conn)
-    row = await (await conn.execute("SELECT pg_backend_pid() AS pid")).fetchone()
-    return conn, psutil.Process(int(row["pid"]) if row else 0)
+    return conn, psutil.Process(int((await fetch_one(conn, "SELECT pg_backend_pid() AS pid"))["pid"]))
 
 
 async def main() -> None:
@@ -119,14 +126,8 @@ async def main() -> None:
         conn, backend = await connect(dsn)
         raw_conn, raw_backend = await connect(dsn)
         try:
-            source = (
-                await (
-                    await conn.execute(
-                        "SELECT pg_get_functiondef(p.oid) AS src FROM pg_proc p WHERE p.proname = %s",
-                        (INSERT_FUNCTION,),
-                    )
-                ).fetchone()
-            )["src"]
+            definition = "SELECT pg_get_functiondef(p.oid) AS src FROM pg_proc p WHERE p.proname = %s"
+            source = (await fetch_one(conn, definition, (INSERT_FUNCTION,)))["src"]
             for name, text in variants(source).items():
                 await conn.execute(text)
                 await conn.execute(f"GRANT EXECUTE ON FUNCTION {INSERT_FUNCTION}_{name} TO memplane_tenant")
@@ -227,12 +228,12 @@ async def measure(
     for r in range(rounds):
         log(f"round {r + 1} of {rounds}")
         for name, (call, process) in parts.items() if r % 2 == 0 else reversed(parts.items()):
-            lsn = (await (await conn.execute("SELECT pg_current_wal_insert_lsn()::text AS l")).fetchone())["l"]
+            lsn = (await fetch_one(conn, "SELECT pg_current_wal_insert_lsn()::text AS l"))["l"]
             before = process.cpu_times()
             for _ in range(per_round):
                 await call()
             after = process.cpu_times()
-            row = await (await conn.execute("SELECT pg_current_wal_insert_lsn() - %s::pg_lsn AS d", (lsn,))).fetchone()
+            row = await fetch_one(conn, "SELECT pg_current_wal_insert_lsn() - %s::pg_lsn AS d", (lsn,))
             cpu[name].append((after.user + after.system - before.user - before.system) * 1000 / per_round)
             wal[name].append(float(row["d"]) / per_round)
     return {name: (float(np.median(cpu[name])), float(np.median(wal[name]))) for name in parts}
