@@ -87,10 +87,11 @@ def wait_until(check: object, what: str, seconds: float = READY_SECONDS) -> None
         time.sleep(0.02)
 
 
-def sql(dsn: str, query: str) -> object:
-    """The first column of the first row of *query* on *dsn* (autocommit, 5 s connect timeout)."""
+def sql(dsn: str, query: str, params: tuple[object, ...] = ()) -> object:
+    """The first column of the first row of *query* (its values bound from *params*) on *dsn*
+    (autocommit, 5 s connect timeout)."""
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(query).fetchone()  # type: ignore[arg-type]  # test-only literal SQL
+        row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]  # test-only literal SQL
         return None if row is None else row[0]
 
 
@@ -124,6 +125,15 @@ class StreamingReplica:
         """`pg_wal_replay_pause()`, waiting until replay has actually paused."""
         sql(self.dsn, "SELECT pg_wal_replay_pause()")
         wait_until(lambda: sql(self.dsn, "SELECT pg_get_wal_replay_pause_state()") == "paused", "replay paused")
+
+    def wait_replayed(self) -> None:
+        """Wait until replay has reached the primary's WAL position as of now (every write
+        committed before the call is visible on the standby)."""
+        lsn = sql(self.primary_dsn, "SELECT pg_current_wal_lsn()::text")
+        wait_until(
+            lambda: sql(self.dsn, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)) is True,
+            f"standby replayed up to {lsn}",
+        )
 
     def resume_replay(self) -> None:
         """`pg_wal_replay_resume()`."""

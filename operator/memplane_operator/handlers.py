@@ -257,8 +257,11 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.on.probe(id="admin", registry=registry)(probe_admin)
     kopf.index(*WORKSPACES, id="tenants", registry=registry)(tenants)
     kopf.index(*CLASSES, id="sandbox_classes", registry=registry)(sandbox_classes)
+    # backoff: an error no step turned into a retry (an API-server connection dropped mid-call,
+    # httpx.ReadError) is retried after UNAVAILABLE_RETRY_SECONDS, not kopf's default 60 s
+    # (which once held a workspace's deletion past a minute in CI).
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(*WORKSPACES, id="reconcile", registry=registry)(reconcile)
+        on(*WORKSPACES, id="reconcile", backoff=steps.UNAVAILABLE_RETRY_SECONDS, registry=registry)(reconcile)
     interval = settings.resync_seconds
     # backoff: a failed pass (a transient API-server error) is retried after one interval,
     # not kopf's default 60 s (which once held a due key revocation a minute in CI).
@@ -268,7 +271,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.daemon(*WORKSPACES, id="sandbox-sync", cancellation_timeout=SYNC_CANCEL_SECONDS, registry=registry)(
         sync_daemon
     )
-    kopf.on.delete(*WORKSPACES, id="release", registry=registry)(delete)
+    kopf.on.delete(*WORKSPACES, id="release", backoff=steps.UNAVAILABLE_RETRY_SECONDS, registry=registry)(delete)
 
 
 class InOrder:

@@ -7,6 +7,7 @@ after the pause is on the primary only, so a read that misses it ran on the repl
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -92,7 +93,11 @@ async def test_writes_return_a_token_and_a_search_carrying_it_sees_the_write(rep
 
 async def test_paused_replica_serves_untokened_reads_and_tokened_ones_fall_back(replicated: ReplicatedServer) -> None:
     before = await _add(replicated.writer, "My sister plays the oboe in an orchestra")
-    await replicated.writer.search("oboe", top_k=5)  # the replica has replayed the workspace and the first write
+    # The replica replays the workspace and the first write before the pause (a search carrying
+    # the token only waits read_your_writes_wait for it, then reads the primary: under load the
+    # replica could be paused short of the first write, and the untokened search below missed it).
+    await asyncio.to_thread(replicated.replica.wait_replayed)
+    assert before in _ids(await replicated.writer.search("oboe", top_k=5))
     replicated.replica.pause_replay()
     try:
         after = await _add(replicated.writer, "My brother repairs antique clocks in Lisbon")

@@ -5,7 +5,9 @@ wedge an object with a value the schema cannot bound, leak a sandbox claim or a 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import httpx
 import kopf
 import pytest
 
@@ -13,6 +15,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnauthenticatedError
 from memplane.v1 import admin_pb2
 from memplane_operator.handlers import KOPF_PREFIX
+from memplane_operator.kube import Kube
 from tests.e2e.operator.kubeobjects import (
     apply,
     condition,
@@ -187,3 +190,26 @@ def test_the_rotation_annotation_is_part_of_what_kopf_reacts_to() -> None:
     )
     essence = storage.build(body=body)
     assert essence["metadata"]["annotations"] == {"memplane.io/rotate": "r1"}  # an annotation change is an update
+
+
+async def test_a_dropped_api_server_connection_in_the_finalizer_is_retried_within_seconds(
+    kube: KubeCluster, k8s_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API-server connection dropped while the finalizer deletes the Secret (httpx.ReadError,
+    as seen in CI) is retried after a few seconds, not kopf's default 60 s: the deletion ends
+    well within kubectl's 30 s wait."""
+    await apply(kube, workspace(k8s_namespace, "dropped"))
+    await wait_ready(kube, k8s_namespace, "dropped")
+    real = Kube.delete
+    dropped: list[str] = []
+
+    async def drop_once(self: Kube, kind: Any, name: str, namespace: str | None = None) -> bool:
+        if not dropped:
+            dropped.append(name)
+            raise httpx.ReadError("")
+        return await real(self, kind, name, namespace)
+
+    monkeypatch.setattr(Kube, "delete", drop_once)
+    await kube.akubectl("delete", "memoryworkspace", "dropped", "-n", k8s_namespace, "--timeout=30s")
+    assert dropped == ["dropped-memplane"]
+    await wait_for(kube, "delete", "secret/dropped-memplane", k8s_namespace, seconds=30)
