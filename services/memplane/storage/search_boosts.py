@@ -131,8 +131,10 @@ _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE f
 # under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
 # two users of a workspace may share: a search filtered to one must not return the other's
 # words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
-# position. A turn is context only while its memory is: its raw-turn memory (as migration
-# 0013 defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
+# position, or when the turn its provenance names is another user's or agent's (AddMemories
+# lets a client name any turn of the workspace: that must not return the other's words).
+# A turn is context only while its memory is: its raw-turn memory (as migration 0013
+# defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
 # per turn) of the same user and agent, provenance that one turn, current under the
 # search's own validity flags (at, superseded, expired), read through
 # memories_source_turn_idx (migration 0015); its content is that memory's (a correction
@@ -153,7 +155,8 @@ CONTEXT_COLUMN = sql.SQL(
     "   AND (%(superseded)s OR ((t.valid_to IS NULL OR t.valid_to > %(at)s) AND t.valid_from <= %(at)s))"
     "   AND (%(expired)s OR t.expires_at IS NULL OR t.expires_at > %(at)s)"
     "   ORDER BY t.created_at, t.id LIMIT 1) tm"
-    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
+    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1]"
+    "   AND h.user_id = m.user_id AND h.agent_id = m.agent_id)"
 )
 
 
