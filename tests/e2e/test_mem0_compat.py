@@ -163,6 +163,9 @@ async def test_errors_are_mem0s_value_errors(memory: AsyncMemory, workspace: Tes
         await memory.search("  ", user_id="u")
     with pytest.raises(ValueError, match="top_k"):
         await memory.search("x", user_id="u", top_k=-1)
+    for threshold in (-0.1, 1.5, float("nan"), float("inf")):  # named as the caller wrote it, not min_score
+        with pytest.raises(ValidationError, match=r"^Invalid threshold"):
+            await memory.search("x", user_id="u", threshold=threshold)
     with pytest.raises(ValueError, match="At least one filter"):
         await memory.delete_all()
     with pytest.raises(ValidationError, match="reset"):

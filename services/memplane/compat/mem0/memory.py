@@ -198,12 +198,14 @@ class AsyncMemory:
 
         Returns {"results": [item, ...]} best first, each item with its "score" (see
         `shapes.memory_item`). Raises `ValidationError` for an empty query, no entity
-        id, or a bad filter."""
+        id, a bad filter, or a threshold outside 0..1."""
         del rerank
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("Invalid query: cannot be empty or whitespace-only.")
         flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="search()")
         k = _top_k(top_k, limit)
+        if threshold is not None and not 0.0 <= threshold <= 1.0:  # NaN fails too
+            raise ValidationError(f"Invalid threshold: {threshold}. Must be between 0 and 1.")
         if k == 0:
             return {"results": []}
         with _as_mem0():
