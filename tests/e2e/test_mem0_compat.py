@@ -11,6 +11,7 @@ from datetime import datetime
 import pytest
 
 from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient, MemoryNotFoundError, ValidationError
+from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
 
 # mem0 2.2.1 MemoryItem.model_dump() plus the promoted payload keys.
@@ -147,6 +148,39 @@ async def test_update_keeps_role_and_history_records_it(memory: AsyncMemory) -> 
     assert (await memory.history(row["id"]))[-1]["is_deleted"] is True
 
 
+async def test_update_of_a_conversation_turns_metadata_keeps_it_that_turns_memory(
+    memory: AsyncMemory, workspace: TestWorkspace
+) -> None:
+    """A turn written by WriteConversation (an AgentScope middleware's, say) is context of
+    its neighbours while its memory names the turn (metadata message_id, speaker,
+    turn_time). mem0's update(metadata=) replaces the user's metadata and keeps the
+    message's own keys, as mem0 keeps role: tagging a turn must not drop it from the
+    context of the turns around it."""
+    scope = memory_pb2.Scope(user_id="dora", session_id="s-dora")
+    turns = [("d1", "I grow tomatoes"), ("d2", "I saw a quokka today"), ("d3", "I sing in a choir")]
+    written = await workspace.client.write_conversation(
+        scope,
+        [
+            writeback_pb2.ConversationMessage(id=i, role=memory_pb2.MESSAGE_ROLE_USER, name="Dora", content=t)
+            for i, t in turns
+        ],
+    )
+    await memory.update(written.memories[0].id, metadata={"tag": "garden"})
+    got = await memory.get(written.memories[0].id)
+    assert got is not None
+    assert got["role"] == "user"
+    assert {k: got["metadata"].get(k) for k in ("tag", "message_id", "speaker")} == {
+        "tag": "garden",
+        "message_id": "d1",
+        "speaker": "Dora",
+    }
+    reply = await workspace.client.search(
+        "quokka", top_k=1, context_turns=1, filter=filter_pb2.MemoryFilter(user_id="dora")
+    )
+    assert reply.hits[0].memory.content == "I saw a quokka today"
+    assert [(c.message_id, c.content) for c in reply.hits[0].context] == [("d1", turns[0][1]), ("d3", turns[2][1])]
+
+
 async def test_errors_are_mem0s_value_errors(memory: AsyncMemory, workspace: TestWorkspace) -> None:
     assert await memory.get(MISSING_ID) is None
     with pytest.raises(MemoryNotFoundError):
@@ -163,6 +197,9 @@ async def test_errors_are_mem0s_value_errors(memory: AsyncMemory, workspace: Tes
         await memory.search("  ", user_id="u")
     with pytest.raises(ValueError, match="top_k"):
         await memory.search("x", user_id="u", top_k=-1)
+    for threshold in (-0.1, 1.5, float("nan"), float("inf")):  # named as the caller wrote it, not min_score
+        with pytest.raises(ValidationError, match=r"^Invalid threshold"):
+            await memory.search("x", user_id="u", threshold=threshold)
     with pytest.raises(ValueError, match="At least one filter"):
         await memory.delete_all()
     with pytest.raises(ValidationError, match="reset"):

@@ -344,6 +344,42 @@ async def test_context_turns_are_the_hits_own_users_even_when_another_user_share
     assert list(mine.hits[0].context) == []
 
 
+async def test_a_memory_naming_another_users_turn_gets_none_of_that_users_turns_as_context(
+    workspace: TestWorkspace,
+) -> None:
+    """AddMemories lets a client set provenance, to any session and message id of the
+    workspace: a memory of one user naming another user's turn must not bring the other
+    user's words back as its context in a search filtered to the first user (the hit's
+    place in a transcript counts only where the turn is its own user's and agent's)."""
+    await conversation(workspace)  # user "conv", session_1
+    secret = memory_pb2.Scope(user_id="ann", session_id="ann-session")
+    await workspace.client.write_conversation(
+        secret,
+        [
+            message("A:1", "Ann", "my bank PIN is 4321", MAY),
+            message("A:2", "Ann", "I keep bees in the garden", MAY),
+            message("A:3", "Ann", "my password hint is fluffy", MAY),
+        ],
+    )
+    on_ann = memory_pb2.Provenance(session_id="ann-session", message_ids=["A:2"])
+    on_conv = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:3"])
+    await workspace.client.add_memories(
+        [
+            mem("bees are lovely insects", user_id="bob", provenance=on_ann),
+            mem("transgender stories were shared", user_id="conv", provenance=on_conv),
+        ]
+    )
+    bob = await workspace.client.search("bees", top_k=1, context_turns=2, filter=filter_pb2.MemoryFilter(user_id="bob"))
+    assert bob.hits[0].memory.content == "bees are lovely insects"
+    assert [(c.message_id, c.content) for c in bob.hits[0].context] == []
+    # A note of the turn's own user keeps the turn's context.
+    conv = await workspace.client.search(
+        "transgender stories were shared", top_k=1, context_turns=1, filter=filter_pb2.MemoryFilter(user_id="conv")
+    )
+    assert conv.hits[0].memory.content == "transgender stories were shared"
+    assert [c.message_id for c in conv.hits[0].context] == ["D1:2", "D1:4"]
+
+
 async def _turns(workspace: TestWorkspace) -> dict[str, memory_pb2.Memory]:
     """The conversation written, and its turns' memories by message id."""
     await conversation(workspace)

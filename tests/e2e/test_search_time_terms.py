@@ -59,3 +59,26 @@ async def test_a_turns_last_month_dates_it_a_month_earlier_for_the_time_term(wor
     assert {d: h.boosts.time for d, h in july.items()} == {"D3:1": 0.5, "D3:2": 0.5, "D3:3": 0.5}
     undated = await workspace.client.search("What did Melanie do?", top_k=5, **{**OFF, "time_weight": 0.5})
     assert all(h.boosts.time == 0.0 for h in undated.hits)
+
+
+async def test_a_relative_expression_split_by_other_whitespace_counts_as_written_with_one_space(
+    workspace: TestWorkspace,
+) -> None:
+    """A turn's text may break a line or double a space inside "last week" (the query's own
+    "last  week" is read with any whitespace, `memplane.retrieval.query`): the when term
+    boosts it and the time term moves its date, as for the expression written with one space."""
+    july_20 = datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
+    turns = [
+        ("D4:1", "Melanie", "I painted the lake last  week"),
+        ("D4:2", "Melanie", "Last\nmonth I ran a charity race"),
+        ("D4:3", "Melanie", "I started pottery 3\tyears ago"),
+        ("D4:4", "Melanie", "I like the lake"),
+    ]
+    scope = memory_pb2.Scope(user_id="conv", session_id="session_4")
+    await workspace.client.write_conversation(scope, [message(*t, july_20) for t in turns])
+    when = by_id(await workspace.client.search("When did Melanie paint?", top_k=5, **{**OFF, "when_weight": 0.3}))
+    assert {d: h.boosts.when for d, h in when.items()} == {"D4:1": 0.3, "D4:2": 0.3, "D4:3": 0.3, "D4:4": 0.0}
+    june = by_id(
+        await workspace.client.search("What did Melanie do in June 2023?", top_k=5, **{**OFF, "time_weight": 0.5})
+    )
+    assert {d: h.boosts.time for d, h in june.items()} == {"D4:1": 0.0, "D4:2": 0.5, "D4:3": 0.0, "D4:4": 0.0}

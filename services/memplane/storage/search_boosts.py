@@ -32,12 +32,15 @@ Boosts = tuple[float, float, float, float, float]
 """What each query-aware term added to a hit, weighted: neighbour, speaker, time, phrase, when."""
 
 _UNIT = r"(?:days?|weeks?|weekends?|months?|years?)"
-_NUMBER = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple of|several|[0-9]+)"
+_NUMBER = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple\s+of|several|[0-9]+)"
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_SPACE = r"\s+"
+"""Between an expression's words: any whitespace, as the query's own are read
+(`memplane.retrieval.query`): a turn's "last  week" or a line broken inside it counts."""
 TIME_EXPRESSION = (
-    r"\m(?:yesterday|tomorrow|today|tonight|recently|the other day"
-    rf"|(?:last|next|this|past) (?:{_UNIT}|night|morning|evening|summer|winter|spring|fall|autumn|{_WEEKDAY})"
-    rf"|{_NUMBER} {_UNIT}(?: ago)?|on {_WEEKDAY})\M"
+    rf"\m(?:yesterday|tomorrow|today|tonight|recently|the{_SPACE}other{_SPACE}day"
+    rf"|(?:last|next|this|past){_SPACE}(?:{_UNIT}|night|morning|evening|summer|winter|spring|fall|autumn|{_WEEKDAY})"
+    rf"|{_NUMBER}{_SPACE}{_UNIT}(?:{_SPACE}ago)?|on{_SPACE}{_WEEKDAY})\M"
 )
 r"""A relative time or duration expression (PostgreSQL ARE, matched case-insensitively with ~*;
 \m and \M are its word boundaries): "yesterday", "last Friday", "next month", "3 years ago",
@@ -45,15 +48,18 @@ r"""A relative time or duration expression (PostgreSQL ARE, matched case-insensi
 (read on conversations 1-5); rule-based taggers (HeidelTime, Strötgen & Gertz 2013) cover
 many more."""
 
-TIME_SHIFTS: tuple[tuple[str, timedelta], ...] = (
-    (r"\myesterday\M", timedelta(days=-1)),
-    (r"\mtomorrow\M", timedelta(days=1)),
-    (r"\m(?:last week|last weekend|a week ago|past week)\M", timedelta(days=-7)),
-    (r"\mnext week(?:end)?\M", timedelta(days=7)),
-    (r"\m(?:last month|a month ago|past month)\M", timedelta(days=-30)),
-    (r"\mnext month\M", timedelta(days=30)),
-    (r"\m(?:last year|a year ago)\M", timedelta(days=-365)),
-    (r"\mnext year\M", timedelta(days=365)),
+TIME_SHIFTS: tuple[tuple[str, timedelta], ...] = tuple(
+    (pattern.replace(" ", _SPACE), shift)
+    for pattern, shift in (
+        (r"\myesterday\M", timedelta(days=-1)),
+        (r"\mtomorrow\M", timedelta(days=1)),
+        (r"\m(?:last week|last weekend|a week ago|past week)\M", timedelta(days=-7)),
+        (r"\mnext week(?:end)?\M", timedelta(days=7)),
+        (r"\m(?:last month|a month ago|past month)\M", timedelta(days=-30)),
+        (r"\mnext month\M", timedelta(days=30)),
+        (r"\m(?:last year|a year ago)\M", timedelta(days=-365)),
+        (r"\mnext year\M", timedelta(days=365)),
+    )
 )
 """Relative expressions of a candidate's own text and how far each moves the time it is
 dated at for the time term (a month as 30 days, a year as 365: the query's interval is
@@ -131,8 +137,10 @@ _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE f
 # under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
 # two users of a workspace may share: a search filtered to one must not return the other's
 # words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
-# position. A turn is context only while its memory is: its raw-turn memory (as migration
-# 0013 defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
+# position, or when the turn its provenance names is another user's or agent's (AddMemories
+# lets a client name any turn of the workspace: that must not return the other's words).
+# A turn is context only while its memory is: its raw-turn memory (as migration 0013
+# defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
 # per turn) of the same user and agent, provenance that one turn, current under the
 # search's own validity flags (at, superseded, expired), read through
 # memories_source_turn_idx (migration 0015); its content is that memory's (a correction
@@ -153,7 +161,8 @@ CONTEXT_COLUMN = sql.SQL(
     "   AND (%(superseded)s OR ((t.valid_to IS NULL OR t.valid_to > %(at)s) AND t.valid_from <= %(at)s))"
     "   AND (%(expired)s OR t.expires_at IS NULL OR t.expires_at > %(at)s)"
     "   ORDER BY t.created_at, t.id LIMIT 1) tm"
-    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
+    " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1]"
+    "   AND h.user_id = m.user_id AND h.agent_id = m.agent_id)"
 )
 
 

@@ -198,12 +198,14 @@ class AsyncMemory:
 
         Returns {"results": [item, ...]} best first, each item with its "score" (see
         `shapes.memory_item`). Raises `ValidationError` for an empty query, no entity
-        id, or a bad filter."""
+        id, a bad filter, or a threshold outside 0..1."""
         del rerank
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("Invalid query: cannot be empty or whitespace-only.")
         flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="search()")
         k = _top_k(top_k, limit)
+        if threshold is not None and not 0.0 <= threshold <= 1.0:  # NaN fails too
+            raise ValidationError(f"Invalid threshold: {threshold}. Must be between 0 and 1.")
         if k == 0:
             return {"results": []}
         with _as_mem0():
@@ -260,8 +262,9 @@ class AsyncMemory:
         data: str | None = None,
     ) -> dict[str, str]:
         """Change a memory's text (*text*, or mem0's older *data*) and/or replace its
-        metadata (its role and actor_id are kept; identity keys dropped). memplane keeps
-        the old version in the history. Returns {"message": "Memory updated successfully!"}.
+        metadata (its role and actor_id are kept, and a conversation turn's message_id,
+        speaker and turn_time; identity keys dropped). memplane keeps the old version in the
+        history. Returns {"message": "Memory updated successfully!"}.
         Raises `ValueError` when neither is given, `MemoryNotFoundError` for an unknown id."""
         text = text if text is not None else data
         if text is None and metadata is None:
@@ -274,6 +277,8 @@ class AsyncMemory:
             if metadata is not None:
                 current = shapes.memory_item(await self._client.get_memory(memory_id))
                 kept = {k: current[k] for k in shapes.MESSAGE_KEYS if current.get(k) is not None}
+                turn = current.get("metadata") or {}
+                kept |= {k: turn[k] for k in shapes.TURN_KEYS if turn.get(k) is not None}
                 fields.append("metadata")
                 new.metadata.CopyFrom(shapes.struct(shapes.user_metadata(metadata) | kept))
             await self._client.update_memory(memory_id, new, fields)
