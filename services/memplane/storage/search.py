@@ -8,8 +8,10 @@ pipeline: one round trip). Its parts, as CTEs:
   the average document length from `workspace_stats`, and Lucene's BM25 IDF,
   ln(1 + (N - df + 0.5) / (df + 0.5)) (Robertson & Zaragoza 2009);
 - cand, bm25: the lexical candidates and their Okapi BM25 (k1, b). Three ways to find the
-  candidates, chosen by the caller: *prefilter* (a filter known to select few rows: those
-  rows read through the btree scope indexes, then @@ tested with every lexeme); else the
+  candidates, chosen by the caller: *prefilter* (a filter known to select few rows: every
+  one of those rows, read through the btree scope indexes; BM25's join with the query's
+  lexemes drops those holding none, so an @@ test first would only repeat that work: it
+  cost ~14 % of a per-user search on LoCoMo, `bench/search_plan.py --per-user`); else the
   GIN index with the rarest lexemes only, as many as keep their summed postings within
   *lexical_budget* (at least the rarest one): a memory that holds only common lexemes
   scores too low to matter, and the candidates stay bounded at any workspace size (the
@@ -177,21 +179,16 @@ def _norm(spec: SearchSpec) -> sql.Composable:
 def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, terms: str, name: str) -> sql.Composable:
     """CTE *name*: the lexical candidates (id, lexical, lexical_length) of the lexemes in CTE
     *terms* (lexeme, df, cumulative), found one of the three ways of the module docstring
-    (the prefilter's CTE `f` is made by the call for terms "w")."""
+    (the prefilter's rows are read by the call for terms "w", CTE `cand`; RM3's expanded
+    query reuses them)."""
     ident = sql.Identifier(name)
     if spec.prefilter:
-        tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=sql.SQL(""))
-        rows = (
-            sql.SQL(
-                "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-                "  WHERE m.workspace_key = %(ws)s AND {where}), "
-            ).format(where=where)
-            if terms == "w"
-            else sql.SQL("")
-        )
-        return sql.SQL("{rows}{name} AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})").format(
-            rows=rows, name=ident, tsquery=tsquery
-        )
+        if terms != "w":  # the expanded query's candidates: the same rows
+            return sql.SQL("{name} AS (SELECT * FROM cand)").format(name=ident)
+        return sql.SQL(
+            "{name} AS (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+            "  WHERE m.workspace_key = %(ws)s AND {where})"
+        ).format(name=ident, where=where)
     tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
     if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
