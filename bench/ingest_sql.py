@@ -146,34 +146,51 @@ async def sql_inserts(
 
 
 class CpuMeter:
-    """CPU seconds used so far by this process, the server process and PostgreSQL (the
-    postmaster, its live children and, through its children's times, the ones it reaped)."""
+    """CPU seconds used so far by this process, the server process, PostgreSQL's backends
+    (the connections' processes) and PostgreSQL's background processes (WAL writer,
+    checkpointer, background writer, autovacuum; and, through the postmaster's children's
+    times, the processes it reaped: autovacuum workers), and the WAL written (bytes, by
+    `pg_current_wal_insert_lsn()` on a connection of its own)."""
 
-    def __init__(self, server_pid: int, postmaster_pid: int) -> None:
+    def __init__(self, server_pid: int, postmaster_pid: int, conn: psycopg.AsyncConnection[Any]) -> None:
         self._server = psutil.Process(server_pid)
         self._postmaster = psutil.Process(postmaster_pid)
+        self._conn = conn
 
-    def read(self) -> np.ndarray:
-        """(client, server, PostgreSQL) CPU seconds."""
+    async def read(self) -> np.ndarray:
+        """(client, server, PostgreSQL backends, PostgreSQL background) CPU seconds and WAL bytes."""
+        cur = await self._conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+        wal = float((await cur.fetchone() or (0,))[0])
         t = self._postmaster.cpu_times()
-        pg = t.user + t.system + t.children_user + t.children_system
+        background = t.user + t.system + t.children_user + t.children_system
+        backends = 0.0
         for child in self._postmaster.children():
             with contextlib.suppress(psutil.Error):
                 c = child.cpu_times()
-                pg += c.user + c.system
+                # A backend's title is "postgres: <user> <database> <client> <state>"; the
+                # background processes' name their job ("postgres: walwriter", ...).
+                title = " ".join(child.cmdline())
+                if any(job in title for job in _BACKGROUND):
+                    background += c.user + c.system
+                else:
+                    backends += c.user + c.system
         s = self._server.cpu_times()
-        return np.array([time.process_time(), s.user + s.system, pg])
+        return np.array([time.process_time(), s.user + s.system, backends, background, wal])
+
+
+_BACKGROUND = ("walwriter", "checkpointer", "background writer", "autovacuum", "logical replication", "io worker")
 
 
 async def one_row_phase(
     stack: Stack, dsn: str, cpu: CpuMeter, texts: Sequence[str], vectors: np.ndarray, *, callers: int, args: Any
 ) -> tuple[float, float, np.ndarray, np.ndarray]:
     """Both sides of a one-row phase in alternating slices: (memplane seconds, SQL seconds,
-    CPU seconds per side as (client, server, PostgreSQL))."""
+    and per side `CpuMeter.read()`'s differences: CPU seconds (client, server, PostgreSQL
+    backends, PostgreSQL background) and WAL bytes)."""
     conns = await connections(dsn, callers)
     clients = [stack.client(timeout=600) for _ in range(callers)]
     seconds = np.zeros(2)
-    used = np.zeros((2, 3))
+    used = np.zeros((2, 5))
     try:
         # Untimed, both sides alike: every connection and channel of the phase serves
         # WARM_CALLS calls first (the server's pool grows to the phase's concurrency,
@@ -184,12 +201,12 @@ async def one_row_phase(
         for r, part in enumerate(batches(range(len(texts)), -(-len(texts) // args.rounds))):
             t, v = [texts[i] for i in part], vectors[part.start : part.stop]
             for side in (0, 1) if r % 2 == 0 else (1, 0):
-                before = cpu.read()
+                before = await cpu.read()
                 if side == 0:
                     seconds[0] += await memplane_rows(clients, t, v, batch=1, users=args.users)
                 else:
                     seconds[1] += await sql_inserts(conns, t, v, users=args.users)
-                used[side] += cpu.read() - before
+                used[side] += await cpu.read() - before
     finally:
         for c in conns:
             await c.close()
@@ -236,7 +253,9 @@ async def main() -> None:
         await create_raw_table(dsn, stack.workspace.embedding_dimensions)
 
         postmaster = int((local.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
-        cpu = CpuMeter(stack.pid, postmaster)
+        [meter_conn] = await connections(dsn, 1)
+        scope.push_async_callback(meter_conn.close)
+        cpu = CpuMeter(stack.pid, postmaster, meter_conn)
         cpu_rows: list[list[Any]] = []
         for phase, callers in enumerate(args.concurrency):
             part = slice(phase * n, (phase + 1) * n)
@@ -246,8 +265,10 @@ async def main() -> None:
             )
             rows.append([f"1 row per call, {callers} caller(s)", "INSERT", n / raw, n / mp, raw / mp])
             for side, used in (("memplane", mp_cpu), ("INSERT", raw_cpu)):
-                per_row = used * 1000 / n
-                cpu_rows.append([f"{side}, {callers} caller(s)", *per_row, per_row.sum(), 2000 / per_row.sum()])
+                per_row = used[:4] * 1000 / n
+                cpu_rows.append(
+                    [f"{side}, {callers} caller(s)", *per_row, per_row.sum(), 2000 / per_row.sum(), used[4] / n / 1024]
+                )
         part = slice(len(args.concurrency) * n, phases * n)
         t, v = texts[part], vectors[part]
         log(f"batches of {args.batch}: {n:,} rows each side")
@@ -261,8 +282,9 @@ async def main() -> None:
             rows,
         )
         print_table(
-            "CPU per row, one row per call (ms; the ceiling is what 2 cores allow at that cost)",
-            ["side", "client", "server", "PostgreSQL", "total", "2-core ceiling rows/s"],
+            "CPU per row, one row per call (ms; PostgreSQL's backends and its background processes apart;"
+            " '2-core rows/s' is what 2 cores allow at that cost), and WAL written per row (KiB)",
+            ["side", "client", "server", "PG backends", "PG background", "total", "2-core rows/s", "WAL KiB/row"],
             cpu_rows,
         )
     closing_banner()

@@ -45,7 +45,7 @@ from memplane.domain.filters import MemoryFilter
 from memplane.retrieval.fusion import FusionMethod
 from memplane.retrieval.service import _hnsw_settings, _query_text
 from memplane.storage import search as search_sql
-from memplane.storage.search import SearchSpec
+from memplane.storage.search import SearchSpec, query_values
 from memplane.text.segment import segment
 
 
@@ -76,6 +76,7 @@ def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
         speaker_weight=cfg.speaker_weight,
         time_weight=cfg.time_weight,
         phrase_weight=cfg.phrase_weight,
+        when_weight=cfg.when_weight,
         prf_terms=cfg.prf_terms,
         prf_docs=cfg.prf_docs,
         prf_weight=cfg.prf_weight,
@@ -85,12 +86,9 @@ def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
 def _values(params: Any, ws: Any, q: Question, spec: SearchSpec, *, cfg: Any, now: datetime) -> dict[str, Any]:
     """The statement's values for question *q*, as `memplane.storage.search.send` binds them."""
     text = _query_text(q.text, segment(q.text) if spec.use_lexical else "", q.vector, now, cfg)
-    values = {**params.values, "ws": ws.key, "text": text.text, "vector": text.vector if spec.use_vector else None}
-    if spec.boosted:
-        values.update(
-            names=list(text.names), phrases=list(text.phrases), time_from=text.time_from, time_to=text.time_to
-        )
-    return values
+    if not spec.use_vector:
+        text = dataclasses.replace(text, vector=None)
+    return query_values(params, ws.key, text, spec)
 
 
 def _walk(node: dict[str, Any], depth: int = 0) -> list[str]:
@@ -176,7 +174,9 @@ async def terms_cost(stack: Any, picked: list[Question], per_user: bool) -> None
     cfg = stack.app.settings.retrieval
     ws = stack.workspace
     default = _spec(cfg, per_user, per_user)
-    zscore = dataclasses.replace(default, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0)
+    zscore = dataclasses.replace(
+        default, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0, when_weight=0.0
+    )
     configs = {"off": dataclasses.replace(zscore, zscore=False, dbsf=False, rrf=False), "zscore": zscore}
     configs["default"] = default
     times: dict[str, list[float]] = {name: [] for name in configs}

@@ -386,6 +386,12 @@ def memory_workspace_crd() -> dict[str, Any]:
             {"name": "Memories", "type": "integer", "jsonPath": ".status.usage.memories"},
             {"name": "Secret", "type": "string", "jsonPath": ".status.secretName"},
             {"name": "Sandbox", "type": "string", "jsonPath": ".status.sandbox.className", "priority": 1},
+            {
+                "name": "Synced",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="SandboxSynced")].status',
+                "priority": 1,
+            },
             {"name": "Reclaim", "type": "string", "jsonPath": ".spec.reclaimPolicy", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],

@@ -227,6 +227,7 @@ _WEIGHTS = (
     "speaker_weight",
     "time_weight",
     "phrase_weight",
+    "when_weight",
     "prf_weight",
 )
 
@@ -281,6 +282,14 @@ class RetrievalSettings(BaseModel):
         ge=0,
         le=1,
         description="Boost of a candidate holding a phrase the query quotes (0: off). See README "
+        "'Recall without an LLM'.",
+    )
+    when_weight: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="Boost of a candidate holding a relative time expression (last week, 3 years ago) when the "
+        "query asks for a time (When ..., How long ...) (0: off). Chosen on LoCoMo conversations 1-5; see README "
         "'Recall without an LLM'.",
     )
     prf_terms: int = Field(

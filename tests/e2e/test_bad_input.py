@@ -125,6 +125,7 @@ CASES: list[tuple[str, Call, list[str]]] = [
     ("time_weight not a number", search(time_weight=float("nan")), ["time_weight"]),
     ("prf_terms over 50", search(prf_terms=51), ["prf_terms"]),
     ("phrase_weight over 1", search(phrase_weight=1.01), ["phrase_weight"]),
+    ("when_weight under 0", search(when_weight=-0.1), ["when_weight"]),
     ("context_turns over 10", search(context_turns=11), ["context_turns"]),
     ("context_max_tokens negative", search(context_max_tokens=-1), ["context_max_tokens"]),
     ("IN with a non-list", search(filter=with_filter(cond("tag", IN, "a"))), ["filter.metadata.condition.value"]),

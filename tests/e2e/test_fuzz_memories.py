@@ -1,4 +1,4 @@
-"""The server's message converters (`memplane.api.convert`) and write validation fuzzed
+"""The server's message converters (`memplane.convert`) and write validation fuzzed
 over gRPC: hypothesis builds AddMemories batches of arbitrary MemoryInputs (content, name,
 scope ids, type, metadata JSON with non-finite numbers and identity keys, times out of
 range, embeddings of any length and value, provenance). Property: the batch is stored

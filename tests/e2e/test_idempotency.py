@@ -9,7 +9,7 @@ import dataclasses
 import psycopg
 import pytest
 
-from memplane.api import convert
+from memplane import convert
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, QuotaExceededError
 from memplane.storage.idempotency import request_hash

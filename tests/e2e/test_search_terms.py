@@ -20,7 +20,7 @@ from memplane.retrieval.fusion import FusionMethod, fuse
 from memplane.settings import MIN_WEIGHT
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
-from tests.support import fields, mem, ts
+from tests.support import cond, fields, mem, ts
 
 USER = memory_pb2.MESSAGE_ROLE_USER
 MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
@@ -84,7 +84,8 @@ async def test_terms_off_are_the_reference_fusion_and_add_nothing(workspace: Tes
         assert [h.memory.id for h in hybrid.hits] == [e.id for e in expected]
         for got, want in zip(hybrid.hits, expected, strict=True):
             assert got.score == pytest.approx(want.score, abs=1e-9)
-            assert (got.boosts.neighbour, got.boosts.speaker, got.boosts.time, got.boosts.phrase) == (0, 0, 0, 0)
+            b = got.boosts
+            assert (b.neighbour, b.speaker, b.time, b.phrase, b.when) == (0, 0, 0, 0, 0)
 
 
 async def test_speaker_boost_goes_to_the_turns_of_the_named_speaker(workspace: TestWorkspace) -> None:
@@ -200,7 +201,7 @@ async def test_the_best_hit_of_a_boosted_query_scores_1_and_the_order_is_the_boo
     reply = await workspace.client.search(query, top_k=20, **DEFAULTS)
     assert len(reply.hits) == len(base) == 8
     sums = {
-        d: base[d].score + h.boosts.neighbour + h.boosts.speaker + h.boosts.time + h.boosts.phrase
+        d: base[d].score + h.boosts.neighbour + h.boosts.speaker + h.boosts.time + h.boosts.phrase + h.boosts.when
         for d, h in by_id(reply).items()
     }
     assert any(sums[d] != base[d].score for d in sums)  # the terms did add something
@@ -285,6 +286,7 @@ def _defaults() -> None:
         speaker_weight=r.speaker_weight,
         time_weight=r.time_weight,
         phrase_weight=r.phrase_weight,
+        when_weight=r.when_weight,
     )
 
 
@@ -292,7 +294,7 @@ _defaults()
 
 
 @pytest.mark.parametrize(
-    "name", ["vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"]
+    "name", ["vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight", "when_weight"]
 )
 @pytest.mark.parametrize("tiny", [5e-324, 1e-300, 1e-7])
 async def test_a_weight_too_small_to_compute_with_is_refused_naming_it(
@@ -342,26 +344,84 @@ async def test_context_turns_are_the_hits_own_users_even_when_another_user_share
     assert list(mine.hits[0].context) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: context turns read the transcript only, which DeleteMemory and UpdateMemory leave as "
-    "it was (DeleteMemoriesByScope erases it); a fix needs the turn's memory looked up by provenance (an index "
-    "on memories (workspace_key, source_session_id, source_message_ids[1]))",
-)
-async def test_a_deleted_or_corrected_turn_does_not_come_back_as_another_hits_context(
-    workspace: TestWorkspace,
-) -> None:
+async def _turns(workspace: TestWorkspace) -> dict[str, memory_pb2.Memory]:
+    """The conversation written, and its turns' memories by message id."""
     await conversation(workspace)
-    turns = {
+    return {
         h.memory.metadata.fields["message_id"].string_value: h.memory
         for h in (await workspace.client.search("support group", top_k=20, **OFF)).hits
     }
+
+
+async def test_a_deleted_or_corrected_turn_does_not_come_back_as_another_hits_context(
+    workspace: TestWorkspace,
+) -> None:
+    """A turn is context while its memory (the EPISODIC memory WriteConversation wrote for
+    it, found by provenance) is current, and with that memory's text: DeleteMemory forgets
+    it, UpdateMemory's correction replaces its words, a closed validity (valid_to_time)
+    hides it unless the search asks for superseded memories."""
+    turns = await _turns(workspace)
     await workspace.client.delete_memory(turns["D1:2"].id)
     await workspace.client.update_memory(
         turns["D1:4"].id, memory_pb2.MemoryInput(content="I painted a forest at dusk"), ["content"]
     )
-    reply = await workspace.client.search("People shared their transgender stories", top_k=1, context_turns=2)
+    closed = memory_pb2.MemoryInput()
+    closed.valid_to_time.CopyFrom(ts(JULY))
+    await workspace.client.update_memory(turns["D1:5"].id, closed, ["valid_to_time"])
+    query = "People shared their transgender stories"
+    reply = await workspace.client.search(query, top_k=1, context_turns=2)
     assert reply.hits[0].memory.metadata.fields["message_id"].string_value == "D1:3"
-    texts = [c.content for c in reply.hits[0].context]
-    assert SESSION_1[1][2] not in texts  # deleted
-    assert SESSION_1[3][2] not in texts  # corrected since
+    context = [(c.message_id, c.name, c.content) for c in reply.hits[0].context]
+    assert context == [
+        ("D1:1", "Caroline", SESSION_1[0][2]),  # untouched
+        ("D1:4", "Melanie", "I painted a forest at dusk"),  # corrected: the correction
+    ]  # D1:2 deleted, D1:5 superseded
+    superseded_too = filter_pb2.MemoryFilter(include_superseded=True)
+    reply = await workspace.client.search(query, top_k=1, context_turns=2, filter=superseded_too)
+    assert [c.message_id for c in reply.hits[0].context] == ["D1:1", "D1:4", "D1:5"]
+
+
+async def test_only_the_turns_own_memory_stands_for_it_as_context(workspace: TestWorkspace) -> None:
+    """Other memories may name a turn as their provenance (AddMemories lets a client set
+    it: a note on the turn, a summary of several): they never stand in for the turn, whose
+    own memory is its raw-turn memory (EPISODIC, metadata naming the message id, as
+    migration 0013 defines one). With that deleted, the turn is no context."""
+    turns = await _turns(workspace)
+    on_d12 = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2"])
+    on_both = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2", "D1:3"])
+    episodic = memory_pb2.MEMORY_TYPE_EPISODIC
+    await workspace.client.add_memories(
+        [
+            mem("Melanie was curious", user_id="conv", session_id="session_1", type=episodic, provenance=on_d12),
+            mem("They talked about it", user_id="conv", session_id="session_1", type=episodic, provenance=on_both),
+        ]
+    )
+    query = "People shared their transgender stories"
+    only_turns = filter_pb2.MemoryFilter(metadata=cond("message_id", filter_pb2.CONDITION_OPERATOR_EXISTS))
+
+    async def context() -> list[tuple[str, str]]:
+        reply = await workspace.client.search(query, top_k=1, context_turns=1, filter=only_turns)
+        assert reply.hits[0].memory.metadata.fields["message_id"].string_value == "D1:3"
+        return [(c.message_id, c.content) for c in reply.hits[0].context]
+
+    assert await context() == [("D1:2", SESSION_1[1][2]), ("D1:4", SESSION_1[3][2])]
+    await workspace.client.delete_memory(turns["D1:2"].id)
+    assert await context() == [("D1:4", SESSION_1[3][2])]
+
+
+async def test_a_deleted_or_closed_turn_lends_no_neighbour_score(workspace: TestWorkspace) -> None:
+    """The neighbourhood term borrows only from current memories: with D1:2 deleted and
+    D1:4 closed, D1:3 (between them, window 1) borrows nothing, and D1:1 and D1:5 (whose
+    only neighbours they were) nothing either."""
+    turns = await _turns(workspace)
+    await workspace.client.delete_memory(turns["D1:2"].id)
+    closed = memory_pb2.MemoryInput()
+    closed.valid_to_time.CopyFrom(ts(JULY))
+    await workspace.client.update_memory(turns["D1:4"].id, closed, ["valid_to_time"])
+    query = "That sounds wonderful, I painted a sunrise over the lake"  # the gone turns' own words
+    window = {**OFF, "neighbour_window": 1, "neighbour_weight": 0.5}
+    got = by_id(await workspace.client.search(query, top_k=20, **window))
+    assert {"D1:1", "D1:3", "D1:5"} <= set(got)
+    assert not {"D1:2", "D1:4"} & set(got)
+    assert [got[d].boosts.neighbour for d in ("D1:1", "D1:3", "D1:5")] == [0.0, 0.0, 0.0]
+    assert got["D2:2"].boosts.neighbour > 0  # the term is on: session 2's turns still lend

@@ -177,3 +177,41 @@ async def test_0014_moves_counters_to_shards_and_event_ids_to_a_sequence_per_wor
             assert await cur.fetchone() == (8,), name
             cur = await conn.execute("SELECT memplane_event_ids(%s, 2)", (keys[name],))
             assert await cur.fetchone() == ([expected[3] + 1, expected[3] + 2],), name  # ids go on from the count
+
+
+async def test_0015_indexes_each_existing_partitions_memories_by_their_first_source_message(
+    empty_database: str,
+) -> None:
+    """Context turns look a turn's memory up by (workspace, source session, first source
+    message id): the index reaches a workspace partition made before the migration, and
+    that lookup can use it."""
+    await apply_migrations(empty_database, up_to=14)
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        cur = await conn.execute(
+            "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('a', 'm', 3) RETURNING key"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        key = row[0]
+        partition = f"memories_w{key}"
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF memories FOR VALUES IN ({})").format(
+                sql.Identifier(partition), sql.Literal(key)
+            )
+        )
+    assert await apply_migrations(empty_database, up_to=15) == ["0015_turn_memory_lookup.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid"
+            " WHERE i.indrelid = %s::regclass AND h.inhparent = 'memories_source_turn_idx'::regclass",
+            (partition,),
+        )
+        (child,) = [r[0] for r in await cur.fetchall()]
+        await conn.execute("SET enable_seqscan = off")
+        cur = await conn.execute(
+            "EXPLAIN SELECT id FROM memories WHERE workspace_key = %s AND source_session_id = %s"
+            " AND source_message_ids[1] = %s",
+            (key, "s", "D1:1"),
+        )
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+        assert f"Index Scan using {child}" in plan or f"Bitmap Index Scan on {child}" in plan, plan

@@ -7,7 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memplane.retrieval.query import MAX_NAMES, MAX_PHRASES, TimeRange, query_names, query_phrases, query_time
+from memplane.retrieval.query import (
+    MAX_NAMES,
+    MAX_PHRASES,
+    TimeRange,
+    asks_when,
+    query_names,
+    query_phrases,
+    query_time,
+)
 
 NOW = datetime(2026, 12, 5, 15, 30, tzinfo=UTC)  # a Saturday
 
@@ -86,3 +94,36 @@ def test_phrases_are_the_quoted_texts_straight_or_curly() -> None:
     assert query_phrases('How did \u201cThe Alchemist\u201d change "his  view"?') == ["The Alchemist", "his  view"]
     assert query_phrases('an empty "" or blank "  " quote, and an "unclosed one') == []
     assert len(query_phrases(" ".join(f'"p{i}"' for i in range(9)))) == MAX_PHRASES
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "When did Caroline go to the LGBTQ support group?",
+        "when was Melanie's charity race?",
+        "How long has Nate had his first two turtles?",
+        "Since when has John played professionally?",
+        "What year did Jolene buy her snake?",
+        "Which month did Tim visit Seattle?",
+        "In which year did Maria meet Jean?",
+        "How many years ago did Dave open his shop?",
+        '  "When did she move?"',
+    ],
+)
+def test_a_question_asking_for_a_time_or_a_duration_asks_when(question: str) -> None:
+    assert asks_when(question)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What did Caroline research?",
+        "Whenever it rains, what does Melanie paint?",
+        "Did Melanie paint the lake when it rained?",
+        "Where was John when the game started?",
+        "What time-management tips did Tim share?",
+        "",
+    ],
+)
+def test_other_questions_do_not_ask_when(question: str) -> None:
+    assert not asks_when(question)

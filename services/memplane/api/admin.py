@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from memplane import convert
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
-from memplane.api import convert
 from memplane.api.admin_convert import (
     api_key_to_proto,
     quotas_from_proto,

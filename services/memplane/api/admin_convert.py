@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from google.protobuf import duration_pb2
 
-from memplane.api.convert import MEMORY_TYPE_VALUES, MEMORY_TYPES, timestamp
+from memplane.convert import MEMORY_TYPE_VALUES, MEMORY_TYPES, timestamp
 from memplane.domain.models import ApiKeyRecord, MemoryType, Quotas, Retention, Workspace
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.v1 import admin_pb2

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from memplane import convert
 from memplane.admin.auth import Authenticator
-from memplane.api import convert
 from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites

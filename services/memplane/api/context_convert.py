@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from memplane.api.convert import ROLES, timestamp, to_datetime
+from memplane.convert import ROLES, timestamp, to_datetime
 from memplane.domain.context import (
     Block,
     ContextMessage,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memplane.api.convert import duration, timestamp
+from memplane.convert import duration, timestamp
 from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.v1 import memory_pb2, writeback_pb2
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from memplane import convert
 from memplane.admin.auth import Authenticator
-from memplane.api import convert
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
 from memplane.errors import FieldViolation, InvalidArgumentError
@@ -102,6 +102,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
                 time_weight=request.time_weight if request.HasField("time_weight") else None,
                 phrase_weight=request.phrase_weight if request.HasField("phrase_weight") else None,
+                when_weight=request.when_weight if request.HasField("when_weight") else None,
                 prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
                 context_turns=request.context_turns,
                 context_max_tokens=request.context_max_tokens,
@@ -118,7 +119,11 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
                     boosts=retrieval_pb2.ScoreBoosts(
-                        neighbour=h.boosts[0], speaker=h.boosts[1], time=h.boosts[2], phrase=h.boosts[3]
+                        neighbour=h.boosts[0],
+                        speaker=h.boosts[1],
+                        time=h.boosts[2],
+                        phrase=h.boosts[3],
+                        when=h.boosts[4],
                     ),
                     context=[
                         retrieval_pb2.ContextTurn(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from memplane import convert
 from memplane.admin.auth import Authenticator
-from memplane.api import convert
 from memplane.api.extraction_convert import job_to_proto
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites

@@ -49,6 +49,10 @@ TERMS: dict[str, tuple[type, str]] = {
     "speaker_weight": (float, "boost of a hit whose speaker the question names, 0-1 (0 off)"),
     "time_weight": (float, "boost of a hit dated in the interval the question names, 0-1 (0 off)"),
     "phrase_weight": (float, "boost of a hit holding a phrase the question quotes, 0-1 (0 off)"),
+    "when_weight": (
+        float,
+        "boost of a hit holding a relative time expression when the question asks when, 0-1 (0 off)",
+    ),
     "prf_terms": (int, "RM3 expansion lexemes of the lexical signal, 0-50 (0 off)"),
 }
 """The query-aware fields of SearchMemoriesRequest `eval locomo` can set, with their help."""

@@ -266,6 +266,7 @@ class AsyncMemplaneClient:
         speaker_weight: float | None = None,
         time_weight: float | None = None,
         phrase_weight: float | None = None,
+        when_weight: float | None = None,
         prf_terms: int | None = None,
         context_turns: int = 0,
         context_max_tokens: int = 0,
@@ -278,6 +279,7 @@ class AsyncMemplaneClient:
             "speaker_weight": speaker_weight,
             "time_weight": time_weight,
             "phrase_weight": phrase_weight,
+            "when_weight": when_weight,
             "prf_terms": prf_terms,
         }
         return await self._call(

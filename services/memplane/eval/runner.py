@@ -76,6 +76,7 @@ class SearchTerms:
     speaker_weight: float | None = None
     time_weight: float | None = None
     phrase_weight: float | None = None
+    when_weight: float | None = None
     prf_terms: int | None = None
 
     def request_fields(self) -> dict[str, Any]:
@@ -85,7 +86,13 @@ class SearchTerms:
 
 
 TERMS_OFF = SearchTerms(
-    neighbour_window=0, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0, prf_terms=0
+    neighbour_window=0,
+    neighbour_weight=0.0,
+    speaker_weight=0.0,
+    time_weight=0.0,
+    phrase_weight=0.0,
+    when_weight=0.0,
+    prf_terms=0,
 )
 """Every query-aware term and RM3 turned off: the search as before issue 14's terms."""
 
@@ -314,6 +321,7 @@ async def _ask(
         speaker_weight=config.terms.speaker_weight,
         time_weight=config.terms.time_weight,
         phrase_weight=config.terms.phrase_weight,
+        when_weight=config.terms.when_weight,
         prf_terms=config.terms.prf_terms,
     )
     log.add(mode, time.perf_counter() - started, reply)

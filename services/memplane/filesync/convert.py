@@ -7,7 +7,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from memplane.api.convert import memory_type_from_proto, opt_time, scope_from_proto, struct_to_dict, to_datetime
+from memplane.convert import memory_type_from_proto, opt_time, scope_from_proto, struct_to_dict, to_datetime
 from memplane.domain.models import Memory, MemoryType, Provenance
 from memplane.v1 import memory_pb2
 

@@ -1,4 +1,5 @@
-"""Query understanding without an LLM: the names, the time and the quoted phrases of a question.
+"""Query understanding without an LLM: the names, the time, the quoted phrases of a question
+and whether it asks for a time.
 
 - **Names**: the capitalised words of the query ("Caroline", "Caroline's" → "caroline"),
   lower-cased. The search matches them to the speaker of each candidate (its
@@ -19,6 +20,13 @@
 - **Phrases**: the texts the query quotes ("Becoming Nicole", “The Alchemist”); the search
   boosts candidates holding one as a phrase (PostgreSQL's phraseto_tsquery: the words in
   order, stemmed), as web search engines read quotes.
+- **When-questions**: a question that asks for a time or a duration ("When did ...", "How
+  long ...", "What year ...", "Since when ...", "How many years ago ..."; `asks_when`). In a
+  conversation the answer is most often a turn that dates its event relative to the session
+  ("last Friday", "3 years ago"): the search boosts candidates holding such an expression
+  (`memplane.storage.search_boosts.TIME_EXPRESSION`). LoCoMo's temporal questions are of
+  this kind (Maharana et al., ACL 2024, §4.1: answers are inferred from the session's date
+  and a relative expression in the turn).
 """
 
 from __future__ import annotations
@@ -65,6 +73,11 @@ _RELATIVE = re.compile(r"\b(yesterday|last\s+week|last\s+month|last\s+year|this\
 _PHRASE = re.compile(r'"([^"]{0,200})"|\u201c([^\u201d]{0,200})\u201d')
 MAX_PHRASES = 4
 """Quoted phrases taken from one query at most."""
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when|how\s+long|since\s+when|until\s+when|(?:what|which)\s+(?:year|month|day|date|week|time)"
+    r"|how\s+many\s+(?:years|months|weeks|days)\s+ago|in\s+(?:what|which)\s+(?:year|month))(?![\w-])",
+    re.IGNORECASE,
+)
 _NAME = re.compile(r"\b([A-Z][a-z]+(?:-[A-Z][a-z]+)?)(?:'s|\u2019s)?\b")
 
 
@@ -88,6 +101,14 @@ def query_names(query: str) -> list[str]:
     ["what", "caroline", "melanie"]); matched to speakers, so question words are harmless."""
     out = list(dict.fromkeys(m.group(1).lower() for m in _NAME.finditer(query)))
     return out[:MAX_NAMES]
+
+
+def asks_when(query: str) -> bool:
+    """Whether *query* asks for a time or a duration: it opens with "when", "how long",
+    "since when", "until when", "what/which year|month|day|date|week|time", "in what/which
+    year|month" or "how many years|months|weeks|days ago" (any case, after punctuation),
+    e.g. "When did Caroline go to the support group?" → True, "What did Caroline do?" → False."""
+    return _ASKS_WHEN.search(query) is not None
 
 
 def query_phrases(query: str) -> list[str]:

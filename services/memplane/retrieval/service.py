@@ -42,7 +42,7 @@ from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
 from memplane.retrieval.fusion import FusionMethod, SignalHit
-from memplane.retrieval.query import query_names, query_phrases, query_time
+from memplane.retrieval.query import asks_when, query_names, query_phrases, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
 from memplane.settings import MIN_WEIGHT, LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
@@ -50,6 +50,7 @@ from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
 from memplane.storage.search import ContextTurn, QueryText, SearchSpec
+from memplane.storage.search_boosts import Boosts
 from memplane.text.segment import segment
 
 _log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class SearchRequest:
     speaker_weight: float | None = None
     time_weight: float | None = None
     phrase_weight: float | None = None
+    when_weight: float | None = None
     prf_terms: int | None = None
     context_turns: int = 0  # transcript turns returned each side of a hit
     context_max_tokens: int = 0  # 0: DEFAULT_CONTEXT_TOKENS
@@ -100,7 +102,7 @@ class Hit:
     lexical: SignalHit | None
     query_index: int
     rerank: SignalHit | None = None
-    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase (weighted)
+    boosts: Boosts = (0.0, 0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase, when (weighted)
     context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
 
 
@@ -185,7 +187,14 @@ class RetrievalService:
             count = getattr(request, name)
             if count is not None and not 0 <= count <= high:
                 v.add(name, f"must be between 0 and {high}")
-        for name in ("vector_weight", "neighbour_weight", "speaker_weight", "time_weight", "phrase_weight"):
+        for name in (
+            "vector_weight",
+            "neighbour_weight",
+            "speaker_weight",
+            "time_weight",
+            "phrase_weight",
+            "when_weight",
+        ):
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
                 v.add(name, "must be between 0 and 1")
@@ -250,6 +259,7 @@ class RetrievalService:
             speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
             time_weight=_pick(request.time_weight, self._settings.time_weight),
             phrase_weight=_pick(request.phrase_weight, self._settings.phrase_weight),
+            when_weight=_pick(request.when_weight, self._settings.when_weight),
             prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
             prf_docs=self._settings.prf_docs,
             prf_weight=self._settings.prf_weight,
@@ -396,11 +406,12 @@ def _query_text(
     query: str, text: str, vector: np.ndarray | None, now: datetime, settings: RetrievalSettings
 ) -> QueryText:
     """One query's statement values: its segmented *text* and *vector*, the names it
-    mentions and the interval it names widened by `time_slack_days` (`memplane.retrieval.query`)."""
+    mentions, the interval it names widened by `time_slack_days` and whether it asks for a
+    time (`memplane.retrieval.query`)."""
     when = query_time(query, now)
     start, end = when.widened(settings.time_slack_days) if when is not None else (None, None)
     phrases = tuple(segment(p) for p in query_phrases(query))
-    return QueryText(text, vector, tuple(query_names(query)), phrases, start, end)
+    return QueryText(text, vector, tuple(query_names(query)), phrases, start, end, asks_when(query))
 
 
 async def _rerank(reranker: Reranker, queries: tuple[str, ...], hits: list[Hit]) -> tuple[list[Hit], str, str]:

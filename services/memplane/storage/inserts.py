@@ -68,6 +68,7 @@ class RequestRecord:
 # and escaped by regular expression) cost 257 µs per one-memory call, binary 88 µs. The
 # arrays go as typed wrappers (`memplane.storage.binary_arrays`), whose dumpers know their
 # oids: psycopg's own list dumper inspects every list's elements on every call first.
+INSERT_FUNCTION = "memplane_insert_memories"
 _INSERT = (
     "SELECT claimed, duplicate_ords, duplicate_ids FROM memplane_insert_memories("
     "%(ws)b, %(claim_id)b, %(method)b, %(digest)b, %(result)b,"
@@ -171,7 +172,31 @@ async def insert_memories(
     """
     if not memories:
         return PendingInsert(None)
-    params = {
+    params = insert_params(
+        workspace, items, memories, actor=actor, request_id=request_id, now=now, record=record, dedupe=dedupe
+    )
+    return PendingInsert(await conn.execute(_INSERT, params))
+
+
+def insert_statement(function: str = INSERT_FUNCTION) -> str:
+    """The statement `insert_memories` sends, calling *function* (a function of
+    `memplane_insert_memories`' signature: bench/ingest_parts.py times variants of it)."""
+    return _INSERT.replace(INSERT_FUNCTION + "(", function + "(", 1)
+
+
+def insert_params(
+    workspace: Workspace,
+    items: Sequence[PreparedMemory],
+    memories: Sequence[Memory],
+    *,
+    actor: str,
+    request_id: str,
+    now: datetime,
+    record: RequestRecord | None = None,
+    dedupe: bool = False,
+) -> dict[str, Any]:
+    """The bound parameters of `insert_statement()` for `insert_memories`' arguments."""
+    return {
         "ws": workspace.key,
         "claim_id": record.request_id if record else "",
         "method": record.method if record else "",
@@ -200,4 +225,3 @@ async def insert_memories(
         "now": now,
         "dedupe": dedupe,
     }
-    return PendingInsert(await conn.execute(_INSERT, params))

@@ -47,11 +47,11 @@ import numpy as np
 from psycopg import sql
 
 from memplane.domain.filters import MemoryFilter
-from memplane.domain.models import Memory, Workspace
+from memplane.domain.models import Memory, MemoryType, Workspace
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
-from memplane.storage.search_boosts import CONTEXT_COLUMN, top_cte
+from memplane.storage.search_boosts import CONTEXT_COLUMN, TIME_PATTERNS, Boosts, top_cte
 from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
@@ -85,6 +85,7 @@ class SearchSpec:
     speaker_weight: float = 0.0  # 0: no speaker term
     time_weight: float = 0.0  # 0: no time term
     phrase_weight: float = 0.0  # 0: no phrase term
+    when_weight: float = 0.0  # 0: no when-question term
     prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
     prf_docs: int = 10  # RM3 feedback memories
     prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
@@ -92,8 +93,14 @@ class SearchSpec:
 
     @property
     def boosted(self) -> bool:
-        """Whether any query-aware term (neighbourhood, speaker, time) is on."""
-        return self.neighbours or self.speaker_weight > 0 or self.time_weight > 0 or self.phrase_weight > 0
+        """Whether any query-aware term (neighbourhood, speaker, time, phrase, when) is on."""
+        return (
+            self.neighbours
+            or self.speaker_weight > 0
+            or self.time_weight > 0
+            or self.phrase_weight > 0
+            or self.when_weight > 0
+        )
 
     @property
     def neighbours(self) -> bool:
@@ -104,8 +111,9 @@ class SearchSpec:
 @dataclass(frozen=True)
 class QueryText:
     """One query's own values: its segmented text (lexical), its vector (None without the
-    vector signal), the names it mentions (lower-case, `memplane.retrieval.query.query_names`)
-    and the interval [time_from, time_to) it names (None: none)."""
+    vector signal), the names it mentions (lower-case, `memplane.retrieval.query.query_names`),
+    the interval [time_from, time_to) it names (None: none) and whether it asks for a time
+    (`memplane.retrieval.query.asks_when`)."""
 
     text: str
     vector: np.ndarray | None
@@ -113,6 +121,7 @@ class QueryText:
     phrases: tuple[str, ...] = ()  # quoted phrases, segmented
     time_from: datetime | None = None
     time_to: datetime | None = None
+    asks_when: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,7 @@ class SearchRow:
     score: float
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
-    boosts: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase
+    boosts: Boosts = (0.0, 0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase, when
     context: tuple[ContextTurn, ...] = ()
 
 
@@ -302,7 +311,7 @@ def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: in
     return sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, {context} AS context"
+        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, top.b_when, {context} AS context"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
     ).format(
@@ -374,7 +383,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         expired=flt.include_expired,
     )
     if spec.context_turns > 0:
-        params.values.update(context_turns=spec.context_turns)
+        params.values.update(context_turns=spec.context_turns, turn_type=MemoryType.EPISODIC.value)
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
@@ -384,6 +393,8 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
             speaker_weight=spec.speaker_weight,
             time_weight=spec.time_weight,
             phrase_weight=spec.phrase_weight,
+            when_weight=spec.when_weight,
+            **TIME_PATTERNS,
         )
     return query, params
 
@@ -410,11 +421,23 @@ async def send(
     cursors = []
     for item in queries:
         q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
-        values = {**params.values, "ws": workspace.key, "text": q.text, "vector": q.vector}
-        if spec.boosted:
-            values.update(names=list(q.names), phrases=list(q.phrases), time_from=q.time_from, time_to=q.time_to)
-        cursors.append(await conn.execute(query, values))
+        cursors.append(await conn.execute(query, query_values(params, workspace.key, q, spec)))
     return cursors
+
+
+def query_values(params: Params, workspace_key: int, q: QueryText, spec: SearchSpec) -> dict[str, Any]:
+    """The values of `statement`'s text for one query *q* in workspace *workspace_key*:
+    *params* (the request's) with the query's own."""
+    values = {**params.values, "ws": workspace_key, "text": q.text, "vector": q.vector}
+    if spec.boosted:
+        values.update(
+            names=list(q.names),
+            phrases=list(q.phrases),
+            time_from=q.time_from,
+            time_to=q.time_to,
+            asks_when=q.asks_when,
+        )
+    return values
 
 
 async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
@@ -426,7 +449,13 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 score=float(r["fused_score"]),
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
-                boosts=(float(r["b_neighbour"]), float(r["b_speaker"]), float(r["b_time"]), float(r["b_phrase"])),
+                boosts=(
+                    float(r["b_neighbour"]),
+                    float(r["b_speaker"]),
+                    float(r["b_time"]),
+                    float(r["b_phrase"]),
+                    float(r["b_when"]),
+                ),
                 context=tuple(
                     ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
                     for c in r["context"] or ()

@@ -1,29 +1,74 @@
 """The query-aware terms of the search statement (`memplane.storage.search`): neighbourhood,
-speaker and time, as its last CTEs.
+speaker, time, phrase and when, as its last CTEs.
 
 Over every fused candidate (CTE `fused`): its memory's speaker (``metadata.speaker``),
 `valid_from` and place in its session's transcript (the seq of its first source message,
 joined only when the neighbourhood term is on), the best fused score among the candidates
 of the same session within `neighbour_window` turns, the sum
 fused + neighbour_weight * that + speaker_weight * named + time_weight * dated +
-phrase_weight * phrased, and the score: that sum over the largest sum among the query's
+phrase_weight * phrased + when_weight * timed, and the score: that sum over the largest sum among the query's
 fused candidates (a window over all of them, before min_score and top_k), so the best
 candidate scores 1, as ZSCORE's best does, and the rest keep their order (all 1 when the
 largest sum is 0: the fusions' tie rule). min_score and top_k then cut that score, as
 they cut the fused score with the terms off. Parameters: names (text[]), time_from, time_to (the
-query's own; phrases, text[], the query's quoted phrases), neighbour_window,
-neighbour_weight, speaker_weight, time_weight, phrase_weight.
+query's own; phrases, text[], the query's quoted phrases), asks_when (bool), neighbour_window,
+neighbour_weight, speaker_weight, time_weight, phrase_weight, when_weight, and the constant
+patterns `TIME_PATTERNS` (bound like every other value).
+A candidate is *dated* when its valid_from, or valid_from moved by a relative expression of
+its own text (`TIME_SHIFTS`: "last month" in a turn of 18 April dates it 18 March), lies in
+[time_from, time_to); *timed* when the query asks for a time and its text holds a relative
+time or duration expression (`TIME_EXPRESSION`).
 A memory without a transcript position (AddMemories) is ordered within its scope session
 by when it was written (its first event's id); one without a session has no neighbours.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from psycopg import sql
+
+Boosts = tuple[float, float, float, float, float]
+"""What each query-aware term added to a hit, weighted: neighbour, speaker, time, phrase, when."""
+
+_UNIT = r"(?:days?|weeks?|weekends?|months?|years?)"
+_NUMBER = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple of|several|[0-9]+)"
+_WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+TIME_EXPRESSION = (
+    r"\m(?:yesterday|tomorrow|today|tonight|recently|the other day"
+    rf"|(?:last|next|this|past) (?:{_UNIT}|night|morning|evening|summer|winter|spring|fall|autumn|{_WEEKDAY})"
+    rf"|{_NUMBER} {_UNIT}(?: ago)?|on {_WEEKDAY})\M"
+)
+r"""A relative time or duration expression (PostgreSQL ARE, matched case-insensitively with ~*;
+\m and \M are its word boundaries): "yesterday", "last Friday", "next month", "3 years ago",
+"for two months", "recently". The forms a turn dates its event by in LoCoMo's conversations
+(read on conversations 1-5); rule-based taggers (HeidelTime, Strötgen & Gertz 2013) cover
+many more."""
+
+TIME_SHIFTS: tuple[tuple[str, timedelta], ...] = (
+    (r"\myesterday\M", timedelta(days=-1)),
+    (r"\mtomorrow\M", timedelta(days=1)),
+    (r"\m(?:last week|last weekend|a week ago|past week)\M", timedelta(days=-7)),
+    (r"\mnext week(?:end)?\M", timedelta(days=7)),
+    (r"\m(?:last month|a month ago|past month)\M", timedelta(days=-30)),
+    (r"\mnext month\M", timedelta(days=30)),
+    (r"\m(?:last year|a year ago)\M", timedelta(days=-365)),
+    (r"\mnext year\M", timedelta(days=365)),
+)
+"""Relative expressions of a candidate's own text and how far each moves the time it is
+dated at for the time term (a month as 30 days, a year as 365: the query's interval is
+widened by `retrieval.time_slack_days` anyway)."""
+
+TIME_PATTERNS: dict[str, object] = {
+    "time_expression": TIME_EXPRESSION,
+    "shift_patterns": [pattern for pattern, _ in TIME_SHIFTS],
+    "shift_intervals": [shift for _, shift in TIME_SHIFTS],
+}
+"""The statement's constant parameters of the time and when terms."""
 
 _TOP = sql.SQL(
     " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time,"
-    "   0::float8 AS b_phrase FROM fused"
+    "   0::float8 AS b_phrase, 0::float8 AS b_when FROM fused"
     "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
 )
 
@@ -36,17 +81,25 @@ _CONTEXT = sql.SQL(
     " ctx AS MATERIALIZED (SELECT f.id, f.score, {session} AS session, {seq} AS seq,"
     "   coalesce(lower(m.metadata->>'speaker') = ANY(%(names)s::text[]), false) AS named,"
     "   coalesce(m.valid_from >= %(time_from)s::timestamptz AND m.valid_from < %(time_to)s::timestamptz, false)"
-    "   AS dated, EXISTS (SELECT 1 FROM ph WHERE m.lexical @@ ph.query) AS phrased"
+    "   OR (%(time_from)s::timestamptz IS NOT NULL AND EXISTS (SELECT 1"
+    "     FROM unnest(%(shift_patterns)s::text[], %(shift_intervals)s::interval[]) s(pattern, shift)"
+    "     WHERE m.valid_from + s.shift >= %(time_from)s::timestamptz"
+    "     AND m.valid_from + s.shift < %(time_to)s::timestamptz"
+    "     AND m.content ~* s.pattern)) AS dated,"
+    "   EXISTS (SELECT 1 FROM ph WHERE m.lexical @@ ph.query) AS phrased,"
+    "   %(asks_when)s::boolean AND m.content ~* %(time_expression)s AS timed"
     "   FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
     " nb AS ({neighbours}),"
     " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
     "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
     "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time,"
-    "   CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END AS b_phrase"
+    "   CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END AS b_phrase,"
+    "   CASE WHEN ctx.timed THEN %(when_weight)s::float8 ELSE 0 END AS b_when"
     "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
-    " summed AS (SELECT *, score + b_neighbour + b_speaker + b_time + b_phrase AS total FROM boosted),"
+    " summed AS (SELECT *, score + b_neighbour + b_speaker + b_time + b_phrase + b_when AS total FROM boosted),"
     " rescaled AS (SELECT id, CASE WHEN max(total) OVER () > 0 THEN total / max(total) OVER () ELSE 1 END AS score,"
-    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase FROM summed),"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase, b_when"
+    "   FROM summed),"
     " top AS (SELECT * FROM rescaled WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
 )
 _TRANSCRIPT = sql.SQL(
@@ -78,20 +131,35 @@ _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE f
 # under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
 # two users of a workspace may share: a search filtered to one must not return the other's
 # words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
-# position.
+# position. A turn is context only while its memory is: its raw-turn memory (as migration
+# 0013 defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
+# per turn) of the same user and agent, provenance that one turn, current under the
+# search's own validity flags (at, superseded, expired), read through
+# memories_source_turn_idx (migration 0015); its content is that memory's (a correction
+# replaces the turn's words; a deleted, closed or expired memory drops the turn; another
+# memory naming the turn, a note or a fact drawn from it, never stands in for it). Of
+# two such memories (a client's copy), the first written.
+# Parameters: context_turns, turn_type (MemoryType.EPISODIC's value), at, superseded, expired.
 CONTEXT_COLUMN = sql.SQL(
     "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
-    "   'content', n.content) ORDER BY n.seq), '[]'::json)"
+    "   'content', tm.content) ORDER BY n.seq), '[]'::json)"
     " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
     "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
     "   AND n.seq <> h.seq AND n.user_id = h.user_id AND n.agent_id = h.agent_id"
+    " CROSS JOIN LATERAL (SELECT t.content FROM memories t WHERE t.workspace_key = %(ws)s"
+    "   AND t.source_session_id = n.session_id AND t.source_message_ids[1] = n.message_id"
+    "   AND cardinality(t.source_message_ids) = 1 AND t.type = %(turn_type)s"
+    "   AND t.user_id = n.user_id AND t.agent_id = n.agent_id AND t.metadata->>'message_id' = n.message_id"
+    "   AND (%(superseded)s OR ((t.valid_to IS NULL OR t.valid_to > %(at)s) AND t.valid_from <= %(at)s))"
+    "   AND (%(expired)s OR t.expires_at IS NULL OR t.expires_at > %(at)s)"
+    "   ORDER BY t.created_at, t.id LIMIT 1) tm"
     " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1])"
 )
 
 
 def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
     """CTE `top`: the fused candidates (CTE `fused`) past min_score, best first, at most
-    top_k, with what each term added (b_neighbour, b_speaker, b_time, b_phrase; all 0 unless
+    top_k, with what each term added (b_neighbour, b_speaker, b_time, b_phrase, b_when; all 0 unless
     *boosted*; the transcript joined only for *neighbours*)."""
     if not boosted:
         return _TOP

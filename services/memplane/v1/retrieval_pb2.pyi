@@ -204,6 +204,7 @@ class SearchMemoriesRequest(_message.Message):
     TIME_WEIGHT_FIELD_NUMBER: _builtins.int
     PRF_TERMS_FIELD_NUMBER: _builtins.int
     PHRASE_WEIGHT_FIELD_NUMBER: _builtins.int
+    WHEN_WEIGHT_FIELD_NUMBER: _builtins.int
     CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
     CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
     top_k: _builtins.int
@@ -252,6 +253,9 @@ class SearchMemoriesRequest(_message.Message):
     2023", "in 2023", "last week"), a candidate whose valid_from (a turn's time) lies in that
     interval widened by `retrieval.time_slack_days` each side gains this much, 0 or 1e-6
     to 1; 0 turns it off; unset means the server's `retrieval.time_weight`.
+    A turn's own relative time expression moves the time it is matched at: "last month" in a
+    turn of 18 April counts as 18 March, "yesterday" as the day before, "next week" as seven
+    days after (`memplane.storage.search_boosts.TIME_SHIFTS`).
     """
     prf_terms: _builtins.int
     """Pseudo-relevance feedback for the lexical signal, RM3 (Abdul-Jaleel et al., TREC 2004;
@@ -266,11 +270,22 @@ class SearchMemoriesRequest(_message.Message):
     the query quotes ("...", “...”) gains this much, 0 or 1e-6 to 1; 0 turns it off; unset
     means the server's `retrieval.phrase_weight`.
     """
+    when_weight: _builtins.float
+    """When-question boost: when the query asks for a time ("When did ...", "How long ...",
+    "What year ...", "Since when ..."), a candidate whose text holds a relative time or
+    duration expression ("yesterday", "last week", "next month", "3 years ago", "for two
+    months", "recently") gains this much, 0 or 1e-6 to 1; 0 turns it off; unset means the
+    server's `retrieval.when_weight`. An answer to "when" in a conversation is most often a
+    turn that dates its event relative to the session ("last Friday"); the answer's date is
+    the session's date moved by that expression.
+    """
     context_turns: _builtins.int
     """Context: return with each hit up to this many turns each side of it in its session's
     transcript (SearchHit.context; memories written by WriteConversation), only turns written
     under the hit's own user_id and agent_id (a session id two users share is not a shared
-    context), 0 to 10; 0 (the default) returns none.
+    context) and whose memory is current (a turn whose memory was deleted, closed or expired
+    is left out; a corrected one comes with its memory's text), 0 to 10; 0 (the default)
+    returns none.
     """
     context_max_tokens: _builtins.int
     """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
@@ -304,12 +319,13 @@ class SearchMemoriesRequest(_message.Message):
         time_weight: _builtins.float | None = ...,
         prf_terms: _builtins.int | None = ...,
         phrase_weight: _builtins.float | None = ...,
+        when_weight: _builtins.float | None = ...,
         context_turns: _builtins.int = ...,
         context_max_tokens: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "when_weight", b"when_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight", "when_weight", b"when_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
     _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
@@ -323,6 +339,8 @@ class SearchMemoriesRequest(_message.Message):
     _WhichOneofArgType__speaker_weight: _TypeAlias = _typing.Literal["_speaker_weight", b"_speaker_weight"]  # noqa: Y015
     _WhichOneofReturnType__time_weight: _TypeAlias = _typing.Literal["time_weight"]  # noqa: Y015
     _WhichOneofArgType__time_weight: _TypeAlias = _typing.Literal["_time_weight", b"_time_weight"]  # noqa: Y015
+    _WhichOneofReturnType__when_weight: _TypeAlias = _typing.Literal["when_weight"]  # noqa: Y015
+    _WhichOneofArgType__when_weight: _TypeAlias = _typing.Literal["_when_weight", b"_when_weight"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__neighbour_weight) -> _WhichOneofReturnType__neighbour_weight | None: ...
     @_typing.overload
@@ -335,6 +353,8 @@ class SearchMemoriesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__speaker_weight) -> _WhichOneofReturnType__speaker_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__time_weight) -> _WhichOneofReturnType__time_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__when_weight) -> _WhichOneofReturnType__when_weight | None: ...
 
 Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
 
@@ -356,7 +376,7 @@ class ContextTurn(_message.Message):
     name: _builtins.str
     """The message's author name (the speaker)."""
     content: _builtins.str
-    """The message's text."""
+    """The message's text: its memory's current content (a correction, if one was made)."""
     tokens: _builtins.int
     """Tokens of content in the workspace's token encoding."""
     def __init__(
@@ -416,7 +436,7 @@ Global___SignalScore: _TypeAlias = SignalScore  # noqa: Y015
 class ScoreBoosts(_message.Message):
     """What the query-aware terms added to a hit's fusion score (each already multiplied by
     its weight, not rescaled; all 0 when the terms are off). With a term on, the hit's score
-    is (fusion score + neighbour + speaker + time + phrase) divided by the largest such sum
+    is (fusion score + neighbour + speaker + time + phrase + when) divided by the largest such sum
     among the query's candidates, so it stays within 0..1 and the query's best candidate
     scores 1.
     """
@@ -427,6 +447,7 @@ class ScoreBoosts(_message.Message):
     SPEAKER_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     PHRASE_FIELD_NUMBER: _builtins.int
+    WHEN_FIELD_NUMBER: _builtins.int
     neighbour: _builtins.float
     """neighbour_weight x the best fusion score of the same session's turns within
     neighbour_window of this one.
@@ -437,6 +458,8 @@ class ScoreBoosts(_message.Message):
     """time_weight when the hit's valid_from lies in the interval the query names."""
     phrase: _builtins.float
     """phrase_weight when the hit holds a phrase the query quotes."""
+    when: _builtins.float
+    """when_weight when the query asks for a time and the hit holds a relative time expression."""
     def __init__(
         self,
         *,
@@ -444,10 +467,11 @@ class ScoreBoosts(_message.Message):
         speaker: _builtins.float = ...,
         time: _builtins.float = ...,
         phrase: _builtins.float = ...,
+        when: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "phrase", b"phrase", "speaker", b"speaker", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["neighbour", b"neighbour", "phrase", b"phrase", "speaker", b"speaker", "time", b"time", "when", b"when"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

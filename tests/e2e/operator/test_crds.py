@@ -47,6 +47,7 @@ async def test_names_categories_and_printer_columns(memplane_crds: KubeCluster, 
     assert listed[1].split()[:2] == ["shown", "tn-shown"]
     wide = (await kube.akubectl("get", "memory", "-n", crd_namespace, "-o", "wide")).stdout.splitlines()
     assert "SANDBOX" in wide[0].split()
+    assert "SYNCED" in wide[0].split()  # the SandboxSynced condition's status
     assert "RECLAIM" in wide[0].split()
     assert "Retain" in wide[1].split()
 

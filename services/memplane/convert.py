@@ -1,4 +1,7 @@
-"""Conversions between generated protobuf messages and domain objects.
+"""Conversions between generated protobuf messages and domain objects, shared by the
+gRPC edge (`memplane.api`) and the file sync (`memplane.filesync`, which the operator
+runs): pure functions of the domain, the errors and the generated messages — no server,
+no grpc, no settings (an import-linter contract keeps it so).
 
 google.protobuf.Struct holds numbers as doubles; integral values are turned back into
 ints (within ±2^53) so that metadata {"n": 3} round-trips as 3, not 3.0.
