@@ -34,7 +34,7 @@ TURNS = {
         ("D1:6", "Melanie", "Come to my pottery class, we made plates and bowls"),
     ],
     ("session_2", datetime(2023, 7, 20, 18, 0, tzinfo=UTC)): [
-        ("D2:1", "Melanie", "We went camping with the kids in the mountains"),
+        ("D2:1", "Melanie", "We went camping with the kids in the mountains last weekend"),
         ("D2:2", "Caroline", "I am researching adoption agencies for my family"),
         ("D2:3", "Melanie", "The kids loved roasting marshmallows by the fire at the lake"),
         ("D2:4", "Caroline", "The adoption agency said the support of friends matters"),
@@ -55,6 +55,7 @@ QUERIES = [
     "kids lake camping fire",
     "What does Caroline write in her journal?",
     "mental health charity race",
+    "When did Caroline go to the support group?",  # the when-question term
 ]
 HYBRID, LEXICAL, VECTOR = (
     retrieval_pb2.SEARCH_MODE_HYBRID,
@@ -62,7 +63,7 @@ HYBRID, LEXICAL, VECTOR = (
     retrieval_pb2.SEARCH_MODE_VECTOR,
 )
 OPTIONS: list[dict[str, Any]] = [
-    {},  # the server's defaults: ZSCORE fusion, neighbourhood, speaker, time and phrase terms
+    {},  # the server's defaults: ZSCORE fusion, neighbourhood, speaker, time, phrase and when terms
     {"mode": LEXICAL},
     {"mode": VECTOR},
     {"fusion": retrieval_pb2.FUSION_METHOD_RRF},
@@ -92,7 +93,7 @@ def hit_fields(hit: retrieval_pb2.SearchHit) -> list[Any]:
     fields: list[Any] = [hit.memory.id, hit.score, hit.query_index]
     for name, signal in (("vector", hit.vector), ("lexical", hit.lexical)):
         fields += [hit.HasField(name), signal.score, signal.normalized_score, signal.rank]
-    fields += [hit.boosts.neighbour, hit.boosts.speaker, hit.boosts.time, hit.boosts.phrase]
+    fields += [hit.boosts.neighbour, hit.boosts.speaker, hit.boosts.time, hit.boosts.phrase, hit.boosts.when]
     for c in hit.context:
         fields += [c.offset, c.message_id, c.content]
     return fields

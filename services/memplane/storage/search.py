@@ -343,6 +343,7 @@ def _shape(spec: SearchSpec) -> SearchSpec:
         speaker_weight=float(spec.speaker_weight > 0),
         time_weight=float(spec.time_weight > 0),
         phrase_weight=float(spec.phrase_weight > 0),
+        when_weight=float(spec.when_weight > 0),
         prf_terms=min(spec.prf_terms, 1),
         prf_docs=0,
         prf_weight=0.0,
