@@ -421,7 +421,8 @@ async def test_only_the_turns_own_memory_stands_for_it_as_context(workspace: Tes
     """Other memories may name a turn as their provenance (AddMemories lets a client set
     it: a note on the turn, a summary of several): they never stand in for the turn, whose
     own memory is its raw-turn memory (EPISODIC, metadata naming the message id, as
-    migration 0013 defines one). With that deleted, the turn is no context."""
+    migration 0013 defines one). With that deleted, the turn is no context: its place in
+    the window goes to the user's next current turn (D1:1)."""
     turns = await _turns(workspace)
     on_d12 = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2"])
     on_both = memory_pb2.Provenance(session_id="session_1", message_ids=["D1:2", "D1:3"])
@@ -442,7 +443,7 @@ async def test_only_the_turns_own_memory_stands_for_it_as_context(workspace: Tes
 
     assert await context() == [("D1:2", SESSION_1[1][2]), ("D1:4", SESSION_1[3][2])]
     await workspace.client.delete_memory(turns["D1:2"].id)
-    assert await context() == [("D1:4", SESSION_1[3][2])]
+    assert await context() == [("D1:1", SESSION_1[0][2]), ("D1:4", SESSION_1[3][2])]
 
 
 async def test_a_deleted_or_closed_turn_lends_no_neighbour_score(workspace: TestWorkspace) -> None:

@@ -133,12 +133,16 @@ _POSITION = sql.SQL(
 _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE false")
 
 
-# The turns within context_turns of a hit in its session's transcript (not itself) written
-# under the hit's own user_id and agent_id (a transcript is keyed by session id alone, which
-# two users of a workspace may share: a search filtered to one must not return the other's
-# words), in order, as a JSON array of {offset, id, name, content}; [] without a transcript
-# position, or when the turn its provenance names is another user's or agent's (AddMemories
-# lets a client name any turn of the workspace: that must not return the other's words).
+# The nearest context_turns turns each side of a hit in its session's transcript (not
+# itself) written under the hit's own user_id and agent_id whose memory is current, in
+# order, as a JSON array of {offset, id, name, content}; offset counts those turns (-1: the
+# user's previous such turn), so another user's turns in a shared session id neither take
+# a place in the window nor show in the offsets, and a deleted turn's place goes to the next
+# one (a transcript is keyed by session id alone, which two users of a workspace may share:
+# a search filtered to one must not return, or count, the other's words); [] without a
+# transcript position, or when the turn its provenance names is another user's or agent's
+# (AddMemories lets a client name any turn of the workspace: that must not return the
+# other's words).
 # A turn is context only while its memory is: its raw-turn memory (as migration 0013
 # defines one: EPISODIC, metadata naming the message id; WriteConversation writes one
 # per turn) of the same user and agent, provenance that one turn, current under the
@@ -148,21 +152,36 @@ _NO_NEIGHBOURS = sql.SQL("SELECT NULL::uuid AS id, NULL::float8 AS score WHERE f
 # memory naming the turn, a note or a fact drawn from it, never stands in for it). Of
 # two such memories (a client's copy), the first written.
 # Parameters: context_turns, turn_type (MemoryType.EPISODIC's value), at, superseded, expired.
-CONTEXT_COLUMN = sql.SQL(
-    "(SELECT coalesce(json_agg(json_build_object('offset', n.seq - h.seq, 'id', n.message_id, 'name', n.name,"
-    "   'content', tm.content) ORDER BY n.seq), '[]'::json)"
-    " FROM transcript_messages h JOIN transcript_messages n ON n.workspace_key = h.workspace_key"
-    "   AND n.session_id = h.session_id AND n.seq BETWEEN h.seq - %(context_turns)s AND h.seq + %(context_turns)s"
-    "   AND n.seq <> h.seq AND n.user_id = h.user_id AND n.agent_id = h.agent_id"
-    " CROSS JOIN LATERAL (SELECT t.content FROM memories t WHERE t.workspace_key = %(ws)s"
+_TURN_MEMORY = sql.SQL(
+    "(SELECT t.content FROM memories t WHERE t.workspace_key = %(ws)s"
     "   AND t.source_session_id = n.session_id AND t.source_message_ids[1] = n.message_id"
     "   AND cardinality(t.source_message_ids) = 1 AND t.type = %(turn_type)s"
     "   AND t.user_id = n.user_id AND t.agent_id = n.agent_id AND t.metadata->>'message_id' = n.message_id"
     "   AND (%(superseded)s OR ((t.valid_to IS NULL OR t.valid_to > %(at)s) AND t.valid_from <= %(at)s))"
     "   AND (%(expired)s OR t.expires_at IS NULL OR t.expires_at > %(at)s)"
-    "   ORDER BY t.created_at, t.id LIMIT 1) tm"
+    "   ORDER BY t.created_at, t.id LIMIT 1)"
+)
+# One side of the window: the hit's own user's current turns before (<, DESC, side -1) or
+# after it (>, ASC, side 1), nearest first, at most context_turns (the scan stops there);
+# their offsets (-1, -2, ... and 1, 2, ...) are numbered over the rows kept.
+_SIDE = sql.SQL(
+    "(SELECT n.seq, n.message_id, n.name, tm.content, {side} AS side"
+    " FROM transcript_messages n CROSS JOIN LATERAL {turn} tm"
+    " WHERE n.workspace_key = %(ws)s AND n.session_id = h.session_id"
+    "   AND n.user_id = h.user_id AND n.agent_id = h.agent_id AND n.seq {cmp} h.seq"
+    " ORDER BY n.seq {order} LIMIT %(context_turns)s)"
+)
+CONTEXT_COLUMN = sql.SQL(
+    "(SELECT coalesce(json_agg(json_build_object('offset', w.off, 'id', w.message_id, 'name', w.name,"
+    "   'content', w.content) ORDER BY w.seq), '[]'::json)"
+    " FROM transcript_messages h CROSS JOIN LATERAL (SELECT s.*,"
+    "   s.side * row_number() OVER (PARTITION BY s.side ORDER BY s.side * s.seq) AS off"
+    "   FROM ({before} UNION ALL {after}) s) w"
     " WHERE h.workspace_key = %(ws)s AND h.session_id = m.source_session_id AND h.message_id = m.source_message_ids[1]"
     "   AND h.user_id = m.user_id AND h.agent_id = m.agent_id)"
+).format(
+    before=_SIDE.format(side=sql.SQL("-1"), order=sql.SQL("DESC"), cmp=sql.SQL("<"), turn=_TURN_MEMORY),
+    after=_SIDE.format(side=sql.SQL("1"), order=sql.SQL("ASC"), cmp=sql.SQL(">"), turn=_TURN_MEMORY),
 )
 
 

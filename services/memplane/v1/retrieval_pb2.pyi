@@ -281,11 +281,12 @@ class SearchMemoriesRequest(_message.Message):
     """
     context_turns: _builtins.int
     """Context: return with each hit up to this many turns each side of it in its session's
-    transcript (SearchHit.context; memories written by WriteConversation), only turns written
-    under the hit's own user_id and agent_id (a session id two users share is not a shared
-    context) and whose memory is current (a turn whose memory was deleted, closed or expired
-    is left out; a corrected one comes with its memory's text), 0 to 10; 0 (the default)
-    returns none.
+    transcript (SearchHit.context; memories written by WriteConversation): the nearest turns
+    written under the hit's own user_id and agent_id (a session id two users share is not a
+    shared context: the other's turns neither take a place nor count in the offsets) whose
+    memory is current (a turn whose memory was deleted, closed or expired is skipped, the next
+    one taking its place; a corrected one comes with its memory's text), 0 to 10; 0 (the
+    default) returns none.
     """
     context_max_tokens: _builtins.int
     """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
@@ -370,7 +371,9 @@ class ContextTurn(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
-    """Position relative to the hit: -1 the turn before it, 1 the turn after."""
+    """Position relative to the hit among the turns context returns: -1 the hit's user's
+    previous (current) turn in the session, 1 the next.
+    """
     message_id: _builtins.str
     """The message's id (e.g. a LoCoMo dia_id)."""
     name: _builtins.str
