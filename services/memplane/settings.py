@@ -220,16 +220,17 @@ and in SearchMemories requests. PostgreSQL's float8 arithmetic raises on underfl
 rounding to 0 (float8mul: "value out of range: underflow"), so a weight of 5e-324 times a
 normalised score of 0.4 failed the whole search; a weight under a millionth changes no
 ranking beyond ties."""
-_WEIGHTS = (
-    "zscore_vector_weight",
+REQUEST_WEIGHTS = (
     "vector_weight",
     "neighbour_weight",
     "speaker_weight",
     "time_weight",
     "phrase_weight",
     "when_weight",
-    "prf_weight",
 )
+"""The weights a SearchMemories request may set (each 0 to 1, 0 or at least MIN_WEIGHT), each
+also a RetrievalSettings default of the same name."""
+_WEIGHTS = ("zscore_vector_weight", *REQUEST_WEIGHTS, "prf_weight")
 
 
 class RetrievalSettings(BaseModel):

@@ -44,7 +44,7 @@ from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, boun
 from memplane.retrieval.fusion import FusionMethod, SignalHit
 from memplane.retrieval.query import asks_when, query_names, query_phrases, query_time
 from memplane.retrieval.rerank import Reranker, RerankError
-from memplane.settings import MIN_WEIGHT, LimitsSettings, RetrievalSettings
+from memplane.settings import MIN_WEIGHT, REQUEST_WEIGHTS, LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
@@ -187,14 +187,7 @@ class RetrievalService:
             count = getattr(request, name)
             if count is not None and not 0 <= count <= high:
                 v.add(name, f"must be between 0 and {high}")
-        for name in (
-            "vector_weight",
-            "neighbour_weight",
-            "speaker_weight",
-            "time_weight",
-            "phrase_weight",
-            "when_weight",
-        ):
+        for name in REQUEST_WEIGHTS:
             value = getattr(request, name)
             if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
                 v.add(name, "must be between 0 and 1")
