@@ -42,6 +42,7 @@ from _harness import bench_server, common_args, environment_banner, log
 from peers_sql import Question, seed_locomo, seed_synthetic
 
 from memplane.domain.filters import MemoryFilter
+from memplane.eval.runner import TERMS_OFF
 from memplane.retrieval.fusion import FusionMethod
 from memplane.retrieval.service import _hnsw_settings, _query_text
 from memplane.storage import search as search_sql
@@ -174,9 +175,7 @@ async def terms_cost(stack: Any, picked: list[Question], per_user: bool) -> None
     cfg = stack.app.settings.retrieval
     ws = stack.workspace
     default = _spec(cfg, per_user, per_user)
-    zscore = dataclasses.replace(
-        default, neighbour_weight=0.0, speaker_weight=0.0, time_weight=0.0, phrase_weight=0.0, when_weight=0.0
-    )
+    zscore = dataclasses.replace(default, **TERMS_OFF.request_fields())
     configs = {"off": dataclasses.replace(zscore, zscore=False, dbsf=False, rrf=False), "zscore": zscore}
     configs["default"] = default
     times: dict[str, list[float]] = {name: [] for name in configs}

@@ -17,7 +17,7 @@ import secrets
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from google.protobuf import duration_pb2
@@ -85,15 +85,7 @@ class SearchTerms:
         return asdict(self)
 
 
-TERMS_OFF = SearchTerms(
-    neighbour_window=0,
-    neighbour_weight=0.0,
-    speaker_weight=0.0,
-    time_weight=0.0,
-    phrase_weight=0.0,
-    when_weight=0.0,
-    prf_terms=0,
-)
+TERMS_OFF = SearchTerms(**{f.name: 0 for f in fields(SearchTerms)})
 """Every query-aware term and RM3 turned off: the search as before issue 14's terms."""
 
 
@@ -316,13 +308,7 @@ async def _ask(
         mode=SEARCH_MODES[mode],
         fusion=FUSIONS[config.fusion],
         vector_weight=config.vector_weight,
-        neighbour_window=config.terms.neighbour_window,
-        neighbour_weight=config.terms.neighbour_weight,
-        speaker_weight=config.terms.speaker_weight,
-        time_weight=config.terms.time_weight,
-        phrase_weight=config.terms.phrase_weight,
-        when_weight=config.terms.when_weight,
-        prf_terms=config.terms.prf_terms,
+        **config.terms.request_fields(),
     )
     log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]
