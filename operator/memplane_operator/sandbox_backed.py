@@ -59,7 +59,8 @@ class SandboxUnavailableError(Exception):
         super().__init__(message)
 
 
-def _stamp(moment: datetime) -> str:
+def stamp(moment: datetime) -> str:
+    """*moment* as a status time: UTC, whole seconds, RFC 3339 ("2026-12-05T20:42:15Z")."""
     return moment.astimezone(UTC).strftime(_TIME_FORMAT)
 
 
@@ -178,7 +179,7 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
             handle = _handle(kind, tenant, recorded, None)
             await calls.call(kind, f"suspend {handle.ref}", backend.suspend(handle))
             state = SUSPENDED
-            ctx.logger.info("suspended sandbox %s (idle since %s)", handle.ref, _stamp(idle_since))
+            ctx.logger.info("suspended sandbox %s (idle since %s)", handle.ref, stamp(idle_since))
         else:
             waiting = await calls.call(kind, f"ensure the sandbox of {tenant}", adapter.start(backend, tenant))
             handle = waiting.handle
@@ -202,7 +203,7 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
         "ref": recorded["ref"],
         "root": recorded["root"],
         "state": state,
-        "lastActivityTime": _stamp(last or now),
+        "lastActivityTime": stamp(last or now),
         "claimName": None,
     }
     slot.state, slot.ref, slot.root = str(state), str(recorded["ref"]), str(recorded["root"])

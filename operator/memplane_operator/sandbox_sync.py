@@ -45,7 +45,6 @@ from memplane_operator.kube import KubeConflictError, MemoryWorkspace
 from memplane_operator.sync_state import SyncSlot, failure, found_edits, interval_seconds, summary
 
 WRITE_ATTEMPTS = 3  # a status write refused by a concurrent one (409) is read and tried again
-_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @functools.cache
@@ -145,7 +144,7 @@ def _now() -> datetime:
 async def _report(ctx: Ctx, slot: SyncSlot, handle: SandboxHandle, outcome: SyncReport | BaseException) -> None:
     """Write a pass's outcome (see the module's docstring); remember its problems and edits."""
     now = _now()
-    fields: dict[str, str] = {"lastSyncTime": now.strftime(_TIME_FORMAT)}
+    fields: dict[str, str] = {"lastSyncTime": sandbox_backed.stamp(now)}
     if isinstance(outcome, BaseException):
         if isinstance(outcome, MissingKeyError):
             found = ("NoCredentials", str(outcome))

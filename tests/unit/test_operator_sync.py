@@ -20,6 +20,7 @@ from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxNotFoundErro
 from memplane.sandbox.kubeexec import KubeExecError
 from memplane_operator import backend_docker, backend_e2b, backend_pod
 from memplane_operator.conditions import READY, SANDBOX_READY, SANDBOX_SYNCED, Conditions
+from memplane_operator.sandbox_sync import _moved_forward
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
 
@@ -140,3 +141,12 @@ def test_the_sync_reaches_the_services_where_agents_do_unless_told() -> None:
     assert split.sync_targets() == ("svc:1", {"retrieval": "r:1"})
     told = OperatorSettings.model_validate({**base, "sandbox_sync_target": "sync:1"})
     assert told.sync_targets() == ("sync:1", {})
+
+
+def test_status_times_only_move_forward() -> None:
+    """A pass's times never take back a later one already recorded (a resume's
+    lastActivityTime after the pass began), and a field not yet recorded is written."""
+    recorded = {"lastActivityTime": "2026-12-05T20:42:15Z", "lastSyncTime": "2026-12-05T20:40:00Z"}
+    fields = {"lastActivityTime": "2026-12-05T20:41:00Z", "lastSyncTime": "2026-12-05T20:43:00Z", "new": "x"}
+    assert _moved_forward(recorded, fields) == {"lastSyncTime": "2026-12-05T20:43:00Z", "new": "x"}
+    assert _moved_forward(recorded, {"lastActivityTime": "2026-12-05T20:42:15Z"}) == {}  # the same time: nothing
