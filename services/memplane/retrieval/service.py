@@ -258,12 +258,13 @@ class RetrievalService:
             prf_weight=self._settings.prf_weight,
             context_turns=request.context_turns,
         )
-        queries = [
-            _query_text(
-                q, segment(q) if use_lexical else "", vectors[i] if vectors is not None else None, now, self._settings
+        queries: list[QueryText] = []
+        for i, q in enumerate(request.queries):
+            text, vector = segment(q) if use_lexical else "", vectors[i] if vectors is not None else None
+            # Query understanding (names, time, phrases, when) only when a term reads it.
+            queries.append(
+                _query_text(q, text, vector, now, self._settings) if spec.boosted else QueryText(text, vector)
             )
-            for i, q in enumerate(request.queries)
-        ]
         settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
 
         async def send(conn: Connection) -> list[search_sql.Cursor]:
