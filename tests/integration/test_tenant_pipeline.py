@@ -68,7 +68,7 @@ async def test_settings_hold_for_every_statement_and_end_with_the_block(
         assert after["workspace_key"] in (None, "")
         assert after["read_only"] == "off"
         assert after["ef_search"] != "123"
-        assert after["memories"] == 8  # the owner, without the tenant's role, sees both workspaces
+        assert after["memories"] >= 8  # the owner, without the tenant's role: both workspaces (and other tests')
 
         async with db.tenant_pipeline(b.key, {}) as conn:  # the next block on it is b's alone
             cur = await conn.execute(STATE)

@@ -86,8 +86,7 @@ def test_the_positional_text_numbers_each_name_once_and_is_the_cached_text(flt: 
     for spec in specs()[::7]:
         query, params = search_sql.statement(spec, flt, NOW, 384)
         where = compile_filter(flt, Params(), NOW).as_string(None)
-        raw, names = search_sql._positional(search_sql._shape(spec), where, not flt.narrows, 384)
-        text = raw.decode()
+        text, names = search_sql._positional(search_sql._shape(spec), where, not flt.narrows, 384)
         assert len(set(names)) == len(names)
         per_query = {"ws", "text", "vector", "names", "phrases", "time_from", "time_to", "asks_when"}
         assert set(names) <= {*params.values, *per_query}

@@ -45,7 +45,8 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import AsyncRawCursor, sql
+from psycopg import AsyncCursor, AsyncRawCursor, sql
+from psycopg.raw_cursor import RawCursorMixin
 
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, MemoryType, Workspace
@@ -362,7 +363,7 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%")
 
 
 @functools.lru_cache(maxsize=256)
-def _positional(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> tuple[bytes, tuple[str, ...]]:
+def _positional(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> tuple[str, tuple[str, ...]]:
     """`_text` in PostgreSQL's own placeholders ($1, $2, ...; a name used twice is one
     parameter) and the parameter names in their order, for psycopg's raw cursor.
 
@@ -380,7 +381,25 @@ def _positional(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> 
         return f"${names.setdefault(m.group(1), len(names) + 1)}"
 
     text = _PLACEHOLDER.sub(number, _text(shape, where, whole, dimensions).as_string(None))
-    return text.encode(), tuple(names)
+    return text, tuple(names)
+
+
+_RAW_CURSORS: dict[type[AsyncCursor[Any]], type[AsyncCursor[Any]]] = {AsyncCursor: AsyncRawCursor}
+
+
+def _raw_cursor_class(factory: type[AsyncCursor[Any]]) -> type[AsyncCursor[Any]]:
+    """The connection's cursor class (psycopg's, or the telemetry's traced subclass of it,
+    whose execute makes the database span) with psycopg's raw-query mixin, as
+    `psycopg.AsyncRawCursor` is made of `AsyncCursor`; made once per class."""
+    raw = _RAW_CURSORS.get(factory)
+    if raw is None:
+        raw = (
+            factory
+            if issubclass(factory, RawCursorMixin)
+            else type(f"Raw{factory.__name__}", (RawCursorMixin, factory), {})
+        )
+        _RAW_CURSORS[factory] = raw
+    return raw
 
 
 def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.SQL, Params]:
@@ -455,7 +474,7 @@ async def send(
     for item in queries:
         q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
         values = query_values(params, workspace.key, q, spec)
-        cursor: Cursor = AsyncRawCursor(conn)
+        cursor: Cursor = _raw_cursor_class(conn.cursor_factory)(conn)
         await cursor.execute(text, [values[name] for name in names])
         cursors.append(cursor)
     return cursors
