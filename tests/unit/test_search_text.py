@@ -7,6 +7,7 @@ that changes the text but is left out of the cache key fails here."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,3 +77,20 @@ def test_the_cached_text_is_the_text_composed_for_each_request(flt: MemoryFilter
         assert {k: repr(params.values[k]) for k in fresh.values} == {k: repr(v) for k, v in fresh.values.items()}
         seen.add(want)
     assert len(seen) > 10  # the fields do change the text: the check is not vacuous
+
+
+@pytest.mark.parametrize("flt", FILTERS[:2], ids=repr)
+def test_the_positional_text_numbers_each_name_once_and_is_the_cached_text(flt: MemoryFilter) -> None:
+    """What a search sends (`_positional`, for psycopg's raw cursor) is `statement`'s text
+    with each `%(name)s` as its `$n`, one number per name, numbered 1.. in order of first use."""
+    for spec in specs()[::7]:
+        query, params = search_sql.statement(spec, flt, NOW, 384)
+        where = compile_filter(flt, Params(), NOW).as_string(None)
+        text, names = search_sql._positional(search_sql._shape(spec), where, not flt.narrows, 384)
+        assert len(set(names)) == len(names)
+        per_query = {"ws", "text", "vector", "names", "phrases", "time_from", "time_to", "asks_when"}
+        assert set(names) <= {*params.values, *per_query}
+        used = [int(n) for n in re.findall(r"\$(\d+)", text)]
+        assert sorted(set(used)) == list(range(1, len(names) + 1))
+        back = re.sub(r"\$(\d+)", lambda m, names=names: f"%({names[int(m.group(1)) - 1]})s", text)
+        assert back == query.as_string(None).replace("%%", "%")

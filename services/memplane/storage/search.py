@@ -38,13 +38,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg import sql
+from psycopg import AsyncCursor, AsyncRawCursor, sql
+from psycopg.raw_cursor import RawCursorMixin
 
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, MemoryType, Workspace
@@ -357,13 +359,61 @@ def _text(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> sql.SQ
     return sql.SQL(compose(shape, sql.SQL(where), whole, dimensions).as_string(None))
 
 
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%")
+
+
+@functools.lru_cache(maxsize=256)
+def _positional(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> tuple[str, tuple[str, ...]]:
+    """`_text` in PostgreSQL's own placeholders ($1, $2, ...; a name used twice is one
+    parameter) and the parameter names in their order, for psycopg's raw cursor.
+
+    psycopg converts `%(name)s` to `$n` on every execute, and caches that conversion only
+    for statements up to 4,096 bytes (psycopg/_queries.py, MAX_CACHED_STATEMENT_LENGTH):
+    this ~6.5 KB text was split by its regular expression afresh per search, ~7 % of the
+    server's Python per search (py-spy, bench/peers_sql.py at one client)."""
+    names: dict[str, int] = {}
+
+    def number(m: re.Match[str]) -> str:
+        if m.group(0) == "%%":
+            return "%"
+        if m.group(1) is None:
+            raise ValueError(f"a bare '%' in the search statement at {m.start()}")
+        return f"${names.setdefault(m.group(1), len(names) + 1)}"
+
+    text = _PLACEHOLDER.sub(number, _text(shape, where, whole, dimensions).as_string(None))
+    return text, tuple(names)
+
+
+_RAW_CURSORS: dict[type[AsyncCursor[Any]], type[AsyncCursor[Any]]] = {AsyncCursor: AsyncRawCursor}
+
+
+def _raw_cursor_class(factory: type[AsyncCursor[Any]]) -> type[AsyncCursor[Any]]:
+    """The connection's cursor class (psycopg's, or the telemetry's traced subclass of it,
+    whose execute makes the database span) with psycopg's raw-query mixin, as
+    `psycopg.AsyncRawCursor` is made of `AsyncCursor`; made once per class."""
+    raw = _RAW_CURSORS.get(factory)
+    if raw is None:
+        raw = (
+            factory
+            if issubclass(factory, RawCursorMixin)
+            else type(f"Raw{factory.__name__}", (RawCursorMixin, factory), {})
+        )
+        _RAW_CURSORS[factory] = raw
+    return raw
+
+
 def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: int) -> tuple[sql.SQL, Params]:
     """The search statement of one query and its parameters (the query's own values,
     `text` and `vector`, are set by the caller). Its text depends only on the shape of
     *spec* and of *flt* (values are parameters) and is composed once per shape."""
+    where, params = _bound(spec, flt, now)
+    return _text(_shape(spec), where, not flt.narrows, dimensions), params
+
+
+def _bound(spec: SearchSpec, flt: MemoryFilter, now: datetime) -> tuple[str, Params]:
+    """The filter's condition (its text) and the request's parameter values."""
     params = Params()
-    where = compile_filter(flt, params, now)
-    query = _text(_shape(spec), where.as_string(None), not flt.narrows, dimensions)
+    where = compile_filter(flt, params, now).as_string(None)
     params.values.update(
         ws=0,
         depth=spec.depth,
@@ -397,7 +447,7 @@ def statement(spec: SearchSpec, flt: MemoryFilter, now: datetime, dimensions: in
             when_weight=spec.when_weight,
             **TIME_PATTERNS,
         )
-    return query, params
+    return where, params
 
 
 def _signal(row: dict[str, Any], prefix: str) -> tuple[float, float, int] | None:
@@ -418,11 +468,15 @@ async def send(
     """Send one statement per query (a `QueryText`, or (segmented text, vector or None));
     return their cursors, to be `read` after the pipeline block of
     `Database.tenant_pipeline` (all of it is one round trip)."""
-    query, params = statement(spec, flt, now, workspace.embedding_dimensions)
+    where, params = _bound(spec, flt, now)
+    text, names = _positional(_shape(spec), where, not flt.narrows, workspace.embedding_dimensions)
     cursors = []
     for item in queries:
         q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
-        cursors.append(await conn.execute(query, query_values(params, workspace.key, q, spec)))
+        values = query_values(params, workspace.key, q, spec)
+        cursor: Cursor = _raw_cursor_class(conn.cursor_factory)(conn)
+        await cursor.execute(text, [values[name] for name in names])
+        cursors.append(cursor)
     return cursors
 
 
