@@ -246,7 +246,10 @@ class Database:
         docs, "Pipelining" in the protocol chapter): the local settings hold for every
         statement of the block and end with it (tests/integration/test_tenant_pipeline.py).
         That saved ~0.15 ms of psycopg's Python per search. `transaction_read_only` is set
-        with them, so a write in the block is refused (SQLSTATE 25006)."""
+        with them, so a write in the block is refused (SQLSTATE 25006). Nothing in the block
+        may make psycopg send a Sync (commit, rollback, `transaction()`, a nested
+        `pipeline()`, an autocommit or read-only setter): statements after it would run
+        without the tenant role. Fetching inside the block is safe (a Flush, not a Sync)."""
         names = ["role", "transaction_read_only", *settings]
         values = ["memplane_tenant", "on", *settings.values()]
         setting = "SELECT set_config('memplane.workspace_key', memplane_enter_workspace(%s), true), " + ", ".join(

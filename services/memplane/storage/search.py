@@ -384,21 +384,23 @@ def _positional(shape: SearchSpec, where: str, whole: bool, dimensions: int) -> 
     return text, tuple(names)
 
 
-_RAW_CURSORS: dict[type[AsyncCursor[Any]], type[AsyncCursor[Any]]] = {AsyncCursor: AsyncRawCursor}
+_RAW_ATTRIBUTE = "_memplane_raw_cursor"
 
 
 def _raw_cursor_class(factory: type[AsyncCursor[Any]]) -> type[AsyncCursor[Any]]:
     """The connection's cursor class (psycopg's, or the telemetry's traced subclass of it,
     whose execute makes the database span) with psycopg's raw-query mixin, as
-    `psycopg.AsyncRawCursor` is made of `AsyncCursor`; made once per class."""
-    raw = _RAW_CURSORS.get(factory)
+    `psycopg.AsyncRawCursor` is made of `AsyncCursor`. Made once per class and kept on that
+    class, not in a table here: the telemetry makes a new class per connection, and a
+    table would keep every one the process ever opened."""
+    if factory is AsyncCursor:
+        return AsyncRawCursor
+    if issubclass(factory, RawCursorMixin):
+        return factory
+    raw: type[AsyncCursor[Any]] | None = factory.__dict__.get(_RAW_ATTRIBUTE)
     if raw is None:
-        raw = (
-            factory
-            if issubclass(factory, RawCursorMixin)
-            else type(f"Raw{factory.__name__}", (RawCursorMixin, factory), {})
-        )
-        _RAW_CURSORS[factory] = raw
+        raw = type(f"Raw{factory.__name__}", (RawCursorMixin, factory), {})
+        setattr(factory, _RAW_ATTRIBUTE, raw)
     return raw
 
 
