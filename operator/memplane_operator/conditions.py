@@ -61,13 +61,15 @@ class Conditions:
         if kind != READY and derive:
             self._derive_ready()
 
-    def put(self, kind: str, condition: Mapping[str, Any] | None) -> None:
+    def put(self, kind: str, condition: Mapping[str, Any] | None, *, derive: bool = False) -> None:
         """Replace *kind* with *condition* as another writer computed it (None: remove it);
-        Ready is not recomputed."""
+        Ready is recomputed only with *derive* (a part another pass decided)."""
         if condition is None:
             self._by_type.pop(kind, None)
         else:
             self._by_type[kind] = copy.deepcopy(dict(condition))
+        if derive and kind != READY:
+            self._derive_ready()
 
     def _derive_ready(self) -> None:
         if self.is_true(CONFLICT):

@@ -65,6 +65,11 @@ class Ctx:
     retry_after: float | None = None  # seconds until a failed step should run again
     deleting: bool = False
 
+    def recorded_sandbox(self) -> dict[str, Any]:
+        """status.sandbox as this process last wrote it over the one read (see
+        `memplane_operator.sync_state`): what a pass acts on, never an older state."""
+        return self.runtime.syncs.sandbox(self.uid, self.observed.get("sandbox"))
+
     @property
     def owner_labels(self) -> dict[str, str]:
         """Labels the operator puts on the memplane workspace it provisions for this object."""
@@ -91,8 +96,9 @@ class Ctx:
         and observedGeneration in the same patch as the Ready=True computed for it (a reader
         never sees Ready before observedGeneration says which generation it is for). The
         SandboxSynced the file sync last wrote is taken as it is now (a pass may have ended
-        while this reconcile ran)."""
-        self.runtime.syncs.overlay(self.uid, self.conditions)
+        while this reconcile ran); SandboxReady is this pass's own (`steps.context` put in
+        the one last recorded, and the pass holds the object's lock)."""
+        self.runtime.syncs.overlay(self.uid, self.conditions, ready=False)
         observed = {"observedGeneration": self.generation} if self.conditions.is_true(READY, current=True) else {}
         return {
             **self.status,

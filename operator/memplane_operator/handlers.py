@@ -109,32 +109,39 @@ async def reconcile(**kwargs: Any) -> None:
     after its own delay, and no later step runs before it."""
     patch: kopf.Patch = kwargs["patch"]
     runtime = _runtime(kwargs["memo"])
-    ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
+    # The context is made under the lock: a resync pass that held it (it read the older spec)
+    # may have decided the sandbox meanwhile, and kopf's body does not show that pass's write
+    # yet; steps.context reads it from the runtime's record (memplane_operator.sync_state).
+    async with runtime.lock(kwargs["body"]["metadata"]["uid"]):
+        ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
+        try:
+            await _reconcile(ctx, kwargs)
+        finally:
+            patch.status.update(ctx.status_patch())
+
+
+async def _reconcile(ctx: Ctx, kwargs: Mapping[str, Any]) -> None:
+    if kwargs.get("reason") == "resume" and _settled(ctx) and not ctx.spec.suspend:
+        return  # reconciled for this generation before the restart: the resync checks drift
+    if ctx.spec.suspend:
+        _suspended(ctx)
+        return
     try:
-        if kwargs.get("reason") == "resume" and _settled(ctx) and not ctx.spec.suspend:
-            return  # reconciled for this generation before the restart: the resync checks drift
-        async with runtime.lock(ctx.uid):  # after a resync pass in flight, which read the older spec
-            if ctx.spec.suspend:
-                _suspended(ctx)
-                return
-            try:
-                steps.check_spec(ctx)
-                workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
-            except StepBlocked:
-                return  # recorded in the conditions; an edit (update) or the resync looks again
-            classes = kwargs["sandbox_classes"]
-            fns = {name: functools.partial(steps.run_step, ctx, name, classes) for name in steps.STEPS}
-            order = InOrder()
-            try:
-                # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
-                await kopf.execute(fns=_kopf_fns(fns), lifecycle=order)  # type: ignore[arg-type]
-            except kopf.TemporaryError as pending:
-                delay = ctx.retry_after if ctx.retry_after is not None else order.sleeping_seconds
-                if delay is None:
-                    raise  # the next step is due now
-                raise kopf.TemporaryError(f"a step waits {delay:.0f} s for its retry", delay=delay) from pending
-    finally:
-        patch.status.update(ctx.status_patch())
+        steps.check_spec(ctx)
+        workspace.check_claims(ctx, kwargs["tenants"].get(ctx.spec.tenant_id, ()))
+    except StepBlocked:
+        return  # recorded in the conditions; an edit (update) or the resync looks again
+    classes = kwargs["sandbox_classes"]
+    fns = {name: functools.partial(steps.run_step, ctx, name, classes) for name in steps.STEPS}
+    order = InOrder()
+    try:
+        # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
+        await kopf.execute(fns=_kopf_fns(fns), lifecycle=order)  # type: ignore[arg-type]
+    except kopf.TemporaryError as pending:
+        delay = ctx.retry_after if ctx.retry_after is not None else order.sleeping_seconds
+        if delay is None:
+            raise  # the next step is due now
+        raise kopf.TemporaryError(f"a step waits {delay:.0f} s for its retry", delay=delay) from pending
 
 
 def _suspended(ctx: Ctx) -> None:

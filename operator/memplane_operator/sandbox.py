@@ -207,7 +207,7 @@ async def _release_previous(ctx: Ctx, classes: ClassIndex, current: str | None) 
     """The sandbox status.sandbox records of a class other than *current*, released by
     reclaimPolicy (see the module's docstring). Returns the status fields that forget it
     (every recorded one, as null), or {} when there was none to release."""
-    recorded = dict(ctx.observed.get("sandbox") or {})
+    recorded = ctx.recorded_sandbox()
     previous = str(recorded.get("className") or "")
     if not previous or previous == current:
         return {}
@@ -229,7 +229,7 @@ async def release_sandbox(ctx: Ctx, classes: ClassIndex) -> str:
     Returns what was done (for logs). Raises `SandboxUnavailableError` while the backend is
     out of reach (the finalizer stays)."""
     destroy = ctx.spec.reclaim_policy == "Delete"
-    recorded = dict(ctx.observed.get("sandbox") or {})
+    recorded = ctx.recorded_sandbox()
     kind = str(recorded.get("type") or "")
     if kind in backends.ADAPTERS:  # a ref not recorded yet (cut short after the create): found by name
         spec = class_spec(classes, str(recorded.get("className") or ""))

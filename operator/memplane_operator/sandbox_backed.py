@@ -154,7 +154,7 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
     kind = str(spec["type"])
     adapter = backends.ADAPTERS[kind]
     tenant = ctx.spec.tenant_id
-    recorded = dict(ctx.observed.get("sandbox") or {})
+    recorded = ctx.recorded_sandbox()
     if recorded.get("className") != class_name or not recorded.get("ref"):
         recorded = {}  # nothing of this class recorded yet: ensure (adopting one made before a crash)
     now = datetime.now(UTC).replace(microsecond=0)

@@ -39,7 +39,7 @@ from memplane.filesync import SyncReport, sync_once
 from memplane.filesync.lock import DEFAULT_WAIT_SECONDS
 from memplane.sandbox import SandboxHandle
 from memplane_operator import backends, credentials, sandbox, sandbox_backed, steps
-from memplane_operator.conditions import CONFLICT, SANDBOX_SYNCED, Conditions
+from memplane_operator.conditions import CONFLICT, SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError, MemoryWorkspace
 from memplane_operator.sync_state import SyncSlot, failure, found_edits, interval_seconds, summary
@@ -69,7 +69,7 @@ async def tick(runtime: Runtime, body: kopf.Body, classes: Any, logger: Any) -> 
     ctx = steps.context(runtime, body, logger)
     settings = runtime.settings
     idle = min(settings.resync_seconds, settings.sandbox_sync_seconds or settings.resync_seconds)
-    recorded = dict(ctx.observed.get("sandbox") or {})
+    recorded = ctx.recorded_sandbox()
     kind = str(recorded.get("type") or "")
     if ctx.spec.suspend or body["metadata"].get("deletionTimestamp") or ctx.conditions.is_true(CONFLICT):
         return idle  # nothing is done to a suspended, deleted or conflicting object
@@ -194,6 +194,8 @@ async def _publish(
             if handle is not None and recorded.get("ref") != handle.ref:
                 return
             conditions = Conditions(status.get("conditions") or [], int(stored["metadata"].get("generation", 0)))
+            if slot.ready is not None:  # a pass's patch may not be stored yet: its SandboxReady is not taken back
+                conditions.put(SANDBOX_READY, slot.ready, derive=True)
             before = conditions.get(SANDBOX_SYNCED)
             if condition is None:
                 conditions.put(SANDBOX_SYNCED, None)

@@ -20,7 +20,7 @@ from memplane.errors import (
     UnavailableError,
 )
 from memplane_operator import credentials, sandbox, workspace
-from memplane_operator.conditions import CONFLICT, DATABASE_READY, Conditions
+from memplane_operator.conditions import CONFLICT, DATABASE_READY, SANDBOX_READY, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError
 from memplane_operator.model import WorkspaceSpec
@@ -53,7 +53,10 @@ async def _policy_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
 async def _sandbox_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
     if ctx.conditions.is_true(CONFLICT):
         raise StepBlocked("conflict")
-    await sandbox.ensure_sandbox(ctx, classes)
+    try:
+        await sandbox.ensure_sandbox(ctx, classes)
+    finally:  # what later passes of this process read instead of an older body (sync_state)
+        ctx.runtime.syncs.record(ctx.uid, ctx.status.get("sandbox"), ctx.conditions.get(SANDBOX_READY))
 
 
 async def _status_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
@@ -72,7 +75,9 @@ STEP_FUNCTIONS: dict[str, Step] = {
 
 def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
     """The Ctx of one reconcile of *body*; its conditions carry the SandboxSynced the file
-    sync last wrote (see `memplane_operator.sync_state`)."""
+    sync last wrote and the SandboxReady the sandbox step last set, Ready derived again
+    (see `memplane_operator.sync_state`: *body* may predate a pass of this process). Make
+    it under the object's lock, so no sandbox step runs between it and its status write."""
     meta = body["metadata"]
     ctx = Ctx(
         runtime=runtime,

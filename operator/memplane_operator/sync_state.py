@@ -12,6 +12,18 @@ patch and kopf's write of it: the next resync writes the newer one). The sandbox
 records there what it left the sandbox in (`state`, `ref`, `root`), under the object's
 lock: a pass starts only on a Running sandbox, and no idle suspend happens while a pass
 is in flight (`in_flight`), so the sync never wakes a suspended sandbox.
+
+The sandbox step's own outcome is kept the same way (`SyncBook.record`): status.sandbox
+as it last wrote it (`SyncSlot.sandbox`) and its SandboxReady (`SyncSlot.ready`). kopf
+hands a change handler and a timer of one object the same body, refreshed only when the
+object's next watch event is processed, and applies a handler's patch after the handler
+returns, outside the object's lock; so a reconcile cycle that runs just after a resync
+pass (or the reverse) reads a status older than the one that pass decided. Every pass
+therefore reads the sandbox through the book (`SyncBook.sandbox`, `SyncBook.overlay`):
+what this process last wrote wins over the body, and a pass never acts on, nor writes
+back, a sandbox state older than one this process already wrote (the body stands until
+the first sandbox step after a restart). Re-reading the object under the lock would not
+do: the pass that released the lock may not have had its patch applied yet.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from memplane.sandbox.errors import (
     SandboxPathError,
 )
 from memplane_operator.backend_base import Adapter, BackendRefusedError
-from memplane_operator.conditions import SANDBOX_SYNCED, Conditions
+from memplane_operator.conditions import SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.model import parse_duration
 
 DEFAULT_CONCURRENCY = 4
@@ -61,7 +73,10 @@ class SyncSlot:
     sandbox as the sandbox step last left it ("": not seen since the operator started;
     status.sandbox then stands). *condition*: SandboxSynced as last written, once *decided*
     (None: absent). *last_edit*: when a pass last found an edit made in the sandbox.
-    *problems*: the files the last pass left as they are (None before the first pass)."""
+    *problems*: the files the last pass left as they are (None before the first pass).
+    *sandbox*: status.sandbox as the sandbox step last wrote it, its patches merged as the
+    API server merges them (None: not written since the operator started). *ready*:
+    SandboxReady as the sandbox step last left it (None: not decided since the start)."""
 
     state: str = ""
     ref: str = ""
@@ -71,6 +86,8 @@ class SyncSlot:
     condition: dict[str, Any] | None = None
     last_edit: datetime | None = None
     problems: frozenset[str] | None = None
+    sandbox: dict[str, Any] | None = None
+    ready: dict[str, Any] | None = None
 
 
 @dataclass
@@ -93,11 +110,37 @@ class SyncBook:
         """Drop the slot of a deleted object."""
         self.slots.pop(uid, None)
 
-    def overlay(self, uid: str, conditions: Conditions) -> None:
-        """Put the SandboxSynced this process last wrote for *uid* into *conditions*."""
+    def overlay(self, uid: str, conditions: Conditions, *, ready: bool = True) -> None:
+        """Put the SandboxSynced this process last wrote for *uid* into *conditions* and, with
+        *ready*, the SandboxReady its sandbox step last set (Ready derived again from it)."""
         found = self.slots.get(uid)
         if found is not None and found.decided:
             conditions.put(SANDBOX_SYNCED, found.condition)
+        if ready and found is not None and found.ready is not None:
+            conditions.put(SANDBOX_READY, found.ready, derive=True)
+
+    def record(self, uid: str, sandbox: Mapping[str, Any] | None, ready: Mapping[str, Any] | None) -> None:
+        """What the sandbox step of *uid* just wrote: the status.sandbox fields *sandbox*
+        (a merge patch: None removes a field; None for no write) and SandboxReady *ready*."""
+        slot = self.slot(uid)
+        if sandbox is not None:
+            slot.sandbox = {**(slot.sandbox or {}), **sandbox}
+        if ready is not None:
+            slot.ready = dict(ready)
+
+    def sandbox(self, uid: str, observed: Mapping[str, Any] | None) -> dict[str, Any]:
+        """status.sandbox of *uid* as this process knows it: *observed* (as read), what the
+        sandbox step last wrote over it, the later lastActivityTime of the two (the file
+        sync writes one too), fields written as null left out."""
+        read = dict(observed or {})
+        found = self.slots.get(uid)
+        if found is None or found.sandbox is None:
+            return read
+        merged = {**read, **found.sandbox}
+        times = [str(t) for t in (read.get("lastActivityTime"), found.sandbox.get("lastActivityTime")) if t]
+        if times:
+            merged["lastActivityTime"] = max(times)  # RFC 3339 UTC, whole seconds: ordered as text
+        return {key: value for key, value in merged.items() if value is not None}
 
 
 def interval_seconds(workspace: str, class_spec: Mapping[str, Any], default: float) -> float | None:

@@ -19,7 +19,14 @@ from memplane.filesync.lock import SyncLockedError
 from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxNotFoundError
 from memplane.sandbox.kubeexec import KubeExecError
 from memplane_operator import backend_docker, backend_e2b, backend_pod
-from memplane_operator.conditions import READY, SANDBOX_READY, SANDBOX_SYNCED, Conditions
+from memplane_operator.conditions import (
+    CREDENTIALS_READY,
+    DATABASE_READY,
+    READY,
+    SANDBOX_READY,
+    SANDBOX_SYNCED,
+    Conditions,
+)
 from memplane_operator.sandbox_sync import _moved_forward
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
@@ -150,3 +157,34 @@ def test_status_times_only_move_forward() -> None:
     fields = {"lastActivityTime": "2026-12-05T20:41:00Z", "lastSyncTime": "2026-12-05T20:43:00Z", "new": "x"}
     assert _moved_forward(recorded, fields) == {"lastSyncTime": "2026-12-05T20:43:00Z", "new": "x"}
     assert _moved_forward(recorded, {"lastActivityTime": "2026-12-05T20:42:15Z"}) == {}  # the same time: nothing
+
+
+def test_the_sandbox_as_last_written_wins_over_an_older_body() -> None:
+    book = SyncBook()
+    read = {"className": "c", "ref": "r1", "state": "Running", "lastActivityTime": "2026-12-05T10:00:00Z",
+            "lastSyncTime": "2026-12-05T10:00:05Z"}  # fmt: skip
+    assert book.sandbox("uid-1", read) == read  # nothing written by this process: the body stands
+    book.record("uid-1", {"state": "Suspended", "lastActivityTime": "2026-12-05T09:00:00Z", "claimName": None}, None)
+    book.record("uid-1", {"className": "c"}, None)  # a later patch merges over the first
+    assert book.sandbox("uid-1", read) == {**read, "state": "Suspended"}  # the sync's later activity kept
+    newer = {**read, "lastActivityTime": "2026-12-05T08:00:00Z"}
+    assert book.sandbox("uid-1", newer)["lastActivityTime"] == "2026-12-05T09:00:00Z"
+    book.record("uid-1", {"ref": None}, None)  # a field written as null is gone
+    assert "ref" not in book.sandbox("uid-1", read)
+
+
+def test_the_sandbox_ready_last_set_is_put_back_and_ready_derived_again() -> None:
+    book = SyncBook()
+    decided = Conditions([], 2)
+    decided.set(SANDBOX_READY, False, "BackendUnavailable", "down")
+    book.record("uid-1", None, decided.get(SANDBOX_READY))
+    older = Conditions([], 2)
+    for part in (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY):
+        older.set(part, True, "Provisioned")
+    assert older.is_true(READY)
+    book.overlay("uid-1", older)
+    assert older.get(SANDBOX_READY) == decided.get(SANDBOX_READY)
+    assert not older.is_true(READY)
+    untouched = Conditions([{"type": SANDBOX_READY, "status": "True", "reason": "Provisioned"}], 1)
+    book.overlay("uid-1", untouched, ready=False)  # the status write: SandboxReady is the pass's own
+    assert (untouched.get(SANDBOX_READY) or {})["reason"] == "Provisioned"
