@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -193,9 +194,7 @@ async def _publish(
             recorded = dict(status.get("sandbox") or {})
             if handle is not None and recorded.get("ref") != handle.ref:
                 return
-            conditions = Conditions(status.get("conditions") or [], int(stored["metadata"].get("generation", 0)))
-            if slot.ready is not None:  # a pass's patch may not be stored yet: its SandboxReady is not taken back
-                conditions.put(SANDBOX_READY, slot.ready, derive=True)
+            conditions = stored_conditions(stored, slot)
             before = conditions.get(SANDBOX_SYNCED)
             if condition is None:
                 conditions.put(SANDBOX_SYNCED, None)
@@ -219,6 +218,19 @@ async def _publish(
                 continue
             return
     ctx.logger.debug("sync status not written: the object kept changing")
+
+
+def stored_conditions(stored: Mapping[str, Any], slot: SyncSlot) -> Conditions:
+    """The conditions of the object *stored* as the sync writes them back: with the
+    SandboxReady this process's sandbox step last set (its patch may not be stored yet, and
+    the sync must not take it back), Ready as stored — the sync never decides Ready: a Ready
+    False "Suspended" (spec.suspend) or "Deleting" is a handler's, and re-deriving it from
+    the parts here wrote "Reconciling" or "Provisioned" over it."""
+    status = stored.get("status") or {}
+    conditions = Conditions(status.get("conditions") or [], int(stored["metadata"].get("generation", 0)))
+    if slot.ready is not None:
+        conditions.put(SANDBOX_READY, slot.ready)
+    return conditions
 
 
 def _moved_forward(recorded: dict[str, Any], fields: dict[str, str]) -> dict[str, str]:

@@ -27,7 +27,7 @@ from memplane_operator.conditions import (
     SANDBOX_SYNCED,
     Conditions,
 )
-from memplane_operator.sandbox_sync import _moved_forward
+from memplane_operator.sandbox_sync import _moved_forward, stored_conditions
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
 
@@ -188,3 +188,31 @@ def test_the_sandbox_ready_last_set_is_put_back_and_ready_derived_again() -> Non
     untouched = Conditions([{"type": SANDBOX_READY, "status": "True", "reason": "Provisioned"}], 1)
     book.overlay("uid-1", untouched, ready=False)  # the status write: SandboxReady is the pass's own
     assert (untouched.get(SANDBOX_READY) or {})["reason"] == "Provisioned"
+
+
+@pytest.mark.parametrize("reason", ["Suspended", "Deleting"])
+def test_the_syncs_write_puts_back_sandbox_ready_but_leaves_ready_as_a_handler_set_it(reason: str) -> None:
+    """A pass that ends after spec.suspend (or a stuck deletion) was stored: its status write
+    keeps the SandboxReady this process last set, and the Ready=False the handler wrote.
+    Re-deriving Ready there wrote "Reconciling" (suspend: the generation moved) or
+    "Provisioned" (deletion) over it."""
+    book = SyncBook()
+    decided = Conditions([], 1)
+    decided.set(SANDBOX_READY, True, "Suspended", "idle")
+    book.record("uid-1", None, decided.get(SANDBOX_READY))
+    stored_parts = Conditions([], 1)
+    for part in (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY):
+        stored_parts.set(part, True, "Provisioned")
+    listed = [c for c in stored_parts.as_list() if c["type"] != READY]
+    generation = 2 if reason == "Suspended" else 1
+    handler = Conditions([], generation)
+    handler.set(READY, False, reason, "set by a handler")
+    handlers_ready = handler.get(READY)
+    stored = {
+        "metadata": {"generation": 2 if reason == "Suspended" else 1},
+        "status": {"conditions": [*listed, handlers_ready]},
+    }
+    written = stored_conditions(stored, book.slot("uid-1"))
+    assert written.get(SANDBOX_READY) == decided.get(SANDBOX_READY)
+    ready = written.get(READY) or {}
+    assert (ready.get("status"), ready.get("reason")) == ("False", reason)
