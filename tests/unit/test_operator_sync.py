@@ -173,17 +173,29 @@ def test_the_sandbox_as_last_written_wins_over_an_older_body() -> None:
     assert "ref" not in book.sandbox("uid-1", read)
 
 
-def test_the_sandbox_ready_last_set_is_put_back_and_ready_derived_again() -> None:
+def _decided(status: bool, reason: str) -> tuple[SyncBook, dict[str, object] | None]:
+    """A book in which the sandbox step of uid-1 set SandboxReady (*status*, *reason*), and that condition."""
     book = SyncBook()
-    decided = Conditions([], 2)
-    decided.set(SANDBOX_READY, False, "BackendUnavailable", "down")
+    decided = Conditions([], 1)
+    decided.set(SANDBOX_READY, status, reason, "decided")
     book.record("uid-1", None, decided.get(SANDBOX_READY))
-    older = Conditions([], 2)
+    return book, decided.get(SANDBOX_READY)
+
+
+def _provisioned(generation: int) -> Conditions:
+    """Every part of Ready True for *generation* (so Ready is True)."""
+    parts = Conditions([], generation)
     for part in (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY):
-        older.set(part, True, "Provisioned")
+        parts.set(part, True, "Provisioned")
+    return parts
+
+
+def test_the_sandbox_ready_last_set_is_put_back_and_ready_derived_again() -> None:
+    book, decided = _decided(False, "BackendUnavailable")
+    older = _provisioned(2)
     assert older.is_true(READY)
     book.overlay("uid-1", older)
-    assert older.get(SANDBOX_READY) == decided.get(SANDBOX_READY)
+    assert older.get(SANDBOX_READY) == decided
     assert not older.is_true(READY)
     untouched = Conditions([{"type": SANDBOX_READY, "status": "True", "reason": "Provisioned"}], 1)
     book.overlay("uid-1", untouched, ready=False)  # the status write: SandboxReady is the pass's own
@@ -196,23 +208,13 @@ def test_the_syncs_write_puts_back_sandbox_ready_but_leaves_ready_as_a_handler_s
     keeps the SandboxReady this process last set, and the Ready=False the handler wrote.
     Re-deriving Ready there wrote "Reconciling" (suspend: the generation moved) or
     "Provisioned" (deletion) over it."""
-    book = SyncBook()
-    decided = Conditions([], 1)
-    decided.set(SANDBOX_READY, True, "Suspended", "idle")
-    book.record("uid-1", None, decided.get(SANDBOX_READY))
-    stored_parts = Conditions([], 1)
-    for part in (DATABASE_READY, CREDENTIALS_READY, SANDBOX_READY):
-        stored_parts.set(part, True, "Provisioned")
-    listed = [c for c in stored_parts.as_list() if c["type"] != READY]
+    book, decided = _decided(True, "Suspended")
+    listed = [c for c in _provisioned(1).as_list() if c["type"] != READY]
     generation = 2 if reason == "Suspended" else 1
     handler = Conditions([], generation)
     handler.set(READY, False, reason, "set by a handler")
-    handlers_ready = handler.get(READY)
-    stored = {
-        "metadata": {"generation": 2 if reason == "Suspended" else 1},
-        "status": {"conditions": [*listed, handlers_ready]},
-    }
+    stored = {"metadata": {"generation": generation}, "status": {"conditions": [*listed, handler.get(READY)]}}
     written = stored_conditions(stored, book.slot("uid-1"))
-    assert written.get(SANDBOX_READY) == decided.get(SANDBOX_READY)
+    assert written.get(SANDBOX_READY) == decided
     ready = written.get(READY) or {}
     assert (ready.get("status"), ready.get("reason")) == ("False", reason)
