@@ -13,6 +13,7 @@ import pytest
 
 from memplane.app import App
 from memplane.domain.models import NewMemory, Scope, Workspace
+from memplane.errors import UnauthenticatedError
 from memplane.storage.database import Database
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
@@ -90,3 +91,31 @@ async def test_a_write_in_the_block_is_refused_and_nothing_is_stored(app: App, t
         row = await cur.fetchone()
     assert row is not None
     assert row["n"] == 2
+
+
+async def test_a_deleted_workspace_is_refused_and_the_connection_serves_the_next_block(
+    app: App, tenant_factory: TenantFactory, pg_dsn: str
+) -> None:
+    """The block's first statement fails (the workspace went: memplane_enter_workspace
+    raises) and every statement after it is skipped until the Sync: the caller gets
+    UnauthenticatedError, and the pool's one connection comes back in transaction mode and
+    runs the next block, of another workspace, as its own."""
+    gone, kept = await tenant_factory(), await tenant_factory()
+    await _seed(app, kept, 2)
+    await app.admin.delete_workspace(gone.name)
+    db = Database(pg_dsn, min_size=1, max_size=1)
+    await db.open()
+    try:
+        with pytest.raises(UnauthenticatedError):
+            async with db.tenant_pipeline(gone.key, {}) as conn:
+                await conn.execute("SELECT count(*) FROM memories")
+        async with db.tenant_pipeline(kept.key, {}) as conn:
+            assert conn.autocommit is True
+            cur = await conn.execute(STATE)
+        row = await cur.fetchone()
+        assert row is not None
+        assert (row["workspace_key"], row["memories"], row["read_only"]) == (str(kept.key), 2, "on")
+        async with db._connection() as conn:
+            assert conn.autocommit is False
+    finally:
+        await db.close()

@@ -472,11 +472,12 @@ async def send(
     `Database.tenant_pipeline` (all of it is one round trip)."""
     where, params = _bound(spec, flt, now)
     text, names = _positional(_shape(spec), where, not flt.narrows, workspace.embedding_dimensions)
+    raw_cursor = _raw_cursor_class(conn.cursor_factory)
     cursors = []
     for item in queries:
         q = item if isinstance(item, QueryText) else QueryText(item[0], item[1])
         values = query_values(params, workspace.key, q, spec)
-        cursor: Cursor = _raw_cursor_class(conn.cursor_factory)(conn)
+        cursor: Cursor = raw_cursor(conn)
         await cursor.execute(text, [values[name] for name in names])
         cursors.append(cursor)
     return cursors
