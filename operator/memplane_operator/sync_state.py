@@ -131,14 +131,14 @@ class SyncBook:
     def sandbox(self, uid: str, observed: Mapping[str, Any] | None) -> dict[str, Any]:
         """status.sandbox of *uid* as this process knows it: *observed* (as read), what the
         sandbox step last wrote over it, the later lastActivityTime of the two (the file
-        sync writes one too), fields written as null left out."""
+        sync writes one too) unless the step cleared it, fields written as null left out."""
         read = dict(observed or {})
         found = self.slots.get(uid)
         if found is None or found.sandbox is None:
             return read
         merged = {**read, **found.sandbox}
         times = [str(t) for t in (read.get("lastActivityTime"), found.sandbox.get("lastActivityTime")) if t]
-        if times:
+        if times and merged.get("lastActivityTime", "") is not None:  # written as null: cleared, not older
             merged["lastActivityTime"] = max(times)  # RFC 3339 UTC, whole seconds: ordered as text
         return {key: value for key, value in merged.items() if value is not None}
 

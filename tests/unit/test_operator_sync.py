@@ -171,6 +171,8 @@ def test_the_sandbox_as_last_written_wins_over_an_older_body() -> None:
     assert book.sandbox("uid-1", newer)["lastActivityTime"] == "2026-12-05T09:00:00Z"
     book.record("uid-1", {"ref": None}, None)  # a field written as null is gone
     assert "ref" not in book.sandbox("uid-1", read)
+    book.record("uid-1", {"lastActivityTime": None}, None)  # the time too (class removed): the body's stays out
+    assert "lastActivityTime" not in book.sandbox("uid-1", read)
 
 
 def _decided(status: bool, reason: str) -> tuple[SyncBook, dict[str, object] | None]:
