@@ -210,10 +210,10 @@ async def delete(**kwargs: Any) -> None:
     logger = kwargs["logger"]
     patch: kopf.Patch = kwargs["patch"]
     runtime = _runtime(kwargs["memo"])
-    ctx = steps.context(runtime, kwargs["body"], logger)
-    ctx.deleting = True
-    try:
-        async with runtime.lock(ctx.uid):
+    async with runtime.lock(kwargs["body"]["metadata"]["uid"]):  # the context too, as in reconcile
+        ctx = steps.context(runtime, kwargs["body"], logger)
+        ctx.deleting = True
+        try:
             outcome = await workspace.reclaim_workspace(ctx)
             revoked = await credentials.release_credentials(ctx)
             try:
@@ -221,14 +221,15 @@ async def delete(**kwargs: Any) -> None:
             except StepBlocked as blocked:
                 logger.warning("sandbox left as it is: %s", blocked)
                 released = f"left ({blocked})"
-    except UnavailableError as error:  # the finalizer stays until the services answer
-        ctx.conditions.set(READY, False, "Deleting", f"waiting for the AdminService to release the workspace: {error}")
-        patch.status.update(ctx.status_patch())
-        raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
-    except SandboxUnavailableError as error:  # ... and until the sandbox backend answers
-        ctx.conditions.set(READY, False, "Deleting", f"waiting for the sandbox backend: {error}")
-        patch.status.update(ctx.status_patch())
-        raise kopf.TemporaryError(str(error), delay=error.delay) from error
+        except UnavailableError as error:  # the finalizer stays until the services answer
+            why = f"waiting for the AdminService to release the workspace: {error}"
+            ctx.conditions.set(READY, False, "Deleting", why)
+            patch.status.update(ctx.status_patch())
+            raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
+        except SandboxUnavailableError as error:  # ... and until the sandbox backend answers
+            ctx.conditions.set(READY, False, "Deleting", f"waiting for the sandbox backend: {error}")
+            patch.status.update(ctx.status_patch())
+            raise kopf.TemporaryError(str(error), delay=error.delay) from error
     logger.info(
         "released (%s): %s; %d key(s) revoked; sandbox: %s",
         ctx.spec.reclaim_policy,
