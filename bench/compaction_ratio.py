@@ -92,11 +92,11 @@ from memplane.compaction.extractive import (
     _message_candidates,
     _render,
 )
-from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock
 from memplane.domain.models import MessageRole
 from memplane.eval.locomo import SCORED_CATEGORIES, Conversation, load_locomo
 from memplane.settings import EmbeddingSettings
+from memplane.text.tokens import TokenCounter, token_counter
 from memplane.v1 import compaction_pb2
 
 ENCODING = "o200k_base"

@@ -88,10 +88,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
 from memplane.client import AsyncMemplaneClient
 from memplane.compaction.split import split_context
-from memplane.compaction.tokens import DEFAULT_ENCODING, TokenCounter, token_counter
 from memplane.domain.context import Block, ContextMessage, ContextSplit, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
 from memplane.errors import MemplaneError
+from memplane.text.tokens import DEFAULT_ENCODING, TokenCounter, token_counter
 from memplane.v1 import compaction_pb2
 
 T = TypeVar("T")

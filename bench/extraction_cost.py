@@ -50,8 +50,8 @@ from _harness import (
     run_load,
 )
 
-from memplane.compaction.tokens import token_counter
 from memplane.settings import ExtractionSettings, LLMSettings
+from memplane.text.tokens import token_counter
 from memplane.v1 import memory_pb2, writeback_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the scripted server lives in tests/

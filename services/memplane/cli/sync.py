@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
-from memplane.compaction.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 from memplane.domain.names import WORKSPACE_NAME
 from memplane.errors import DeadlineExceededError, UnavailableError
 from memplane.filesync import SyncReport, restore_deleted, sync_once
@@ -21,6 +20,7 @@ from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.sandbox import LocalSandboxes
 from memplane.settings import Settings
 from memplane.telemetry import setup_telemetry
+from memplane.text.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 from memplane.v1 import memory_pb2
 
 

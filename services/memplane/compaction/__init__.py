@@ -1,1 +1,2 @@
-"""Context compaction (ReMe's context tools): token counts, splits, summaries, tool-output offload."""
+"""Context compaction (ReMe's context tools): splits, summaries, tool-output offload (token
+counts come from `memplane.text.tokens`)."""

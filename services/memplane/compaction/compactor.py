@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.knobs import NO_SCOPE, count_messages, counter_for, language_for
 from memplane.compaction.llm import LLMSummarizer, SummarizerError
-from memplane.compaction.tokens import TokenCounter
 from memplane.compaction.transcript import SessionTranscript
 from memplane.domain.context import CompactionOutcome, ContextMessage, SummarizerChoice, SummaryMethod
 from memplane.domain.models import Scope, Workspace
 from memplane.domain.validation import Violations, check_scope
 from memplane.errors import FailedPreconditionError
 from memplane.settings import CompactionSettings, LimitsSettings
+from memplane.text.tokens import TokenCounter
 
 _log = logging.getLogger(__name__)
 

@@ -62,9 +62,9 @@ import numpy as np
 from memplane.compaction.lexical import SpanWords, TfIdfVectors, words
 from memplane.compaction.sentences import MIN_IDEOGRAPHS, MIN_WORDS, cap, long_enough, split_sentences
 from memplane.compaction.summary import substantive
-from memplane.compaction.tokens import TokenCounter
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock
 from memplane.text.language import Language
+from memplane.text.tokens import TokenCounter
 
 _log = logging.getLogger(__name__)
 

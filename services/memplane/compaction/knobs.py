@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from memplane.compaction.tokens import TokenCounter, token_counter
 from memplane.domain.context import TOKEN_ENCODINGS, ContextMessage
 from memplane.domain.models import Scope, Workspace
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.text.language import Language, as_language, detect_language
+from memplane.text.tokens import TokenCounter, token_counter
 
 NO_SCOPE = Scope()
 

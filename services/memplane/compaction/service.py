@@ -32,7 +32,6 @@ from memplane.compaction.llm import LLMSummarizer
 from memplane.compaction.offload import ToolCompaction, ToolResultOffloader, ToolResultSlice
 from memplane.compaction.session_memory import MemoryWriter, SessionMemories, SessionSummarizer
 from memplane.compaction.split import split_context
-from memplane.compaction.tokens import TokenCounter
 from memplane.compaction.transcript import SessionTranscript
 from memplane.domain.context import (
     CompactionOutcome,
@@ -48,6 +47,7 @@ from memplane.settings import CompactionSettings, LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.transcripts import TranscriptEntry, TranscriptStore
+from memplane.text.tokens import TokenCounter
 
 __all__ = ["CompactionService", "PrepareOptions", "Prepared"]
 

@@ -1,6 +1,6 @@
 """Where to split an agent's context for compaction (ReMe's check_context).
 
-A pure function over token counts already made (`compaction.tokens`): no I/O, no
+A pure function over token counts already made (`memplane.text.tokens`): no I/O, no
 counting. The algorithm follows ReMe's `AsMsgHandler.context_check` (called by its
 `ContextChecker` op and its `pre_reasoning_hook`): compare the whole context with the
 threshold, keep the newest messages within the reserve, and never cut a tool call from
