@@ -1,9 +1,10 @@
 """`max_embedding_tokens_per_day`: embedders that charge a workspace before they embed.
 
-Tokens are counted with cl100k_base (quicktok), the tokenizer of OpenAI's embedding
-models, whatever the model: one unit for every provider. Every text sent for embedding
-is charged (cache hits included, so the count does not depend on which replica served
-the call); texts written with a precomputed embedding are not embedded, hence free.
+Tokens are counted with cl100k_base (the shared counter, `memplane.text.tokens`), the
+tokenizer of OpenAI's embedding models, whatever the model: one unit for every provider.
+Every text sent for embedding is charged (cache hits included, so the count does not
+depend on which replica served the call); texts written with a precomputed embedding are
+not embedded, hence free.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
-import quicktok
 
 from memplane.domain.models import Workspace
 from memplane.embedding.base import Embedder
 from memplane.errors import QuotaExceededError
 from memplane.storage.database import Database
 from memplane.storage.embedding_usage import charge_tokens
+from memplane.text.tokens import token_counter
 
 METER_ENCODING = "cl100k_base"
 
@@ -31,7 +32,7 @@ class EmbeddingMeter:
         self._db = db
         self._embedder = embedder
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._tokenizer = quicktok.get_encoding(METER_ENCODING)
+        self._counter = token_counter(METER_ENCODING)
 
     @property
     def embedder(self) -> Embedder:
@@ -40,7 +41,7 @@ class EmbeddingMeter:
 
     def count(self, texts: Sequence[str]) -> int:
         """cl100k_base tokens of *texts*."""
-        return sum(int(n) for n in quicktok.count_batch(self._tokenizer, list(texts)))
+        return sum(self._counter.count_texts(texts))
 
     def for_workspace(self, workspace: Workspace) -> Embedder:
         """The shared embedder itself when the workspace has no daily token quota, else a
