@@ -40,5 +40,5 @@ CREATE POLICY tenant_isolation ON tool_result_blobs TO memplane_tenant
 ALTER TABLE transcript_messages ADD COLUMN blocks jsonb;
 
 -- The workspace's default token encoding (CompactionService requests with an empty
--- `encoding`); one of memplane.text.tokens.ENCODINGS.
+-- `encoding`); one of memplane.compaction.tokens.ENCODINGS.
 ALTER TABLE workspaces ADD COLUMN token_encoding text NOT NULL DEFAULT 'o200k_base';
