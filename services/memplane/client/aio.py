@@ -211,7 +211,9 @@ class AsyncMemplaneClient:
         expected_version: int = 0,
         request_id: str = "",
     ) -> memory_pb2.Memory:
-        """Change *fields* of a memory; VersionConflictError if expected_version is stale."""
+        """Change *fields* of a memory; VersionConflictError if expected_version is stale.
+        A conversation turn's memory stays that turn's (its metadata keys kept unless named;
+        InvalidArgumentError for another type or message_id: UpdateMemory in writeback.proto)."""
         reply = await self._call(
             self.writeback.UpdateMemory,
             writeback_pb2.UpdateMemoryRequest(

@@ -127,9 +127,14 @@ class WriteBackServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateMemory(self, request, context):
-        """Change fields of one memory (field mask), with optimistic concurrency.
+        """Change fields of one memory (field mask), with optimistic concurrency. A
+        conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
+        writes per message) stays that turn's: a metadata replace keeps the turn's
+        `message_id`, `speaker`, `role` and `turn_time` unless it names them.
         Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-        INVALID_ARGUMENT for an unknown mask path or bad values; UNAUTHENTICATED.
+        INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
+        a type other than EPISODIC (`memory.type`) or another `message_id`
+        (`memory.metadata.message_id`); UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -67,9 +67,14 @@ class WriteBackServiceStub:
     malformed id; UNAUTHENTICATED.
     """
     UpdateMemory: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]
-    """Change fields of one memory (field mask), with optimistic concurrency.
+    """Change fields of one memory (field mask), with optimistic concurrency. A
+    conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
+    writes per message) stays that turn's: a metadata replace keeps the turn's
+    `message_id`, `speaker`, `role` and `turn_time` unless it names them.
     Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-    INVALID_ARGUMENT for an unknown mask path or bad values; UNAUTHENTICATED.
+    INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
+    a type other than EPISODIC (`memory.type`) or another `message_id`
+    (`memory.metadata.message_id`); UNAUTHENTICATED.
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoryRequest, _writeback_pb2.DeleteMemoryResponse]
     """Delete one memory; its history keeps a DELETE event.
@@ -126,9 +131,14 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     malformed id; UNAUTHENTICATED.
     """
     UpdateMemory: _aio.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]  # type: ignore[assignment]
-    """Change fields of one memory (field mask), with optimistic concurrency.
+    """Change fields of one memory (field mask), with optimistic concurrency. A
+    conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
+    writes per message) stays that turn's: a metadata replace keeps the turn's
+    `message_id`, `speaker`, `role` and `turn_time` unless it names them.
     Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-    INVALID_ARGUMENT for an unknown mask path or bad values; UNAUTHENTICATED.
+    INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
+    a type other than EPISODIC (`memory.type`) or another `message_id`
+    (`memory.metadata.message_id`); UNAUTHENTICATED.
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoryRequest, _writeback_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
     """Delete one memory; its history keeps a DELETE event.
@@ -206,9 +216,14 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _writeback_pb2.UpdateMemoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_writeback_pb2.UpdateMemoryResponse, _abc.Awaitable[_writeback_pb2.UpdateMemoryResponse]]:
-        """Change fields of one memory (field mask), with optimistic concurrency.
+        """Change fields of one memory (field mask), with optimistic concurrency. A
+        conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
+        writes per message) stays that turn's: a metadata replace keeps the turn's
+        `message_id`, `speaker`, `role` and `turn_time` unless it names them.
         Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-        INVALID_ARGUMENT for an unknown mask path or bad values; UNAUTHENTICATED.
+        INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
+        a type other than EPISODIC (`memory.type`) or another `message_id`
+        (`memory.metadata.message_id`); UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

@@ -83,7 +83,8 @@ def check_conversation(
 
 
 def _episodic(scope: Scope, m: ConversationMessage, now: datetime) -> NewMemory:
-    """The EPISODIC memory of one turn (speaker, role, message id and time in metadata)."""
+    """The EPISODIC memory of one turn (speaker, role, message id and time in metadata;
+    UpdateMemory keeps them: `memplane.writeback.turns`)."""
     when = m.created_at or now
     metadata: dict[str, Any] = {"role": m.role.value, "turn_time": when.isoformat()}
     if m.name:

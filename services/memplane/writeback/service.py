@@ -55,6 +55,7 @@ from memplane.writeback.conversation import ConversationResult, ConversationWrit
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.requests import Added, Ledger, WriteRequest, prepare
 from memplane.writeback.session_facts import SessionFactWriter
+from memplane.writeback.turns import keep_turn
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -242,8 +243,8 @@ class WriteBackService:
         """Change the fields named in *mask* to their values in *values*.
 
         Raises `InvalidArgumentError` (unknown mask path → `update_mask`, bad values →
-        `memory.<field>`), `NotFoundError`, `VersionConflictError` (ABORTED) when
-        *expected_version* is non-zero and stale.
+        `memory.<field>`, a turn's memory kept a turn: `memplane.writeback.turns`),
+        `NotFoundError`, `VersionConflictError` (ABORTED) when *expected_version* is stale.
         """
         v = Violations()
         canonical = parse_memory_id(v, "id", memory_id)
@@ -264,20 +265,20 @@ class WriteBackService:
                 raise NotFoundError("memory", memory_id)
             if expected_version and current.version != expected_version:
                 raise VersionConflictError(current.id, expected_version, current.version)
+            v = Violations()
             merged = NewMemory(
                 content=values.content if "content" in mask else current.content,
                 scope=current.scope,
                 type=values.type if "type" in mask else current.type,
                 name=values.name if "name" in mask else current.name,
                 description=values.description if "description" in mask else current.description,
-                metadata=values.metadata if "metadata" in mask else current.metadata,
+                metadata=keep_turn(v, "memory", current, values, mask),
                 valid_from=(values.valid_from or current.valid_from)
                 if "valid_from_time" in mask
                 else current.valid_from,
                 valid_to=values.valid_to if "valid_to_time" in mask else current.valid_to,
                 expires_at=values.expires_at if "expire_time" in mask else current.expires_at,
             )
-            v = Violations()
             check_new_memory(v, "memory", merged, self._limits, workspace.embedding_dimensions)
             v.raise_if_any()
             fields: dict[str, Any] = {

@@ -262,10 +262,13 @@ class AsyncMemory:
         data: str | None = None,
     ) -> dict[str, str]:
         """Change a memory's text (*text*, or mem0's older *data*) and/or replace its
-        metadata (its role and actor_id are kept, and a conversation turn's message_id,
-        speaker and turn_time; identity keys dropped). memplane keeps the old version in the
-        history. Returns {"message": "Memory updated successfully!"}.
-        Raises `ValueError` when neither is given, `MemoryNotFoundError` for an unknown id."""
+        metadata: its role and actor_id are kept unless *metadata* names them (mem0's
+        `_update_memory` rule), identity keys dropped; the server keeps a conversation turn's
+        message_id, speaker, role and turn_time the same way (`memplane.writeback.turns`).
+        memplane keeps the old version in the history. Returns {"message": "Memory updated
+        successfully!"}. Raises `ValueError` when neither is given or *metadata* names
+        another message_id than the turn's (`ValidationError`), `MemoryNotFoundError` for
+        an unknown id."""
         text = text if text is not None else data
         if text is None and metadata is None:
             raise ValidationError("At least one of text, metadata, or expiration_date must be provided.")
@@ -277,10 +280,8 @@ class AsyncMemory:
             if metadata is not None:
                 current = shapes.memory_item(await self._client.get_memory(memory_id))
                 kept = {k: current[k] for k in shapes.MESSAGE_KEYS if current.get(k) is not None}
-                turn = current.get("metadata") or {}
-                kept |= {k: turn[k] for k in shapes.TURN_KEYS if turn.get(k) is not None}
                 fields.append("metadata")
-                new.metadata.CopyFrom(shapes.struct(shapes.user_metadata(metadata) | kept))
+                new.metadata.CopyFrom(shapes.struct(kept | shapes.user_metadata(metadata)))
             await self._client.update_memory(memory_id, new, fields)
         return {"message": "Memory updated successfully!"}
 

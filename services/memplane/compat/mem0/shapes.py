@@ -17,10 +17,6 @@ from memplane.v1 import filter_pb2, memory_pb2
 ENTITY_KEYS = ("user_id", "agent_id", "run_id")
 # Keys mem0 keeps beside a memory's text and lifts out of its metadata in every result.
 MESSAGE_KEYS = ("actor_id", "role")
-# Keys WriteConversation gives a turn's memory besides role (`memplane.writeback.conversation`):
-# a memory naming its turn is that turn's, context of its neighbours and dated and named by
-# the search's terms, so update(metadata=) keeps them as mem0 keeps MESSAGE_KEYS.
-TURN_KEYS = ("message_id", "speaker", "turn_time")
 LOGICAL_KEYS = ("AND", "OR", "NOT")
 EVENT_NAMES = {
     memory_pb2.EVENT_KIND_ADD: "ADD",

@@ -1,0 +1,56 @@
+"""A conversation turn's memory under UpdateMemory: it stays that turn's.
+
+A *turn* is the memory WriteConversation writes for one message (as migration 0013 defines
+one, and peer harnesses write through AddMemories): type EPISODIC, metadata `message_id`
+naming the message its provenance names, beside `speaker`, `role` and `turn_time`. memplane
+itself reads those: a turn is its neighbours' context only while it is EPISODIC and its
+metadata names the message (`memplane.storage.search_boosts.CONTEXT_COLUMN`), the speaker
+term matches `metadata.speaker`, raw turns are never duplicates (migration 0013), and the
+Markdown view journals episodic memories by speaker (`memplane.mdview.render`).
+
+So a metadata replace keeps the turn keys the new metadata does not name, as mem0's
+`_update_memory` keeps `role` and `actor_id` "only if not provided in new metadata" (mem0
+2.2.1, `mem0/memory/main.py`); a value the client gives is its correction (another
+speaker) and is kept. What cannot be kept together with the turn is refused: a type
+other than EPISODIC (`memory.type`), a `message_id` other than the stored one
+(`memory.metadata.message_id`: provenance names the turn and cannot change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memplane.domain.models import JsonObject, Memory, MemoryType, NewMemory
+from memplane.domain.validation import Violations
+
+TURN_KEYS = ("message_id", "speaker", "role", "turn_time")
+"""The metadata keys WriteConversation gives a turn's memory (`memplane.writeback.conversation`)."""
+
+
+def is_turn(memory: Memory) -> bool:
+    """Whether *memory* is a conversation turn's: EPISODIC with metadata `message_id`."""
+    return memory.type is MemoryType.EPISODIC and "message_id" in memory.metadata
+
+
+def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]) -> JsonObject:
+    """The metadata UpdateMemory stores when it changes *mask* of *current* to *values*:
+    `values.metadata` with, for a turn, the stored `TURN_KEYS` it does not name; adds to *v*
+    (under *field*, e.g. "memory") a violation for each change that would end the turn."""
+    if not is_turn(current):
+        return values.metadata if "metadata" in mask else current.metadata
+    message_id = current.metadata["message_id"]
+    if "type" in mask and values.type is not MemoryType.EPISODIC:
+        v.add(
+            f"{field}.type",
+            f"must stay {MemoryType.EPISODIC.value}: this memory is conversation turn {message_id!r}"
+            " (store a fact drawn from it as a new memory instead)",
+        )
+    if "metadata" not in mask:
+        return current.metadata
+    if "message_id" in values.metadata and values.metadata["message_id"] != message_id:
+        v.add(
+            f"{field}.metadata.message_id",
+            f"must stay {message_id!r} (or be left out): it names the turn this memory was written for",
+        )
+    kept = {k: current.metadata[k] for k in TURN_KEYS if k in current.metadata and k not in values.metadata}
+    return {**values.metadata, **kept}
