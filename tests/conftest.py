@@ -3,6 +3,8 @@ get a short timeout (they touch no database, no network and no model)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +22,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
         elif parts[0] == "unit" and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_SECONDS))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_as_found() -> Iterator[None]:
+    """Each test leaves the root logger's handlers and level as it found them. A test that
+    runs a CLI in-process (`memplane.logs.setup_logging`) replaces them with a handler on
+    that test's captured stderr, which pytest closes when the test ends; the session's
+    in-process operator (tests/e2e/operator, a thread that outlives the test) then logged
+    into the closed stream ("--- Logging error --- ValueError: I/O operation on closed
+    file" in CI's output)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
