@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 from memplane.writeback.rules_writer import RULES_METHOD
 from tests.fix_server import TestWorkspace
-from tests.support import list_all, ts
+from tests.support import list_all, mem, ts
 
 USER, ASSISTANT = memory_pb2.MESSAGE_ROLE_USER, memory_pb2.MESSAGE_ROLE_ASSISTANT
 T0 = datetime(2026, 11, 13, 9, 0, tzinfo=UTC)
@@ -105,3 +105,25 @@ async def test_a_retry_replays_the_first_reply_and_stores_nothing_more(workspace
     assert [m.id for m in again.memories] == [m.id for m in first.memories]
     assert len(await statements(workspace, superseded=True)) == 1
     assert first.extracted_memories[0].name == "favourite colour"
+
+
+async def test_a_users_metadata_replace_leaves_a_statement_reconciled_by_key(workspace: TestWorkspace) -> None:
+    """UpdateMemory with a `metadata` mask (a tag) keeps the keys the rules step reads back
+    (`extracted_by`, `statement`, `attribute`: `memplane.writeback.turns.RULE_KEYS`): the
+    same statement again is still NOOP and a move still supersedes the tagged address.
+    Before, the tag replaced them and the old home stayed current beside the new one."""
+    first = await workspace.client.write_conversation(
+        scope("s1"), [turn("g1", USER, "I live in Lisbon. I like sailing.")], extract=True
+    )
+    for memory in first.extracted_memories:
+        await workspace.client.update_memory(memory.id, mem("", metadata={"tag": "profile"}), ["metadata"])
+    home = next(m for m in first.extracted_memories if m.name == "residence")
+    tagged = (await statements(workspace))["I live in Lisbon."]
+    assert meta(tagged) == {**meta(home), "tag": "profile"}
+
+    await workspace.client.write_conversation(
+        scope("s2"), [turn("h1", USER, "I like sailing. I moved to Faro.", days=3)], extract=True
+    )
+    current = await statements(workspace)
+    assert sorted(current) == ["I like sailing.", "I moved to Faro."]  # sailing once; Lisbon closed
+    assert meta(current["I moved to Faro."])["supersedes"] == home.id

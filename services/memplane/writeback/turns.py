@@ -14,6 +14,12 @@ So a metadata replace keeps the turn keys the new metadata does not name, as mem
 speaker) and is kept. What cannot be kept together with the turn is refused: a type
 other than EPISODIC (`memory.type`), a `message_id` other than the stored one
 (`memory.metadata.message_id`: provenance names the turn and cannot change).
+
+A statement the no-LLM extractor stored (`memplane.writeback.rules_writer`: metadata
+`extracted_by: "rules"`) is found again by those keys — `statement` makes the same
+statement a NOOP, `attribute` lets a move supersede the old address — so a metadata
+replace keeps its `RULE_KEYS` the same way. Its type may change (the rules step then no
+longer reads it, as the user asked).
 """
 
 from __future__ import annotations
@@ -22,9 +28,13 @@ from collections.abc import Sequence
 
 from memplane.domain.models import JsonObject, Memory, MemoryType, NewMemory
 from memplane.domain.validation import Violations
+from memplane.writeback.rules import METHOD as RULES
 
 TURN_KEYS = ("message_id", "speaker", "role", "turn_time")
 """The metadata keys WriteConversation gives a turn's memory (`memplane.writeback.conversation`)."""
+
+RULE_KEYS = ("extracted_by", "statement", "attribute", "speaker", "speaker_name", "supersedes", "message_id")
+"""The metadata keys the no-LLM extractor gives a statement (`memplane.writeback.rules_writer`)."""
 
 
 def is_turn(memory: Memory) -> bool:
@@ -35,7 +45,10 @@ def is_turn(memory: Memory) -> bool:
 def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]) -> JsonObject:
     """The metadata UpdateMemory stores when it changes *mask* of *current* to *values*:
     `values.metadata` with, for a turn, the stored `TURN_KEYS` it does not name; adds to *v*
-    (under *field*, e.g. "memory") a violation for each change that would end the turn."""
+    (under *field*, e.g. "memory") a violation for each change that would end the turn.
+    A rules statement's metadata keeps its `RULE_KEYS` the same way."""
+    if "metadata" in mask and current.metadata.get("extracted_by") == RULES:
+        return _kept(current.metadata, values.metadata, RULE_KEYS)
     if not is_turn(current):
         return values.metadata if "metadata" in mask else current.metadata
     message_id = current.metadata["message_id"]
@@ -52,5 +65,9 @@ def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mas
             f"{field}.metadata.message_id",
             f"must stay {message_id!r} (or be left out): it names the turn this memory was written for",
         )
-    kept = {k: current.metadata[k] for k in TURN_KEYS if k in current.metadata and k not in values.metadata}
-    return {**values.metadata, **kept}
+    return _kept(current.metadata, values.metadata, TURN_KEYS)
+
+
+def _kept(stored: JsonObject, given: JsonObject, keys: Sequence[str]) -> JsonObject:
+    """*given* with the *keys* of *stored* it does not name."""
+    return {**given, **{k: stored[k] for k in keys if k in stored and k not in given}}
