@@ -15,7 +15,11 @@ Control plane (header ``X-API-KEY`` must be `FakeE2B.api_key`, else 401):
 
 envd answers only for running sandboxes (else 502 "... was not found", as E2B's proxy
 does); pausing or killing a sandbox kills its processes. `FakeE2B.calls` logs
-(method, path) of every control-plane call. Use as a context manager.
+(method, path) of every control-plane call; `FakeE2B.fail_next` makes the next
+authenticated control-plane call of a method and path answer an error status instead (a
+400 for a template E2B does not have, a 500, a 429 rate limit, a 503), as E2B's API
+answers it. Use as a
+context manager.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class FakeE2B:
         self.api_key = f"e2b_{uuid.uuid4().hex}"
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.calls: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, str, int, str]] = []  # (method, path, status, message)
         self.lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="fake-e2b-"))
         from tests.fake_envd import envd_app  # envd needs this module's FakeSandbox
@@ -89,6 +94,13 @@ class FakeE2B:
         """The SDK options that point it here (E2BSandboxes' *connection*)."""
         return {"api_key": self.api_key, "api_url": self.api_url, "sandbox_url": self.sandbox_url,
                 "http_version": "1.1", "request_timeout": 30.0}  # fmt: skip
+
+    def fail_next(self, status: int, message: str, *, method: str = "POST", path: str = "/v2/sandboxes") -> None:
+        """Answer the next authenticated control-plane call of *method* and *path* (by
+        default the create) with *status* and E2B's JSON error body ``{"code",
+        "message"}``, instead of serving it."""
+        with self.lock:
+            self.failures.append((method, path, status, message))
 
     def running(self, sandbox_id: str) -> FakeSandbox | None:
         """The sandbox if it exists and runs (what envd serves), else None."""
@@ -113,6 +125,13 @@ class FakeE2B:
                 self.calls.append((scope["method"], scope["path"]))
                 if headers.get(b"x-api-key") != self.api_key.encode():
                     await _error(401, "Invalid API key")(scope, receive, send)
+                    return
+                with self.lock:
+                    due = [f for f in self.failures if f[:2] == (scope["method"], scope["path"])]
+                    if due:
+                        self.failures.remove(due[0])
+                if due:
+                    await _error(*due[0][2:])(scope, receive, send)
                     return
             await app(scope, receive, send)
 

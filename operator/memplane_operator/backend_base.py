@@ -1,6 +1,7 @@
-"""What every SandboxClass adapter shares: its errors, the workspace a backend is opened
-for (`Target`), the open backend it returns, what starting a sandbox gave (`Started`) and
-the shape of an adapter module (`Adapter`). See `memplane_operator.backends`."""
+"""What every SandboxClass adapter shares: its errors and how it reads its backend's
+(`ErrorTable`), the workspace a backend is opened for (`Target`), the open backend it
+returns, what starting a sandbox gave (`Started`, `start_by_ensure`) and the shape of an
+adapter module (`Adapter`). See `memplane_operator.backends`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memplane.errors import FailedPreconditionError
 from memplane.sandbox import SandboxBackend, SandboxHandle
 from memplane_operator.kube import Kube
 
@@ -33,6 +35,60 @@ class BackendUnavailableError(Exception):
 class BackendRefusedError(Exception):
     """The backend answered and refused the request (a missing image, a bad parameter it
     alone can judge): only a change to the SandboxClass or the backend helps."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One row of an `ErrorTable`: an error of *kinds* is read as *verdict*
+    (`BackendRefusedError` or `BackendUnavailableError`), its message *prefix* then the
+    error's own text."""
+
+    kinds: type[BaseException] | tuple[type[BaseException], ...]
+    verdict: type[BackendRefusedError] | type[BackendUnavailableError]
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class ErrorTable:
+    """How an adapter reads its backend's errors (`Adapter.classify`), tried in order:
+
+    1. each of *first* (what only this backend has: a rejected key, a Pod not ready);
+    2. `FailedPreconditionError` (what the `memplane.sandbox` backend raises when its
+       service refuses what the class asks: an image, an object) -> refused, its text;
+    3. an *api_error* (the client's error for an HTTP answer), by the status *status_of*
+       gives it: 4xx -> refused, "<service> refused (<status>): <detail>"; a 5xx or no
+       status (no answer) -> unavailable, "<service> failed [(<status>)]: <detail>";
+    4. a *transport* error (no connection, reset) -> unavailable,
+       "<service> is unreachable: <error>";
+    5. anything else -> None (not the backend's).
+
+    *service* names the backend in every message ("the Docker engine", "E2B"); the
+    operation is named by the caller (`Backends.call`)."""
+
+    service: str
+    api_error: type[BaseException] | tuple[type[BaseException], ...]
+    status_of: Callable[[Any], int | None]
+    detail_of: Callable[[Any], str] = str
+    transport: tuple[type[BaseException], ...] = (OSError,)
+    first: tuple[Reading, ...] = ()
+
+    def classify(self, error: BaseException) -> Exception | None:
+        """*error* as `BackendRefusedError` / `BackendUnavailableError` (see the class), or
+        None if it is not the backend's."""
+        for row in self.first:
+            if isinstance(error, row.kinds):
+                return row.verdict(f"{row.prefix}{error}")
+        if isinstance(error, FailedPreconditionError):
+            return BackendRefusedError(str(error))
+        if isinstance(error, self.api_error):
+            status, detail = self.status_of(error), self.detail_of(error)
+            if status is not None and 400 <= status < 500:
+                return BackendRefusedError(f"{self.service} refused ({status}): {detail}")
+            code = f" ({status})" if status is not None else ""
+            return BackendUnavailableError(f"{self.service} failed{code}: {detail}")
+        if isinstance(error, self.transport):
+            return BackendUnavailableError(f"{self.service} is unreachable: {error}")
+        return None
 
 
 @dataclass(frozen=True)
@@ -73,6 +129,13 @@ def check_image(field: str, image: str) -> str:
     if not _IMAGE.match(image):
         raise InvalidParametersError(field, f"{image!r} is not an image reference")
     return image
+
+
+async def start_by_ensure(backend: SandboxBackend, workspace: str) -> Started:
+    """`Adapter.start` of a backend whose `ensure` returns once the sandbox is ready to
+    use (docker: the container made or started; e2b: the sandbox found and connected, a
+    paused one resumed, or created): the handle, nothing waited on."""
+    return Started(await backend.ensure(workspace))
 
 
 async def nothing_to_close() -> None:

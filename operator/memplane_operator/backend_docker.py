@@ -21,17 +21,15 @@ from urllib.parse import urlsplit
 
 import aiodocker
 
-from memplane.errors import FailedPreconditionError
 from memplane.sandbox.docker import DockerSandboxes
 from memplane_operator.backend_base import (
     CLASS_LABEL,
-    BackendRefusedError,
-    BackendUnavailableError,
+    ErrorTable,
     InvalidParametersError,
     OpenBackend,
-    Started,
     Target,
     check_image,
+    start_by_ensure,
 )
 
 TYPE = "docker"
@@ -93,14 +91,12 @@ def container_name(params: DockerParams, workspace: str) -> str:
     return container_prefix(params.class_name) + workspace
 
 
+start = start_by_ensure  # the container made or started: ready once it runs
+
+
 async def ref_by_name(backend: DockerSandboxes, params: DockerParams, workspace: str) -> str:
     """The container's name: a suspend or destroy of a container that does not exist does nothing."""
     return container_name(params, workspace)
-
-
-async def start(backend: DockerSandboxes, workspace: str) -> Started:
-    """`ensure`: the container made or started; ready once it runs."""
-    return Started(await backend.ensure(workspace))
 
 
 async def open_backend(params: DockerParams, target: Target | None = None) -> OpenBackend:
@@ -118,16 +114,17 @@ async def open_backend(params: DockerParams, target: Target | None = None) -> Op
     return OpenBackend(backend=backend, close=docker.close)
 
 
+def _status(error: aiodocker.DockerError) -> int | None:
+    return None if error.status == _CONNECT_FAILED else error.status
+
+
+ERRORS = ErrorTable(
+    service="the Docker engine", api_error=aiodocker.DockerError, status_of=_status, detail_of=lambda e: e.message
+)
+
+
 def classify(error: BaseException) -> Exception | None:
-    """Unreachable or failing engine (no connection, 5xx, socket errors) ->
-    `BackendUnavailableError`; a refusal (4xx, an image it cannot create from) ->
-    `BackendRefusedError`; anything else -> None."""
-    if isinstance(error, aiodocker.DockerError):
-        if error.status == _CONNECT_FAILED or error.status >= 500:
-            return BackendUnavailableError(f"the Docker engine is unavailable: {error.message}")
-        return BackendRefusedError(f"the Docker engine refused ({error.status}): {error.message}")
-    if isinstance(error, FailedPreconditionError):
-        return BackendRefusedError(str(error))
-    if isinstance(error, OSError):
-        return BackendUnavailableError(f"the Docker engine is unreachable: {error}")
-    return None
+    """`ERRORS` (`ErrorTable`): an image the engine cannot create from, or a 4xx ->
+    `BackendRefusedError`; no connection (aiodocker's 900), a 5xx or a socket error ->
+    `BackendUnavailableError`; anything else -> None."""
+    return ERRORS.classify(error)

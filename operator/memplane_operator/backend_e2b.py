@@ -27,18 +27,19 @@ import httpx
 from e2b import AuthenticationException, RateLimitException, SandboxException
 from e2b.exceptions import ServiceBusyException
 
-from memplane.errors import FailedPreconditionError
 from memplane.sandbox.e2b import E2BSandboxes
 from memplane.sandbox.errors import SandboxNotFoundError
 from memplane_operator.backend_base import (
     CLASS_LABEL,
     BackendRefusedError,
     BackendUnavailableError,
+    ErrorTable,
     InvalidParametersError,
     OpenBackend,
-    Started,
+    Reading,
     Target,
     nothing_to_close,
+    start_by_ensure,
 )
 from memplane_operator.kube import Secret
 
@@ -116,9 +117,7 @@ async def open_backend(params: E2BParams, target: Target) -> OpenBackend:
     return OpenBackend(backend=backend, close=nothing_to_close)
 
 
-async def start(backend: E2BSandboxes, workspace: str) -> Started:
-    """`ensure`: the sandbox found and connected (a paused one resumed), or created."""
-    return Started(await backend.ensure(workspace))
+start = start_by_ensure  # the sandbox found and connected (a paused one resumed), or created
 
 
 async def ref_by_name(backend: E2BSandboxes, params: E2BParams, workspace: str) -> str | None:
@@ -127,27 +126,23 @@ async def ref_by_name(backend: E2BSandboxes, params: E2BParams, workspace: str) 
     return None if found is None else found.ref
 
 
+ERRORS = ErrorTable(
+    service="E2B",
+    api_error=SandboxException,
+    status_of=lambda e: e.status_code,
+    transport=(httpx.TransportError, OSError),
+    first=(
+        Reading(AuthenticationException, BackendRefusedError, "E2B rejected the API key: "),
+        Reading((RateLimitException, ServiceBusyException), BackendUnavailableError, "E2B is busy: "),
+        Reading(SandboxNotFoundError, BackendUnavailableError, "the sandbox is gone; it is made again: "),
+    ),
+)
+
+
 def classify(error: BaseException) -> Exception | None:
-    """A rejected key or a 4xx (a template E2B does not have) -> `BackendRefusedError`;
-    no connection, a timeout, a rate limit, E2B busy or a 5xx -> `BackendUnavailableError`;
-    anything else -> None. A sandbox killed behind the operator's back (connect: 404) is
-    not an error of the class: it is made again at the next ensure."""
-    refused: Exception | None = None
-    unavailable: Exception | None = None
-    if isinstance(error, AuthenticationException):
-        refused = BackendRefusedError(f"E2B rejected the API key: {error}")
-    elif isinstance(error, (RateLimitException, ServiceBusyException)):
-        unavailable = BackendUnavailableError(f"E2B is busy: {error}")
-    elif isinstance(error, SandboxNotFoundError):
-        unavailable = BackendUnavailableError(f"the sandbox is gone; it is made again: {error}")
-    elif isinstance(error, FailedPreconditionError):
-        refused = BackendRefusedError(str(error))
-    elif isinstance(error, SandboxException):
-        status = error.status_code
-        if status is not None and 400 <= status < 500:
-            refused = BackendRefusedError(f"E2B refused ({status}): {error}")
-        else:
-            unavailable = BackendUnavailableError(f"E2B failed: {error}")
-    elif isinstance(error, (httpx.TransportError, OSError)):
-        unavailable = BackendUnavailableError(f"E2B is unreachable: {error}")
-    return refused or unavailable
+    """`ERRORS` (`ErrorTable`): a rejected key or a 4xx (a template E2B does not have) ->
+    `BackendRefusedError`; no connection, a timeout, a rate limit, E2B busy or a 5xx ->
+    `BackendUnavailableError`; anything else -> None. A sandbox killed behind the
+    operator's back (connect: 404) is not an error of the class: it is made again at the
+    next ensure."""
+    return ERRORS.classify(error)

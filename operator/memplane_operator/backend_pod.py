@@ -25,16 +25,16 @@ from typing import Any
 import httpx
 import kr8s
 
-from memplane.errors import FailedPreconditionError
 from memplane.sandbox.errors import SandboxNotReadyError
 from memplane.sandbox.kubeexec import KubeExecError
 from memplane.sandbox.pod import PodSandboxes
 from memplane_operator.backend_base import (
     CLASS_LABEL,
-    BackendRefusedError,
     BackendUnavailableError,
+    ErrorTable,
     InvalidParametersError,
     OpenBackend,
+    Reading,
     Started,
     Target,
     check_image,
@@ -123,21 +123,25 @@ async def ref_by_name(backend: PodSandboxes, params: PodParams, workspace: str) 
     return backend.name_of(workspace)
 
 
+def _status(error: kr8s.ServerError) -> int | None:
+    return error.response.status_code if error.response is not None else None
+
+
+ERRORS = ErrorTable(
+    service="the Kubernetes API",
+    api_error=kr8s.ServerError,
+    status_of=_status,
+    transport=(httpx.TransportError, OSError),
+    first=(
+        Reading(SandboxNotReadyError, BackendUnavailableError),
+        Reading(KubeExecError, BackendUnavailableError, "exec into the sandbox Pod failed: "),
+    ),
+)
+
+
 def classify(error: BaseException) -> Exception | None:
-    """The API server refusing an object (invalid, forbidden, over a quota) ->
-    `BackendRefusedError`; a 5xx, a Pod still terminating, or no connection ->
-    `BackendUnavailableError`; an exec into the Pod refused or cut (the file sync's) ->
-    `BackendUnavailableError`; anything else -> None."""
-    if isinstance(error, FailedPreconditionError):
-        return BackendRefusedError(str(error))
-    if isinstance(error, (SandboxNotReadyError, KubeExecError)):
-        exec_failed = "exec into the sandbox Pod failed: " if isinstance(error, KubeExecError) else ""
-        return BackendUnavailableError(f"{exec_failed}{error}")
-    if isinstance(error, kr8s.ServerError):
-        status = error.response.status_code if error.response is not None else None
-        if status is not None and 400 <= status < 500:
-            return BackendRefusedError(f"the Kubernetes API refused ({status}): {error}")
-        return BackendUnavailableError(f"the Kubernetes API failed: {error}")
-    if isinstance(error, (httpx.TransportError, OSError)):
-        return BackendUnavailableError(f"the Kubernetes API is unreachable: {error}")
-    return None
+    """`ERRORS` (`ErrorTable`): the API server refusing an object (invalid, forbidden, over
+    a quota) or a 4xx -> `BackendRefusedError`; a 5xx, a Pod still terminating, or no
+    connection -> `BackendUnavailableError`; an exec into the Pod refused or cut (the file
+    sync's) -> `BackendUnavailableError`; anything else -> None."""
+    return ERRORS.classify(error)
