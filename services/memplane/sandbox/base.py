@@ -17,17 +17,22 @@ services are the only writers besides the agent, whose own tools see the same tr
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from memplane.domain.names import WORKSPACE_NAME
 from memplane.errors import FieldViolation, InvalidArgumentError
-from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxPathError
+from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxFileNotFoundError, SandboxPathError
 from memplane.sandbox.paths import ROOT, confine, is_within, join_root
 
 DEFAULT_EXEC_TIMEOUT = 60.0  # seconds
+KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` exits with
+GRACE_SECONDS = 10.0  # beyond a command's own timeout, for the API round trips
 # type (symlinks followed: -L; "l" for a broken one), size in bytes, name (last: it may
 # hold a tab)
 _FIND_FORMAT = "%y\\t%s\\t%f\\0"
@@ -78,6 +83,57 @@ def check_workspace(workspace: str) -> str:
             FieldViolation("workspace", f"{workspace!r} is not a workspace name (1-63 of a-z, 0-9, '-')")
         )
     return workspace
+
+
+# What a sandbox-side script's exit status says of a path it was to write (a
+# `SandboxPathError`): one table for every backend that writes through a script.
+NOT_A_DIRECTORY, A_DIRECTORY = 42, 43
+WRITE_REFUSALS = {NOT_A_DIRECTORY: "has a file where a directory must be", A_DIRECTORY: "is a directory"}
+# ``sh -c PREPARE_WRITE sh <parent> <path>``: make the parents, refuse a directory at the
+# path (WRITE_CHECKS, which a script that goes on to write starts with).
+WRITE_CHECKS = f'mkdir -p -- "$1" 2>/dev/null || exit {NOT_A_DIRECTORY}; test -d "$2" && exit {A_DIRECTORY}; '
+PREPARE_WRITE = WRITE_CHECKS + "exit 0"
+
+
+def refuse_path(result: ExecResult, relative: str) -> None:
+    """Raise `SandboxPathError` naming the sandbox path *relative* when *result*'s exit
+    status is one of `WRITE_REFUSALS` (a file where a directory must be, a directory)."""
+    why = WRITE_REFUSALS.get(result.exit_code)
+    if why is not None:
+        raise SandboxPathError(relative, why)
+
+
+def check_written(result: ExecResult, relative: str) -> None:
+    """`refuse_path`, then `SandboxPathError` ("cannot be written: <stderr>") for any other
+    failure of the command that wrote *relative*."""
+    refuse_path(result, relative)
+    if not result.ok():
+        raise SandboxPathError(relative, f"cannot be written: {result.stderr.decode(errors='replace').strip()}")
+
+
+def killed_after(timeout_seconds: float, argv: list[str]) -> list[str]:
+    """*argv* run under coreutils' ``timeout -s KILL <timeout_seconds>`` (how the remote
+    backends bound a command inside the sandbox)."""
+    return ["timeout", "-s", "KILL", f"{timeout_seconds:g}", *argv]
+
+
+async def bounded(
+    run: Awaitable[ExecResult], argv: list[str], timeout_seconds: float, *, deadline: bool = True
+) -> ExecResult:
+    """The result of *run*, a command started as `killed_after(timeout_seconds, ...)`.
+    Raises `SandboxExecTimeoutError` naming *argv* when it exited 137 (killed) at or after
+    its timeout, or when *run* raises `TimeoutError`: its own, or (with *deadline*) the
+    stream outliving the timeout by `GRACE_SECONDS`. A *run* with its own deadline (that
+    kills the process when it passes) takes ``deadline=False``."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_seconds + GRACE_SECONDS if deadline else None):
+            result = await run
+    except TimeoutError:
+        raise SandboxExecTimeoutError(argv, timeout_seconds) from None
+    if result.exit_code == KILLED and time.monotonic() - started >= timeout_seconds:
+        raise SandboxExecTimeoutError(argv, timeout_seconds)
+    return result
 
 
 class SandboxBackend(ABC):

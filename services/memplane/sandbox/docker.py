@@ -26,19 +26,22 @@ from aiodocker.containers import DockerContainer
 from aiodocker.types import JSONValue
 
 from memplane.errors import FailedPreconditionError
-from memplane.sandbox.base import ExecResult, SandboxBackend, SandboxHandle, check_workspace
-from memplane.sandbox.errors import (
-    SandboxExecTimeoutError,
-    SandboxFileNotFoundError,
-    SandboxNotFoundError,
-    SandboxPathError,
+from memplane.sandbox.base import (
+    PREPARE_WRITE,
+    ExecResult,
+    SandboxBackend,
+    SandboxHandle,
+    bounded,
+    check_workspace,
+    check_written,
+    killed_after,
+    refuse_path,
 )
+from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxNotFoundError
 
 SANDBOX_ROOT = "/sandbox"
 WORKSPACE_LABEL = "memplane.io/workspace"
 _NOT_FOUND, _NOT_MODIFIED, _CONFLICT = 404, 304, 409
-_KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` exits with
-_GRACE_SECONDS = 10.0  # beyond the command's own timeout, for the API round trips
 
 
 class DockerSandboxes(SandboxBackend):
@@ -122,16 +125,7 @@ class DockerSandboxes(SandboxBackend):
         return self._docker.containers.container(handle.ref)
 
     async def _exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str, timeout_seconds: float) -> ExecResult:
-        command = ["timeout", "-s", "KILL", f"{timeout_seconds:g}", *argv]
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout_seconds + _GRACE_SECONDS):
-                result = await self._run(handle, command, cwd)
-        except TimeoutError:
-            raise SandboxExecTimeoutError(argv, timeout_seconds) from None
-        if result.exit_code == _KILLED and time.monotonic() - started >= timeout_seconds:
-            raise SandboxExecTimeoutError(argv, timeout_seconds)
-        return result
+        return await bounded(self._run(handle, killed_after(timeout_seconds, argv), cwd), argv, timeout_seconds)
 
     async def _run(self, handle: SandboxHandle, command: list[str], cwd: str) -> ExecResult:
         try:
@@ -166,12 +160,8 @@ class DockerSandboxes(SandboxBackend):
 
     async def _write(self, handle: SandboxHandle, path: str, data: bytes) -> None:
         parent, name = posixpath.split(path)
-        script = 'mkdir -p -- "$1" 2>/dev/null || exit 2; test -d "$2" && exit 3; exit 0'
-        made = await self._run(handle, ["sh", "-c", script, "sh", parent, path], "/")
-        if made.exit_code == 2:
-            raise SandboxPathError(self._relative(path), "has a file where a directory must be")
-        if made.exit_code == 3:
-            raise SandboxPathError(self._relative(path), "is a directory")
+        made = await self._run(handle, ["sh", "-c", PREPARE_WRITE, "sh", parent, path], "/")
+        refuse_path(made, self._relative(path))
         temporary = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -180,5 +170,4 @@ class DockerSandboxes(SandboxBackend):
             archive.addfile(info, io.BytesIO(data))
         await self._container(handle).put_archive(parent, buffer.getvalue())  # type: ignore[no-untyped-call]
         moved = await self._run(handle, ["mv", "-f", "-T", "--", posixpath.join(parent, temporary), path], "/")
-        if not moved.ok():
-            raise SandboxPathError(self._relative(path), f"cannot be written: {moved.stderr.decode(errors='replace')}")
+        check_written(moved, self._relative(path))

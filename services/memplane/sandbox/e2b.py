@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import posixpath
 import shlex
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -49,17 +48,21 @@ from e2b import (
 )
 
 from memplane.errors import FailedPreconditionError
-from memplane.sandbox.base import ExecResult, SandboxBackend, SandboxHandle, check_workspace
-from memplane.sandbox.errors import (
-    SandboxExecTimeoutError,
-    SandboxFileNotFoundError,
-    SandboxNotFoundError,
-    SandboxPathError,
+from memplane.sandbox.base import (
+    GRACE_SECONDS,
+    PREPARE_WRITE,
+    ExecResult,
+    SandboxBackend,
+    SandboxHandle,
+    bounded,
+    check_workspace,
+    check_written,
+    killed_after,
+    refuse_path,
 )
+from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxNotFoundError
 
 METADATA_KEY = "memplane.workspace"  # the sandbox metadata naming its workspace
-_KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` exits with
-_GRACE_SECONDS = 10.0  # beyond the command's own timeout, for the API round trips
 _T = TypeVar("_T")
 
 
@@ -164,7 +167,7 @@ class E2BSandboxes(SandboxBackend):
         """Create the sandbox root and return its absolute, symlink-free path."""
         line = f"mkdir -p -- {shlex.quote(self._root)} && cd -- {shlex.quote(self._root)} && pwd -P"
         try:
-            result = await sandbox.commands.run(line, timeout=_GRACE_SECONDS)
+            result = await sandbox.commands.run(line, timeout=GRACE_SECONDS)
         except CommandExitException as exc:
             raise FailedPreconditionError(f"cannot create the sandbox root {self._root!r}: {exc.stderr}") from exc
         return str(result.stdout).strip()
@@ -198,14 +201,8 @@ class E2BSandboxes(SandboxBackend):
 
     # -- primitives -----------------------------------------------------------------
     async def _exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str, timeout_seconds: float) -> ExecResult:
-        started = time.monotonic()
-        try:
-            result = await self._call(handle, lambda s: _run(s, argv, cwd, timeout_seconds))
-        except TimeoutError:
-            raise SandboxExecTimeoutError(argv, timeout_seconds) from None
-        if result.exit_code == _KILLED and time.monotonic() - started >= timeout_seconds:
-            raise SandboxExecTimeoutError(argv, timeout_seconds)
-        return result
+        run = self._call(handle, lambda s: _run(s, argv, cwd, timeout_seconds))
+        return await bounded(run, argv, timeout_seconds, deadline=False)  # _run has its own, and kills
 
     async def _read(self, handle: SandboxHandle, path: str) -> bytes:
         try:
@@ -221,26 +218,21 @@ class E2BSandboxes(SandboxBackend):
     async def _write(self, handle: SandboxHandle, path: str, data: bytes) -> None:
         relative = posixpath.relpath(path, handle.root)
         parent, name = posixpath.split(path)
-        script = 'mkdir -p -- "$1" 2>/dev/null || exit 2; test -d "$2" && exit 3; exit 0'
-        made = await self._exec(handle, ["sh", "-c", script, "sh", parent, path], cwd="/", timeout_seconds=10.0)
-        if made.exit_code == 2:
-            raise SandboxPathError(relative, "has a file where a directory must be")
-        if made.exit_code == 3:
-            raise SandboxPathError(relative, "is a directory")
+        made = await self._exec(handle, ["sh", "-c", PREPARE_WRITE, "sh", parent, path], cwd="/", timeout_seconds=10.0)
+        refuse_path(made, relative)
         temporary = posixpath.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
         await self._call(handle, lambda s: s.files.write(temporary, data, use_octet_stream=True))
         moved = await self._exec(handle, ["mv", "-f", "-T", "--", temporary, path], cwd="/", timeout_seconds=10.0)
-        if not moved.ok():
-            raise SandboxPathError(relative, f"cannot be written: {moved.stderr.decode(errors='replace')}")
+        check_written(moved, relative)
 
 
 async def _run(sandbox: AsyncSandbox, argv: list[str], cwd: str, timeout_seconds: float) -> ExecResult:
     """Run *argv* in *cwd* under `timeout -s KILL`; the process is killed when the
     stream outlives the timeout and its grace (`TimeoutError`)."""
-    line = shlex.join(["timeout", "-s", "KILL", f"{timeout_seconds:g}", *argv])
-    process = await sandbox.commands.run(line, background=True, cwd=cwd, timeout=timeout_seconds + _GRACE_SECONDS)
+    line = shlex.join(killed_after(timeout_seconds, argv))
+    process = await sandbox.commands.run(line, background=True, cwd=cwd, timeout=timeout_seconds + GRACE_SECONDS)
     try:
-        async with asyncio.timeout(timeout_seconds + _GRACE_SECONDS):
+        async with asyncio.timeout(timeout_seconds + GRACE_SECONDS):
             done = await process.wait()
     except CommandExitException as exc:
         return ExecResult(exc.exit_code, (exc.stdout or "").encode(), (exc.stderr or "").encode())

@@ -19,7 +19,6 @@ and findutils (the base class's `find -printf`), as a Debian minbase has.
 
 from __future__ import annotations
 
-import asyncio
 import io
 import posixpath
 import tarfile
@@ -27,20 +26,25 @@ import time
 import uuid
 from abc import abstractmethod
 
-from memplane.sandbox.base import ExecResult, SandboxBackend, SandboxHandle
-from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxFileNotFoundError, SandboxPathError
+from memplane.sandbox.base import (
+    WRITE_CHECKS,
+    ExecResult,
+    SandboxBackend,
+    SandboxHandle,
+    bounded,
+    check_written,
+    killed_after,
+)
+from memplane.sandbox.errors import SandboxFileNotFoundError, SandboxPathError
 
-KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` exits with
-GRACE_SECONDS = 10.0  # beyond a command's own timeout, for the round trips
 IO_TIMEOUT_SECONDS = 60.0  # one file read or write
 _IN_DIR = 'cd -- "$1" || exit 126; shift; exec "$@"'
 _READ = 'test -f "$1" || exit 44; exec tar cf - -C "$2" -- "$3"'
 _WRITE = (
-    'mkdir -p -- "$1" 2>/dev/null || exit 42; test -d "$2" && exit 43; '
-    'tar xf - -C "$1" --no-same-owner --no-same-permissions || { rm -f -- "$1/$3"; exit 45; }; '
+    WRITE_CHECKS + 'tar xf - -C "$1" --no-same-owner --no-same-permissions || { rm -f -- "$1/$3"; exit 45; }; '
     'exec mv -f -T -- "$1/$3" "$2"'
 )
-_NOT_A_FILE, _NOT_A_DIRECTORY, _A_DIRECTORY = 44, 42, 43
+_NOT_A_FILE = 44
 
 
 def one_file_archive(name: str, data: bytes) -> bytes:
@@ -83,17 +87,8 @@ class TarExecIO(SandboxBackend):
         """`_stream` of *argv* under `timeout -s KILL`; `SandboxExecTimeoutError` (naming
         *named*, by default *argv*) when it was killed at its timeout or the stream
         outlives it by `GRACE_SECONDS`."""
-        named = named or argv
-        command = ["timeout", "-s", "KILL", f"{timeout_seconds:g}", *argv]
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(timeout_seconds + GRACE_SECONDS):
-                result = await self._stream(handle, command, stdin)
-        except TimeoutError:
-            raise SandboxExecTimeoutError(named, timeout_seconds) from None
-        if result.exit_code == KILLED and time.monotonic() - started >= timeout_seconds:
-            raise SandboxExecTimeoutError(named, timeout_seconds)
-        return result
+        run = self._stream(handle, killed_after(timeout_seconds, argv), stdin)
+        return await bounded(run, named or argv, timeout_seconds)
 
     async def _exec(self, handle: SandboxHandle, argv: list[str], *, cwd: str, timeout_seconds: float) -> ExecResult:
         in_dir = ["sh", "-c", _IN_DIR, "sh", cwd, *argv]
@@ -115,12 +110,7 @@ class TarExecIO(SandboxBackend):
         temporary = f".{name}.{uuid.uuid4().hex[:8]}.tmp"
         argv = ["sh", "-c", _WRITE, "sh", parent, path, temporary]
         result = await self._bounded(handle, argv, one_file_archive(temporary, data), IO_TIMEOUT_SECONDS)
-        if result.exit_code == _NOT_A_DIRECTORY:
-            raise SandboxPathError(relative, "has a file where a directory must be")
-        if result.exit_code == _A_DIRECTORY:
-            raise SandboxPathError(relative, "is a directory")
-        if not result.ok():
-            raise SandboxPathError(relative, f"cannot be written: {_text(result.stderr)}")
+        check_written(result, relative)
 
 
 def _text(stderr: bytes) -> str:
