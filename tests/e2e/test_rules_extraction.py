@@ -127,3 +127,22 @@ async def test_a_users_metadata_replace_leaves_a_statement_reconciled_by_key(wor
     current = await statements(workspace)
     assert sorted(current) == ["I like sailing.", "I moved to Faro."]  # sailing once; Lisbon closed
     assert meta(current["I moved to Faro."])["supersedes"] == home.id
+
+
+async def test_a_statement_made_episodic_is_still_a_statement_whose_type_may_change(workspace: TestWorkspace) -> None:
+    """A statement's type may change (`memplane.writeback.turns`), also after a user made it
+    EPISODIC: its metadata then names the message it was said in as a turn's does, yet it
+    is no turn — a type mask alone is served as a type and metadata mask is, never refused
+    as "conversation turn"."""
+    first = await workspace.client.write_conversation(
+        scope("s1"), [turn("k1", USER, "I live in Lisbon. I like sailing.")], extract=True
+    )
+    for memory in first.extracted_memories:
+        episodic = mem("", type=memory_pb2.MEMORY_TYPE_EPISODIC)
+        await workspace.client.update_memory(memory.id, episodic, ["type"])
+    home, hobby = sorted(first.extracted_memories, key=lambda m: m.name != "residence")
+    back = await workspace.client.update_memory(home.id, mem("", type=memory_pb2.MEMORY_TYPE_USER), ["type"])
+    tagged = mem("", type=memory_pb2.MEMORY_TYPE_USER, metadata={"tag": "hobby"})
+    both = await workspace.client.update_memory(hobby.id, tagged, ["type", "metadata"])
+    assert (back.type, meta(back)) == (memory_pb2.MEMORY_TYPE_USER, meta(home))
+    assert (both.type, meta(both)) == (memory_pb2.MEMORY_TYPE_USER, {**meta(hobby), "tag": "hobby"})

@@ -19,7 +19,8 @@ A statement the no-LLM extractor stored (`memplane.writeback.rules_writer`: meta
 `extracted_by: "rules"`) is found again by those keys — `statement` makes the same
 statement a NOOP, `attribute` lets a move supersede the old address — so a metadata
 replace keeps its `RULE_KEYS` the same way. Its type may change (the rules step then no
-longer reads it, as the user asked).
+longer reads it, as the user asked), also back from EPISODIC: its metadata names the
+message it was said in as a turn's does, yet a statement is never a turn here.
 """
 
 from __future__ import annotations
@@ -37,9 +38,15 @@ RULE_KEYS = ("extracted_by", "statement", "attribute", "speaker", "speaker_name"
 """The metadata keys the no-LLM extractor gives a statement (`memplane.writeback.rules_writer`)."""
 
 
+def is_rules_statement(memory: Memory) -> bool:
+    """Whether *memory* is a statement the no-LLM extractor stored (metadata `extracted_by: "rules"`)."""
+    return memory.metadata.get("extracted_by") == RULES
+
+
 def is_turn(memory: Memory) -> bool:
-    """Whether *memory* is a conversation turn's: EPISODIC with metadata `message_id`."""
-    return memory.type is MemoryType.EPISODIC and "message_id" in memory.metadata
+    """Whether *memory* is a conversation turn's: EPISODIC with metadata `message_id`, and
+    no rules statement (one a user made EPISODIC names its message too)."""
+    return memory.type is MemoryType.EPISODIC and "message_id" in memory.metadata and not is_rules_statement(memory)
 
 
 def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]) -> JsonObject:
@@ -47,7 +54,7 @@ def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mas
     `values.metadata` with, for a turn, the stored `TURN_KEYS` it does not name; adds to *v*
     (under *field*, e.g. "memory") a violation for each change that would end the turn.
     A rules statement's metadata keeps its `RULE_KEYS` the same way."""
-    if "metadata" in mask and current.metadata.get("extracted_by") == RULES:
+    if "metadata" in mask and is_rules_statement(current):
         return _kept(current.metadata, values.metadata, RULE_KEYS)
     if not is_turn(current):
         return values.metadata if "metadata" in mask else current.metadata
