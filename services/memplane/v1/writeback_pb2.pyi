@@ -559,7 +559,8 @@ class UpdateMemoryRequest(_message.Message):
     def update_mask(self) -> _field_mask_pb2.FieldMask:
         """Fields to change: name, description, content, type, metadata, valid_from_time,
         valid_to_time, expire_time. Scope cannot change. `metadata` replaces the user's
-        keys (a conversation turn's own keys it does not name are kept: see UpdateMemory).
+        keys (a conversation turn's or a rules statement's own keys it does not name are
+        kept: see UpdateMemory).
         """
 
     def __init__(

@@ -262,8 +262,9 @@ class AsyncMemory:
         data: str | None = None,
     ) -> dict[str, str]:
         """Change a memory's text (*text*, or mem0's older *data*) and/or replace its
-        metadata: its role and actor_id are kept unless *metadata* names them (mem0's
-        `_update_memory` rule), identity keys dropped; the server keeps a conversation turn's
+        metadata: its role is kept unless *metadata* names it (mem0's `_update_memory`
+        rule), its actor_id always (an identity key: the identity keys *metadata* names are
+        dropped, actor_id among them); the server keeps a conversation turn's
         message_id, speaker, role and turn_time the same way (`memplane.writeback.turns`).
         memplane keeps the old version in the history. Returns {"message": "Memory updated
         successfully!"}. Raises `ValueError` when neither is given or *metadata* names
