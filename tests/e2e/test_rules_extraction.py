@@ -146,3 +146,33 @@ async def test_a_statement_made_episodic_is_still_a_statement_whose_type_may_cha
     both = await workspace.client.update_memory(hobby.id, tagged, ["type", "metadata"])
     assert (back.type, meta(back)) == (memory_pb2.MEMORY_TYPE_USER, meta(home))
     assert (both.type, meta(both)) == (memory_pb2.MEMORY_TYPE_USER, {**meta(hobby), "tag": "hobby"})
+
+
+async def test_a_corrected_statement_is_reconciled_by_its_new_words(workspace: TestWorkspace) -> None:
+    """A user's correction of a statement's words (UpdateMemory of its content; the file
+    sync sends an edited memory file as its content and whole metadata) re-keys it: the
+    first words said again are a new statement that supersedes the correction (before,
+    a NOOP against words the memory no longer held: the user's latest word was lost), and
+    the corrected words said again are NOOP (before, stored a second time)."""
+    homes = {}
+    for user in ("ana", "bob"):
+        first = await workspace.client.write_conversation(
+            scope("s1", user), [turn(f"{user}-1", USER, "I live in Lisbon.")], extract=True
+        )
+        (homes[user],) = first.extracted_memories
+        synced = mem("I live in Porto.", metadata={**meta(homes[user]), "synced_by": "file-sync"})
+        await workspace.client.update_memory(homes[user].id, synced, ["content", "metadata"])
+
+    lisbon = await workspace.client.write_conversation(
+        scope("s2", "ana"), [turn("ana-2", USER, "I live in Lisbon.", days=1)], extract=True
+    )
+    current = await statements(workspace, user="ana")
+    assert sorted(current) == ["I live in Lisbon."]
+    assert [m.id for m in lisbon.extracted_memories] == [current["I live in Lisbon."].id]
+    assert meta(current["I live in Lisbon."])["supersedes"] == homes["ana"].id
+
+    porto = await workspace.client.write_conversation(
+        scope("s2", "bob"), [turn("bob-2", USER, "I live in Porto.", days=1)], extract=True
+    )
+    assert list(porto.extracted_memories) == []
+    assert [m.id for m in (await statements(workspace, user="bob", superseded=True)).values()] == [homes["bob"].id]

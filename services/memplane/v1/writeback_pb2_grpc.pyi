@@ -72,7 +72,8 @@ class WriteBackServiceStub:
     writes per message) stays that turn's: a metadata replace keeps the turn's
     `message_id`, `speaker`, `role` and `turn_time` unless it names them; a statement
     the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
-    (`statement`, `attribute`, ...) the same way, and may change type.
+    (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
+    changes), and may change type.
     Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
     INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
     a type other than EPISODIC (`memory.type`) or another `message_id`
@@ -138,7 +139,8 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     writes per message) stays that turn's: a metadata replace keeps the turn's
     `message_id`, `speaker`, `role` and `turn_time` unless it names them; a statement
     the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
-    (`statement`, `attribute`, ...) the same way, and may change type.
+    (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
+    changes), and may change type.
     Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
     INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
     a type other than EPISODIC (`memory.type`) or another `message_id`
@@ -225,7 +227,8 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         writes per message) stays that turn's: a metadata replace keeps the turn's
         `message_id`, `speaker`, `role` and `turn_time` unless it names them; a statement
         the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
-        (`statement`, `attribute`, ...) the same way, and may change type.
+        (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
+        changes), and may change type.
         Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
         INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
         a type other than EPISODIC (`memory.type`) or another `message_id`

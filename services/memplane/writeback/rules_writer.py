@@ -44,6 +44,12 @@ def statement_key(text: str) -> str:
     return hashlib.sha256(normal.encode()).hexdigest()[:32]
 
 
+def spoken_key(speaker: str, content: str) -> str:
+    """A statement's metadata `statement`: `statement_key` of *content* said by *speaker*
+    (the message's name, "" when it has none): the same words from two people are two facts."""
+    return statement_key(f"{speaker}\n{content}")
+
+
 @dataclass(frozen=True)
 class RuleMemory:
     """A statement ready to store (its `NewMemory`; provenance filled in the transaction)
@@ -66,7 +72,7 @@ def rule_memories(scope: Scope, messages: Sequence[ConversationMessage], now: da
 
 def _memory(scope: Scope, found: RuleFact, speaker: str, now: datetime) -> RuleMemory:
     fact = found.fact
-    key = statement_key(f"{speaker}\n{fact.content}")  # the same words from two people are two facts
+    key = spoken_key(speaker, fact.content)
     metadata: dict[str, object] = {"extracted_by": METHOD, "speaker": "user", "statement": key}
     if speaker:
         metadata["speaker_name"] = speaker

@@ -291,7 +291,8 @@ class WriteBackService:
                 "valid_to": merged.valid_to,
                 "expires_at": merged.expires_at,
             }
-            fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in mask}
+            changed = {*mask, "metadata"} if merged.metadata != current.metadata else set(mask)  # a statement re-keyed
+            fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in changed}
             embedding = lexical = None
             if _TEXT_FIELDS.intersection(mask):
                 text = index_text(merged.name, merged.description, merged.content)

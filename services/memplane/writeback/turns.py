@@ -18,9 +18,13 @@ other than EPISODIC (`memory.type`), a `message_id` other than the stored one
 A statement the no-LLM extractor stored (`memplane.writeback.rules_writer`: metadata
 `extracted_by: "rules"`) is found again by those keys — `statement` makes the same
 statement a NOOP, `attribute` lets a move supersede the old address — so a metadata
-replace keeps its `RULE_KEYS` the same way. Its type may change (the rules step then no
-longer reads it, as the user asked), also back from EPISODIC: its metadata names the
-message it was said in as a turn's does, yet a statement is never a turn here.
+replace keeps its `RULE_KEYS` the same way. `statement` is the key of its words
+(`rules_writer.spoken_key`): a correction of its content re-keys it, so the corrected
+words said again are NOOP and the first words said again are a new statement (a key
+left on the old words made them NOOP against a memory that no longer held them). Its
+type may change (the rules step then no longer reads it, as the user asked), also back
+from EPISODIC: its metadata names the message it was said in as a turn's does, yet a
+statement is never a turn here.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Sequence
 from memplane.domain.models import JsonObject, Memory, MemoryType, NewMemory
 from memplane.domain.validation import Violations
 from memplane.writeback.rules import METHOD as RULES
+from memplane.writeback.rules_writer import spoken_key
 
 TURN_KEYS = ("message_id", "speaker", "role", "turn_time")
 """The metadata keys WriteConversation gives a turn's memory (`memplane.writeback.conversation`)."""
@@ -53,9 +58,10 @@ def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mas
     """The metadata UpdateMemory stores when it changes *mask* of *current* to *values*:
     `values.metadata` with, for a turn, the stored `TURN_KEYS` it does not name; adds to *v*
     (under *field*, e.g. "memory") a violation for each change that would end the turn.
-    A rules statement's metadata keeps its `RULE_KEYS` the same way."""
-    if "metadata" in mask and is_rules_statement(current):
-        return _kept(current.metadata, values.metadata, RULE_KEYS)
+    A rules statement's metadata keeps its `RULE_KEYS` the same way, its `statement`
+    re-keyed when its content changes (so the metadata may change outside *mask*)."""
+    if is_rules_statement(current):
+        return _statement(current, values, mask)
     if not is_turn(current):
         return values.metadata if "metadata" in mask else current.metadata
     message_id = current.metadata["message_id"]
@@ -73,6 +79,16 @@ def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mas
             f"must stay {message_id!r} (or be left out): it names the turn this memory was written for",
         )
     return _kept(current.metadata, values.metadata, TURN_KEYS)
+
+
+def _statement(current: Memory, values: NewMemory, mask: Sequence[str]) -> JsonObject:
+    """A rules statement's metadata after the update: its `RULE_KEYS` kept, and while it
+    stays one, `statement` the key of its content (`rules_writer.spoken_key`)."""
+    metadata = _kept(current.metadata, values.metadata, RULE_KEYS) if "metadata" in mask else current.metadata
+    if "content" not in mask or values.content == current.content or metadata.get("extracted_by") != RULES:
+        return metadata
+    speaker = metadata.get("speaker_name")
+    return {**metadata, "statement": spoken_key(speaker if isinstance(speaker, str) else "", values.content)}
 
 
 def _kept(stored: JsonObject, given: JsonObject, keys: Sequence[str]) -> JsonObject:
