@@ -48,12 +48,14 @@ async def test_an_exec_session_is_cleaned_up_soon_after_it_ends(podman_socket: s
     docker = aiodocker.Docker(url=podman_socket)
     backend = DockerSandboxes(docker, SANDBOX_IMAGE, name_prefix=f"t{uuid.uuid4().hex[:8]}-")
     handle = await backend.ensure("ws")
+    running = asyncio.create_task(backend.exec(handle, ["sh", "-c", "touch started; exec sleep 30"]))
     try:
-        running = asyncio.create_task(backend.exec(handle, ["sh", "-c", "touch started; exec sleep 30"]))
         while not (await backend.exec(handle, ["test", "-e", "started"])).ok():  # the long exec has begun
             pass
         assert set(_exit_delays(handle.ref)) == {"30"}
-        running.cancel()
     finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
         await backend.destroy(handle)
         await docker.close()
