@@ -59,6 +59,7 @@ def _metadata(memory: memory_pb2.Memory) -> dict[str, Any]:
 # (mask, the new values, the metadata after, the content after, the speaker the term names)
 KEPT: list[tuple[list[str], memory_pb2.MemoryInput, dict[str, Any], str, str]] = [
     (["metadata"], mem("", metadata={"tag": "garden"}), {"tag": "garden", **STORED_KEYS}, TURNS[0][1], "Dora"),
+    (["metadata"], mem("", metadata={}), STORED_KEYS, TURNS[0][1], "Dora"),  # the user's keys cleared, the turn's kept
     (
         ["metadata"],
         mem("", metadata={"speaker": "Dorothy", "message_id": "t1"}),
@@ -95,7 +96,15 @@ KEPT: list[tuple[list[str], memory_pb2.MemoryInput, dict[str, Any], str, str]] =
 @pytest.mark.parametrize(
     ("mask", "values", "metadata", "content", "speaker"),
     KEPT,
-    ids=["metadata-tag", "metadata-speaker", "type-same", "content", "name-description-valid-from", "every-field"],
+    ids=[
+        "metadata-tag",
+        "metadata-empty",
+        "metadata-speaker",
+        "type-same",
+        "content",
+        "name-description-valid-from",
+        "every-field",
+    ],
 )
 async def test_an_update_keeps_a_turn_its_neighbours_context_and_its_speakers(
     workspace: TestWorkspace,
