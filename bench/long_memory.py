@@ -119,8 +119,9 @@ async def run(args: argparse.Namespace, servers: dict[str, Stack], source: Texts
     ]
     seconds: dict[tuple[str, str], list[float]] = {}
     loads: dict[tuple[str, str], list[float]] = {}
-    for name, stack in servers.items():  # warm-up: the first model call of a process
-        await one_call(stack, [source.take(512)], args.timeout)
+    for name, stack in servers.items():  # warm-up: the first call of each size in a process is slower
+        for size in sizes:
+            await one_call(stack, [source.take(size)], args.timeout)
         log(f"{name}: warmed up")
     for round_no in range(args.rounds):
         for name, stack in servers.items():  # alternate servers round by round

