@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible chat endpoint for tests (stdlib only).
+"""A scripted OpenAI-compatible chat endpoint for tests (stdlib, numpy and memplane's token counter).
 
 `FakeLLM` serves `POST /v1/chat/completions` (and `/chat/completions`) on 127.0.0.1 with
 a free port, from a daemon thread, answering with the real response shape of OpenAI's
@@ -19,8 +19,15 @@ It also serves `POST /v1/embeddings` (and `/embeddings`) with OpenAI's response 
 input's vector is a deterministic function of its text (`FakeLLM.vector`), sent as
 base64 little-endian float32 when the request asks `encoding_format="base64"`, else as
 a float list — or always as floats with `floats_only=True`, like servers that ignore the
-format. `fake.embedding_requests` logs those bodies; `fake.fail_embeddings(n, status)`
-makes the next n embedding calls answer HTTP *status*.
+format. It refuses what OpenAI refuses (its API reference for `/v1/embeddings`), with
+OpenAI's own HTTP 400 bodies: more than 2,048 inputs; an input of more than 8,192 tokens
+("This model's maximum context length is 8192 tokens, however you requested N tokens
+..."); more than 300,000 tokens summed over the inputs of one request ("Requested N
+tokens, max 300000 tokens per request", type and code `max_tokens_per_request`). Tokens
+are cl100k_base's (the tokenizer of text-embedding-3-* and ada-002), counted by the shared
+counter `memplane.text.tokens`; `usage` reports them. `fake.embedding_requests` logs the
+bodies; `fake.fail_embeddings(n, status)` makes the next n embedding calls answer HTTP
+*status*.
 
 Production code talks to it through its ordinary base URL (`fake.base_url`); nothing
 in memplane knows it is a fake.
@@ -42,8 +49,18 @@ from typing import Any
 
 import numpy as np
 
+from memplane.text.tokens import token_counter
+
 _PATHS = ("/v1/chat/completions", "/chat/completions")
 _EMBEDDING_PATHS = ("/v1/embeddings", "/embeddings")
+# OpenAI's limits of /v1/embeddings (API reference, "Create embeddings": "The input must not
+# exceed the max input tokens for the model (8192 tokens for all embedding models), cannot
+# be an empty string, and any array must be 2048 dimensions or less. ... all embedding
+# models enforce a maximum of 300,000 tokens summed across all inputs in a single request").
+EMBEDDING_ENCODING = "cl100k_base"
+MAX_EMBEDDING_INPUT_TOKENS = 8192
+MAX_EMBEDDING_REQUEST_TOKENS = 300_000
+MAX_EMBEDDING_INPUTS = 2048
 
 
 @dataclass(frozen=True)
@@ -190,13 +207,16 @@ class FakeLLM:
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
             return 400, error_body("input must be a string or a non-empty list of strings", "invalid_request_error")
+        refused = _refused(texts)
+        if refused is not None:
+            return 400, refused
         as_base64 = body.get("encoding_format") == "base64" and not self.floats_only
         data = []
         for i, text in enumerate(texts):
             v = self.vector(text)
             encoded: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()
             data.append({"object": "embedding", "index": i, "embedding": encoded})
-        tokens = sum(len(t) // 4 + 1 for t in texts)
+        tokens = sum(token_counter(EMBEDDING_ENCODING).count_texts(texts))
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return 200, json.dumps({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
@@ -250,6 +270,30 @@ class FakeLLM:
                 },
             }
         )
+
+
+def _refused(texts: list[str]) -> str | None:
+    """OpenAI's HTTP 400 body for *texts* past a limit of /v1/embeddings, None within them
+    (the wording and error types of OpenAI's answers)."""
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        message = (
+            "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference."
+        )
+        return error_body(message, "invalid_request_error")
+    counts = token_counter(EMBEDDING_ENCODING).count_texts(texts)
+    for n in counts:
+        if n > MAX_EMBEDDING_INPUT_TOKENS:
+            message = (
+                f"This model's maximum context length is {MAX_EMBEDDING_INPUT_TOKENS} tokens, however you "
+                f"requested {n} tokens ({n} in your prompt; 0 for the completion). Please reduce your prompt; "
+                "or completion length."
+            )
+            return error_body(message, "invalid_request_error")
+    if sum(counts) > MAX_EMBEDDING_REQUEST_TOKENS:
+        message = f"Requested {sum(counts)} tokens, max {MAX_EMBEDDING_REQUEST_TOKENS} tokens per request"
+        body = {"message": message, "type": "max_tokens_per_request", "param": None, "code": "max_tokens_per_request"}
+        return json.dumps({"error": body})
+    return None
 
 
 def _handler_class(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:

@@ -135,6 +135,7 @@ async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHeal
             dimensions=cfg.dimensions,
             batch_size=cfg.batch_size,
             timeout_seconds=cfg.timeout,
+            max_input_tokens=cfg.openai_max_input_tokens,
         )
         health = inner.health
     # Cache first (hits skip the model), then coalesce concurrent misses into shared calls.

@@ -150,6 +150,15 @@ class EmbeddingSettings(BaseModel):
         "whole text (README, 'Long memories'). 1,024: two windows, ~4 KB of English, two model passes at most. "
         "0: the whole text, as the mean of its 512-token windows (one model pass each: ~16 for 32 KB).",
     )
+    openai_max_input_tokens: int = Field(
+        default=8191,
+        ge=0,
+        description="Tokens of a text provider=openai sends, counted with cl100k_base (the tokenizer of "
+        "text-embedding-3-* and ada-002): a longer memory or query is embedded by its head, nearly the longest "
+        "prefix of at most this many tokens, as OpenAI refuses an input of more than 8,192 (HTTP 400); the lexical "
+        "index still holds the whole text (README, 'Long memories'). Requests are also split to at most 300,000 "
+        "tokens and 2,048 inputs each. 0: the whole text (an endpoint without such a limit).",
+    )
 
 
 class AuthSettings(BaseModel):

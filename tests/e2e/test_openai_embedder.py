@@ -1,15 +1,21 @@
 """provider=openai: embeddings from an OpenAI-compatible `/v1/embeddings` endpoint over
 real HTTP (tests/fake_llm.py speaks OpenAI's wire format; OpenAI itself cannot be
 reached from here). Vectors are asked for as base64 and decoded with numpy; a server
-that answers float lists is read too; a failing endpoint is UNAVAILABLE, never a hang."""
+that answers float lists is read too; a failing endpoint is UNAVAILABLE, never a hang.
+What is sent stays within OpenAI's limits, which the fake enforces as OpenAI does (HTTP
+400): a long memory is embedded by its head of at most 8,191 cl100k_base tokens, and a
+batch is split into requests of at most 300,000 tokens and 2,048 inputs."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import time
 from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
+import openai
 import pytest
 from pydantic import SecretStr
 
@@ -20,14 +26,71 @@ from memplane.embedding.base import normalize
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import UnavailableError
 from memplane.settings import EmbeddingSettings
+from memplane.text.tokens import token_counter
 from memplane.v1 import retrieval_pb2
-from tests.fake_llm import FakeLLM
+from tests.fake_llm import MAX_EMBEDDING_INPUT_TOKENS, MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_REQUEST_TOKENS, FakeLLM
 from tests.fix_server import random_workspace_name, settings_for
 from tests.support import mem
 
 HEALTH_SECONDS = 30.0  # the probe's backoff reaches the endpoint well within this
 
 TEXTS = [f"sentence number {i} about the lake" for i in range(7)]
+MAX_BYTES = 32 * 1024  # limits.max_content_bytes
+HEAD_TOKENS = 8191  # embedding.openai_max_input_tokens, by default
+CL100K = token_counter("cl100k_base")
+
+CHINESE = [
+    "记忆服务把每一条长笔记都存进数据库，向量只覆盖开头的部分。",
+    "全文检索覆盖全部内容，所以深处的句子也能按词找到。",
+    "我们在周二讨论了发布计划，决定下个月迁移旧的计费接口。",
+    "玛丽亚问新员工的入职清单能不能加上代码评审的礼仪。",
+    "周五停电三个小时，构建集群停了，积压的任务中午才清完。",
+    "读书会下个月选了一本关于灯塔看守人的小说。",
+    "今年春天的雨水是往年的两倍，河边的小路封闭了一周。",
+    "合唱团每周四晚上在图书馆旁边的社区礼堂排练。",
+]
+
+
+def _chinese(seed: int, size: int = MAX_BYTES) -> str:
+    """About *size* UTF-8 bytes of Chinese notes (CHINESE shuffled by *seed*): ~1.1
+    cl100k_base tokens a character, ~11,700 tokens in 32 KiB."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    length = 0
+    while length + 100 < size:
+        sentence = rng.choice(CHINESE)
+        parts.append(sentence)
+        length += len(sentence.encode())
+    return "".join(parts)
+
+
+def _log(seed: int, size: int = MAX_BYTES) -> str:
+    """About *size* UTF-8 bytes of English log lines (timestamps, ids, numbers): ~2.3
+    characters a cl100k_base token, ~14,300 tokens in 32 KiB."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    length = 0
+    while True:
+        line = (
+            f"2026-05-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}Z "
+            f"worker-{rng.randint(1, 99)} job={rng.getrandbits(32):08x} "
+            f"status={rng.choice(['ok', 'retry', 'failed'])} latency_ms={rng.randint(1, 9999)}"
+        )
+        if length + len(line) + 1 > size:
+            return "\n".join(lines)
+        lines.append(line)
+        length += len(line) + 1
+
+
+def _assert_within_limits(requests: list[dict[str, object]]) -> None:
+    """Every embedding request within OpenAI's limits (which the fake would have refused)."""
+    for request in requests:
+        inputs = request["input"]
+        assert isinstance(inputs, list)
+        counts = CL100K.count_texts(inputs)
+        assert len(inputs) <= MAX_EMBEDDING_INPUTS
+        assert max(counts) <= HEAD_TOKENS
+        assert sum(counts) <= MAX_EMBEDDING_REQUEST_TOKENS
 
 
 @pytest.fixture
@@ -36,13 +99,13 @@ def endpoint() -> Iterator[FakeLLM]:
         yield fake
 
 
-async def connect(fake: FakeLLM, *, dimensions: int | None = None) -> OpenAIEmbedder:
+async def connect(fake: FakeLLM, *, dimensions: int | None = None, batch_size: int = 3) -> OpenAIEmbedder:
     return await OpenAIEmbedder.connect(
         base_url=fake.base_url,
         api_key="sk-test",
         model="fake-embed",
         dimensions=dimensions,
-        batch_size=3,
+        batch_size=batch_size,
         timeout_seconds=5.0,
     )
 
@@ -76,6 +139,46 @@ async def test_endpoint_errors_are_unavailable(endpoint: FakeLLM) -> None:
     with pytest.raises(UnavailableError, match="embedding endpoint failed"):
         await embedder.embed_documents(TEXTS[:1])
     assert (await embedder.embed_documents(TEXTS[:1])).shape == (1, 24)  # and it recovers
+
+
+async def test_the_fake_refuses_what_openai_refuses(endpoint: FakeLLM) -> None:
+    client = (await connect(endpoint, dimensions=24))._client
+    too_long = _chinese(1)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 8192 tokens") as refused:
+        await client.embeddings.create(model="fake-embed", input=[too_long])
+    assert refused.value.type == "invalid_request_error"
+    within = _log(2, 16_000)  # ~7,000 tokens: within the input limit
+    copies = MAX_EMBEDDING_REQUEST_TOKENS // CL100K.count_text(within) + 1
+    with pytest.raises(openai.BadRequestError, match="max 300000 tokens per request") as refused:
+        await client.embeddings.create(model="fake-embed", input=[within] * copies)
+    assert refused.value.code == "max_tokens_per_request"
+    with pytest.raises(openai.BadRequestError, match="input' is invalid"):
+        await client.embeddings.create(model="fake-embed", input=["x"] * (MAX_EMBEDDING_INPUTS + 1))
+
+
+async def test_a_text_past_the_endpoints_input_limit_is_embedded_by_its_head(endpoint: FakeLLM) -> None:
+    embedder = await connect(endpoint, dimensions=24)
+    for text in (_chinese(3), _log(4)):
+        assert CL100K.count_text(text) > MAX_EMBEDDING_INPUT_TOKENS
+        got = await embedder.embed_documents([text])
+        [sent] = endpoint.embedding_requests[-1]["input"]
+        assert text.startswith(sent)
+        assert 0.95 * HEAD_TOKENS <= CL100K.count_text(sent) <= HEAD_TOKENS
+        np.testing.assert_array_equal(got, normalize(endpoint.vector(sent)[None, :]))
+    assert (await embedder.embed_queries([_chinese(5)])).shape == (1, 24)  # queries too
+
+
+async def test_a_batch_is_split_within_the_endpoints_token_total_and_input_count(endpoint: FakeLLM) -> None:
+    embedder = await connect(endpoint, dimensions=24, batch_size=4096)
+    long_texts = [_log(seed, 16_000) for seed in range(50)]  # ~7,000 tokens each, ~350,000 in all
+    assert sum(CL100K.count_texts(long_texts)) > MAX_EMBEDDING_REQUEST_TOKENS
+    short_texts = [f"note {i}" for i in range(MAX_EMBEDDING_INPUTS + 100)]
+    for texts in (long_texts, short_texts):
+        endpoint.embedding_requests.clear()
+        got = await embedder.embed_documents(texts)
+        np.testing.assert_array_equal(got, normalize(np.stack([endpoint.vector(t) for t in texts])))
+        assert len(endpoint.embedding_requests) == 2
+        _assert_within_limits(endpoint.embedding_requests)
 
 
 @pytest.fixture
@@ -157,3 +260,49 @@ async def test_an_unreachable_endpoint_makes_the_embedding_services_not_serving_
                 assert (await client.search("does the endpoint answer again")).hits[0].memory.id == stored.id
         finally:
             await admin.delete_workspace(name)
+
+
+@contextlib.asynccontextmanager
+async def _workspace_client(server: str, admin_key: str) -> AsyncIterator[AsyncMemplaneClient]:
+    """A client of a new workspace on *server* (deleted afterwards)."""
+    name = random_workspace_name()
+    async with AsyncMemplaneClient(server, admin_key) as admin:
+        await admin.create_workspace(name)
+        try:
+            async with AsyncMemplaneClient(server, (await admin.create_api_key(name)).api_key) as client:
+                yield client
+        finally:
+            await admin.delete_workspace(name)
+
+
+async def test_memories_past_the_endpoints_input_limit_are_stored_over_grpc(
+    openai_server: str, endpoint: FakeLLM, admin_key: str
+) -> None:
+    chinese, log = _chinese(6), _log(7)
+    async with _workspace_client(openai_server, admin_key) as client:
+        endpoint.embedding_requests.clear()
+        stored = await client.add_memories([mem(chinese), mem(log)])
+        sent = [text for request in endpoint.embedding_requests for text in request["input"]]
+        assert len(sent) == 2  # the head of each
+        assert any(chinese.startswith(s) for s in sent)
+        assert any(log.startswith(s) for s in sent)
+        _assert_within_limits(endpoint.embedding_requests)
+        # The lexical index holds the whole text: the last line of the log is found.
+        last_line = log.rsplit("\n", 1)[1]
+        assert last_line not in "".join(sent)
+        reply = await client.search(last_line, mode=retrieval_pb2.SEARCH_MODE_LEXICAL)
+        assert reply.hits[0].memory.id == stored[1].id
+        assert [(await client.get_memory(s.id)).content for s in stored] == [chinese, log]  # whole
+
+
+async def test_a_batch_past_the_endpoints_token_total_is_stored_over_grpc(
+    openai_server: str, endpoint: FakeLLM, admin_key: str
+) -> None:
+    texts = [_chinese(100 + i) for i in range(28)]  # ~11,700 tokens each, ~330,000 in all
+    assert sum(CL100K.count_texts(texts)) > MAX_EMBEDDING_REQUEST_TOKENS
+    async with _workspace_client(openai_server, admin_key) as client:
+        endpoint.embedding_requests.clear()
+        stored = await client.add_memories([mem(t) for t in texts])
+        assert len(stored) == len(texts)
+        assert sum(len(request["input"]) for request in endpoint.embedding_requests) == len(texts)
+        _assert_within_limits(endpoint.embedding_requests)

@@ -73,3 +73,17 @@ def test_zero_max_tokens_keeps_the_whole_text() -> None:
 
 def test_nothing_fits_gives_an_empty_head() -> None:
     assert head("x" * 1_000, 4, lambda prefix: 10) == ""
+
+
+def test_a_short_text_of_many_tokens_a_character_is_still_cut() -> None:
+    """A byte-level BPE (cl100k_base) may make several tokens of one character: a text of
+    fewer characters than half the limit is counted, and cut, when told so."""
+    text = "字" * 250  # 3 tokens a character here: 750 tokens
+
+    def count(prefix: str) -> int:
+        return 3 * len(prefix)
+
+    assert head(text, 512, count) == text  # one token a character assumed: not even counted
+    cut = head(text, 512, count, max_tokens_per_char=4)
+    assert text.startswith(cut)
+    assert 0.95 * 512 <= count(cut) <= 512

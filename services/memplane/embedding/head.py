@@ -22,8 +22,10 @@ CHARS_PER_TOKEN_BOUND = 16
 # The first guess: English prose has about 4 characters a token in XLM-R's vocabulary
 # (LoCoMo: 32,768 characters, 8,116 tokens); the next guesses scale by the count seen.
 TYPICAL_CHARS_PER_TOKEN = 4
-# A text of at most max_tokens * SHORT_SHARE characters fits without counting: a token
-# covers at least one character, and the role prefix and <s> </s> take a handful.
+# A text of at most max_tokens * SHORT_SHARE / max_tokens_per_char characters fits without
+# counting: a SentencePiece token covers at least one character (a byte-level BPE token
+# such as cl100k_base's at least one UTF-8 byte, so up to 4 a character), and the role
+# prefix and <s> </s> take a handful.
 SHORT_SHARE = 0.5
 # A head holding this share of max_tokens is taken: the search stops there.
 FULL_SHARE = 0.95
@@ -36,19 +38,22 @@ MAX_COUNTS = 8
 WORD_BOUNDARY_CHARS = 64
 
 
-def head(text: str, max_tokens: int, count_tokens: Callable[[str], int]) -> str:
+def head(text: str, max_tokens: int, count_tokens: Callable[[str], int], *, max_tokens_per_char: int = 1) -> str:
     """A prefix of *text* (ending at a word where one is near) of which *count_tokens*
     (the model's own tokenizer, role prefix and special tokens included) counts at most
     *max_tokens*, and at least FULL_SHARE of them unless the search ran out of counts;
     *text* itself when *max_tokens* <= 0 or when the counts show it fits (a text within
-    a few percent of the limit may lose its last few tokens).
+    a few percent of the limit may lose its last few tokens). *max_tokens_per_char*: the
+    most tokens the tokenizer makes of one character (1 for a SentencePiece vocabulary
+    like XLM-R's, 4 for a byte-level BPE like cl100k_base), for the texts short enough to
+    fit uncounted.
 
     Guesses a length (TYPICAL_CHARS_PER_TOKEN a token), counts it and scales the guess by
     the count, within the lengths known to fit and known not to (the whole text when the
     rate says it may fit): two counts of ~2,000 characters for 32 KB of English, at most
     MAX_COUNTS, never past max_tokens * CHARS_PER_TOKEN_BOUND characters. Empty if not
     even the shortest prefix tried fits."""
-    if max_tokens <= 0 or len(text) <= max_tokens * SHORT_SHARE:
+    if max_tokens <= 0 or len(text) * max_tokens_per_char <= max_tokens * SHORT_SHARE:
         return text
     fits, over = 0, min(len(text), max_tokens * CHARS_PER_TOKEN_BOUND) + 1  # prefix lengths: fits, too long
     cut = min(over - 1, max_tokens * TYPICAL_CHARS_PER_TOKEN)

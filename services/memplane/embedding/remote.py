@@ -4,6 +4,14 @@ Vectors are asked for as base64 (`encoding_format="base64"`: little-endian float
 bytes a dimension, as OpenAI's API documents it) and decoded with numpy, a third of the
 bytes of the JSON float lists and no per-float parsing or validation. A server that
 ignores the format and answers float lists is read too.
+
+What is sent stays within OpenAI's limits of `/v1/embeddings` (its API reference, "Create
+embeddings"), which the endpoint enforces with HTTP 400: each input is cut to its head of
+at most *max_input_tokens* cl100k_base tokens (the tokenizer of text-embedding-3-* and
+ada-002; `memplane.embedding.head`, counted by the shared `memplane.text.tokens`), and
+the inputs are split into requests of at most MAX_REQUEST_INPUTS inputs and
+MAX_REQUEST_TOKENS tokens summed. The lexical index still holds the whole text (README,
+"Long memories").
 """
 
 from __future__ import annotations
@@ -16,8 +24,22 @@ import numpy as np
 import openai
 
 from memplane.embedding.base import normalize
+from memplane.embedding.head import head
 from memplane.embedding.health import EndpointHealth
 from memplane.errors import UnavailableError
+from memplane.text.tokens import token_counter
+
+# OpenAI's API reference, "Create embeddings": "The input must not exceed the max input
+# tokens for the model (8192 tokens for all embedding models) ... and any array must be
+# 2048 dimensions or less ... all embedding models enforce a maximum of 300,000 tokens
+# summed across all inputs in a single request". ada-002's model card said 8,191 tokens;
+# the default head keeps one under the documented 8,192.
+ENDPOINT_ENCODING = "cl100k_base"
+DEFAULT_MAX_INPUT_TOKENS = 8191
+MAX_REQUEST_TOKENS = 300_000
+MAX_REQUEST_INPUTS = 2048
+# cl100k_base is a byte-level BPE: a token is at least one UTF-8 byte, a character at most 4.
+MAX_TOKENS_PER_CHAR = 4
 
 # Failures that say the endpoint is unreachable or overloaded (after the client's retries);
 # a 5xx status is one too. Other 4xx answers are the request's fault, not the endpoint's.
@@ -25,17 +47,28 @@ _ENDPOINT_DOWN = (openai.APIConnectionError, openai.RateLimitError)
 
 
 class OpenAIEmbedder:
-    """Calls `embeddings.create` in batches of *batch_size*; vectors are re-normalised.
+    """Calls `embeddings.create` with the head of each text (at most *max_input_tokens*
+    cl100k_base tokens; 0: the whole text), in requests of at most *batch_size* (and
+    MAX_REQUEST_INPUTS) inputs and MAX_REQUEST_TOKENS tokens; vectors are re-normalised.
 
     Construct with `await OpenAIEmbedder.connect(...)`, which asks the endpoint once for
     the dimension unless *dimensions* is given. Endpoint failures raise `UnavailableError`.
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str, dimensions: int, batch_size: int) -> None:
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        dimensions: int,
+        batch_size: int,
+        max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS,
+    ) -> None:
         self._client = client
         self._model = model
         self._dims = dimensions
-        self._batch_size = batch_size
+        self._batch_size = min(batch_size, MAX_REQUEST_INPUTS)
+        self._max_input_tokens = max_input_tokens
+        self._counter = token_counter(ENDPOINT_ENCODING)
         self.health = EndpointHealth(lambda: self._call(["health probe"]))
         """Whether the endpoint answers (`memplane.embedding.health`): the health service's view."""
 
@@ -49,10 +82,11 @@ class OpenAIEmbedder:
         dimensions: int | None,
         batch_size: int = 64,
         timeout_seconds: float = 30.0,
+        max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS,
     ) -> OpenAIEmbedder:
         """Create the client and learn the dimension (one probe call if not given)."""
         client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_seconds, max_retries=2)
-        embedder = cls(client, model, dimensions or 0, batch_size)
+        embedder = cls(client, model, dimensions or 0, batch_size, max_input_tokens)
         if not dimensions:
             probe = await embedder._call(["dimension probe"])
             embedder._dims = int(probe.shape[1])
@@ -81,10 +115,20 @@ class OpenAIEmbedder:
             raise UnavailableError("embedding endpoint returned vectors of differing or zero length")
         return normalize(np.vstack(rows))
 
+    def head(self, text: str) -> str:
+        """The part of *text* sent to the endpoint: *text* itself, or its head of at most
+        max_input_tokens cl100k_base tokens (ending at a word where one is near)."""
+        return head(text, self._max_input_tokens, self._counter.count_text, max_tokens_per_char=MAX_TOKENS_PER_CHAR)
+
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        parts = [
-            await self._call(list(texts[i : i + self._batch_size])) for i in range(0, len(texts), self._batch_size)
-        ]
+        sent, counts = list(texts), self._counter.count_texts(texts)
+        for i, n in enumerate(counts):
+            if 0 < self._max_input_tokens < n:
+                sent[i] = self.head(sent[i])
+                counts[i] = self._counter.count_text(sent[i])
+        parts = []
+        for start, end in _requests(counts, self._batch_size, MAX_REQUEST_TOKENS):
+            parts.append(await self._call(sent[start:end]))
         if not parts:
             return np.empty((0, self._dims), dtype=np.float32)
         return np.vstack(parts)
@@ -94,6 +138,22 @@ class OpenAIEmbedder:
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return await self._embed(texts)
+
+
+def _requests(counts: Sequence[int], max_inputs: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Consecutive [start, end) ranges of inputs with token *counts*: each of at most
+    *max_inputs* inputs and *max_tokens* tokens summed (an input over *max_tokens* alone
+    in its range), greedily in order."""
+    ranges: list[tuple[int, int]] = []
+    start, tokens = 0, 0
+    for i, n in enumerate(counts):
+        if i > start and (i - start == max_inputs or tokens + n > max_tokens):
+            ranges.append((start, i))
+            start, tokens = i, 0
+        tokens += n
+    if start < len(counts):
+        ranges.append((start, len(counts)))
+    return ranges
 
 
 def _decode(embedding: object) -> np.ndarray:
