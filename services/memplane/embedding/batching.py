@@ -144,6 +144,9 @@ class BatchingEmbedder:
     def dimensions(self) -> int:
         return self._inner.dimensions
 
+    def head(self, text: str, *, query: bool) -> str:
+        return self._inner.head(text, query=query)
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.empty((0, self.dimensions), dtype=np.float32)

@@ -31,6 +31,9 @@ class CachedEmbedder:
     def dimensions(self) -> int:
         return self._inner.dimensions
 
+    def head(self, text: str, *, query: bool) -> str:
+        return self._inner.head(text, query=query)
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return await self._cached("d", texts, self._inner.embed_documents)
 

