@@ -1,7 +1,8 @@
 """provider=openai: embeddings from an OpenAI-compatible `/v1/embeddings` endpoint over
 real HTTP (tests/fake_llm.py speaks OpenAI's wire format; OpenAI itself cannot be
 reached from here). Vectors are asked for as base64 and decoded with numpy; a server
-that answers float lists is read too; a failing endpoint is UNAVAILABLE, never a hang.
+that answers float lists is read too; a failing endpoint is UNAVAILABLE, never a hang,
+and one that refuses the request (a wrong key: 4xx) FAILED_PRECONDITION, not retried.
 What is sent stays within OpenAI's limits, which the fake enforces as OpenAI does (HTTP
 400): a long memory is embedded by its head of at most 8,191 cl100k_base tokens, and a
 batch is split into requests of at most 300,000 tokens and 2,048 inputs."""
@@ -24,7 +25,7 @@ from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.base import normalize
 from memplane.embedding.remote import OpenAIEmbedder
-from memplane.errors import UnavailableError
+from memplane.errors import FailedPreconditionError, UnavailableError
 from memplane.settings import EmbeddingSettings
 from memplane.text.tokens import token_counter
 from memplane.v1 import admin_pb2, retrieval_pb2
@@ -130,11 +131,12 @@ async def test_a_server_answering_float_lists_is_read_the_same() -> None:
     np.testing.assert_array_equal(got, normalize(np.stack([fake.vector(t) for t in TEXTS[:2]])))
 
 
-async def test_endpoint_errors_are_unavailable(endpoint: FakeLLM) -> None:
+async def test_endpoint_errors_are_unavailable_and_its_refusals_failed_precondition(endpoint: FakeLLM) -> None:
     embedder = await connect(endpoint, dimensions=24)
-    endpoint.fail_embeddings(1, status=400)  # not retried by the openai client
-    with pytest.raises(UnavailableError, match="embedding endpoint failed"):
-        await embedder.embed_documents(TEXTS[:1])
+    for status in (400, 401, 404):  # not retried by the openai client; no retry can help
+        endpoint.fail_embeddings(1, status=status)
+        with pytest.raises(FailedPreconditionError, match=f"embedding endpoint refused the request \\({status}\\b"):
+            await embedder.embed_documents(TEXTS[:1])
     endpoint.fail_embeddings(3, status=503)  # the first try and both retries
     with pytest.raises(UnavailableError, match="embedding endpoint failed"):
         await embedder.embed_documents(TEXTS[:1])
@@ -222,6 +224,30 @@ async def test_a_server_on_the_endpoint_writes_and_searches_over_grpc(
                 endpoint.fail_embeddings(3, status=503)
                 with pytest.raises(UnavailableError):
                     await once.search("anything else new")
+        finally:
+            await admin.delete_workspace(name)
+
+
+async def test_an_endpoint_that_refuses_the_key_is_failed_precondition_at_once_over_grpc(
+    openai_server: str, endpoint: FakeLLM, admin_key: str
+) -> None:
+    """A 401 (a wrong key in the server's settings) is FAILED_PRECONDITION naming the
+    endpoint's answer, and the SDK does not retry it: one embedding request, not the retry
+    policy's five. Before, it was UNAVAILABLE, retried in vain."""
+    name = random_workspace_name()
+    async with AsyncMemplaneClient(openai_server, admin_key) as admin:
+        await admin.create_workspace(name)
+        try:
+            key = (await admin.create_api_key(name)).api_key
+            async with AsyncMemplaneClient(openai_server, key) as client:
+                endpoint.embedding_requests.clear()
+                endpoint.fail_embeddings(10, status=401)
+                with pytest.raises(FailedPreconditionError, match=r"embedding endpoint refused the request \(401"):
+                    await client.add_memories([mem("a note that needs a vector")])
+                assert len(endpoint.embedding_requests) == 1
+                endpoint.heal_embeddings()
+                assert await client.add_memories([mem("a note that needs a vector")])  # nothing was stored before
+                assert len((await client.list_memories()).memories) == 1
         finally:
             await admin.delete_workspace(name)
 

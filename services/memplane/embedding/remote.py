@@ -26,7 +26,7 @@ import openai
 from memplane.embedding.base import normalize
 from memplane.embedding.head import head
 from memplane.embedding.health import EndpointHealth
-from memplane.errors import UnavailableError
+from memplane.errors import FailedPreconditionError, UnavailableError
 from memplane.text.tokens import token_counter
 
 # OpenAI's API reference, "Create embeddings": "The input must not exceed the max input
@@ -42,8 +42,19 @@ MAX_REQUEST_INPUTS = 2048
 MAX_TOKENS_PER_CHAR = 4
 
 # Failures that say the endpoint is unreachable or overloaded (after the client's retries);
-# a 5xx status is one too. Other 4xx answers are the request's fault, not the endpoint's.
+# a 5xx status is one too: UNAVAILABLE, which the SDK retries. Other 4xx answers are the
+# request's fault, not the endpoint's: a wrong key (401/403), an unknown model (404), an
+# input it will not take (400; what memplane sends stays within OpenAI's documented limits,
+# above). No retry can help, so they are FAILED_PRECONDITION (`_refusal`), naming the status
+# and the endpoint's message (cut to _DETAIL_CHARS), and leave the endpoint's health alone.
 _ENDPOINT_DOWN = (openai.APIConnectionError, openai.RateLimitError)
+_DETAIL_CHARS = 300
+
+
+def _refusal(status: int) -> bool:
+    """A 4xx answer no retry can change: not 408 (timeout), 409 (conflict) or 429 (rate
+    limit), which the openai client itself retries as transient (its `_should_retry`)."""
+    return 400 <= status < 500 and status not in (408, 409, 429)
 
 
 class OpenAIEmbedder:
@@ -52,7 +63,8 @@ class OpenAIEmbedder:
     MAX_REQUEST_INPUTS) inputs and MAX_REQUEST_TOKENS tokens; vectors are re-normalised.
 
     Construct with `await OpenAIEmbedder.connect(...)`, which asks the endpoint once for
-    the dimension unless *dimensions* is given. Endpoint failures raise `UnavailableError`.
+    the dimension unless *dimensions* is given. Endpoint failures raise `UnavailableError`,
+    its refusals (a 4xx no retry changes) `FailedPreconditionError`.
     """
 
     def __init__(
@@ -106,6 +118,11 @@ class OpenAIEmbedder:
         except openai.OpenAIError as exc:
             if isinstance(exc, _ENDPOINT_DOWN) or (isinstance(exc, openai.APIStatusError) and exc.status_code >= 500):
                 self.health.lost(type(exc).__name__)
+            if isinstance(exc, openai.APIStatusError) and _refusal(exc.status_code):
+                raise FailedPreconditionError(
+                    f"embedding endpoint refused the request ({exc.status_code} {type(exc).__name__}):"
+                    f" {exc.message[:_DETAIL_CHARS]}"
+                ) from exc
             raise UnavailableError(f"embedding endpoint failed: {type(exc).__name__}") from exc
         ordered = sorted(reply.data, key=lambda d: d.index)
         if len(ordered) != len(texts):
