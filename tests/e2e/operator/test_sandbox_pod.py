@@ -131,7 +131,10 @@ class TestPodSandboxes(SandboxCases):
         await apply(kube, manifest)
         ref = (await self.ready(kube, driver, k8s_namespace, "drift"))["status"]["sandbox"]["ref"]
         uid = (await get(kube, "pod", ref, k8s_namespace))["metadata"]["uid"]
-        await kube.akubectl("delete", "pod", ref, "-n", k8s_namespace)
+        await kube.akubectl("delete", "pod", ref, "-n", k8s_namespace)  # returns once the Pod is gone
+        # The operator's pass reports "waiting for the Pod: ... does not exist" (reason
+        # WAITING_REASON) before its retry makes the new one, so wait on the Pod itself.
+        await kube.akubectl("wait", "--for=create", f"pod/{ref}", "-n", k8s_namespace, "--timeout=90s", timeout=120)
         await wait_for(kube, reason_is(WAITING_REASON), "memoryworkspace/drift", k8s_namespace)
         assert (await get(kube, "pod", ref, k8s_namespace))["metadata"]["uid"] != uid
         assert await driver.held(tenant) == {ref: Seen(sandbox_class_name, True)}
