@@ -38,7 +38,7 @@ import psycopg
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer, start_server
+from memplane.api.server import RunningServer, freeze_startup_heap, start_server
 from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import Workspace
@@ -286,6 +286,7 @@ async def bench_server(*, keep: Path | None = None, **settings: Any) -> AsyncIte
             )
         )
         server = await start_server(app, host="127.0.0.1", port=0)
+        freeze_startup_heap()  # as `memplane serve` does once it serves
         target = f"127.0.0.1:{server.port}"
         async with AsyncMemplaneClient(target, admin_key) as admin:
             try:

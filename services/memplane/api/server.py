@@ -7,6 +7,7 @@ then `server.stop(grace)` lets in-flight RPCs finish for `grace` seconds.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,6 +63,22 @@ class RunningServer:
         """Report NOT_SERVING, then stop accepting and wait up to *grace* seconds."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then move every object alive (modules, the embedding model's Python
+    side, settings, caches filled at start) to the permanent generation (`gc.freeze`, as
+    CPython's `gc` documentation suggests for a long-running process after start-up), so
+    the generation-2 collections of serving traverse only what requests allocate. For a
+    process that serves from here on (`memplane serve`, bench/_harness.py as it); not in
+    `start_server`, which tests call many times in one process.
+
+    Measured with `python bench/peers_sql.py --scopes per-user whole --concurrency 8
+    --passes 1 --requests 600` at LoCoMo size, three pairs alternated with the code
+    without it: hybrid search per user at 8 clients, p99 71-78 ms against 94-117 ms, p50
+    and QPS unchanged."""
+    gc.collect()
+    gc.freeze()
 
 
 async def start_server(

@@ -33,7 +33,7 @@ def _setup_logging(settings: Settings) -> None:
 async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     from memplane.api.interceptors import server_interceptors
-    from memplane.api.server import start_server
+    from memplane.api.server import freeze_startup_heap, start_server
     from memplane.api.tls import TlsFiles
     from memplane.app import build_app
     from memplane.telemetry import setup_telemetry
@@ -52,6 +52,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
         interceptors=interceptors,
         tls=TlsFiles.from_settings(settings.grpc),
     )
+    freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
