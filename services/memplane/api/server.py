@@ -67,9 +67,9 @@ class RunningServer:
 
 def freeze_startup_heap() -> None:
     """Collect once, then move every object alive (modules, the embedding model's Python
-    side, settings, caches filled at start) to the permanent generation (`gc.freeze`, as
-    CPython's `gc` documentation suggests for a long-running process after start-up), so
-    the generation-2 collections of serving traverse only what requests allocate. For a
+    side, settings, caches filled at start) to the permanent generation (`gc.freeze`,
+    Python 3.7+: frozen objects are ignored by every later collection), so the
+    generation-2 collections of serving traverse only what requests allocate. For a
     process that serves from here on (`memplane serve`, bench/_harness.py as it); not in
     `start_server`, which tests call many times in one process.
 
