@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,11 +33,21 @@ LOG = logging.getLogger("test-stale-passes")
 AN_HOUR_AGO = stamp(datetime.now(UTC) - timedelta(hours=1))
 
 
-def _runtime() -> Runtime:
-    """A process's runtime; the AdminService and the API server are never called here."""
+@pytest.fixture
+async def new_runtime() -> AsyncIterator[Callable[[], Runtime]]:
+    """Makes a process's runtime (the AdminService and the API server are never called
+    here); the backends each opened are closed at the end, as the operator does at exit."""
     settings = OperatorSettings.model_validate({"admin_key": "unused", "admin_target": "127.0.0.1:1"})
     unused: Any = None
-    return Runtime(settings=settings, admin=unused, kube=unused, syncs=SyncBook())
+    made: list[Runtime] = []
+
+    def make() -> Runtime:
+        made.append(Runtime(settings=settings, admin=unused, kube=unused, syncs=SyncBook()))
+        return made[-1]
+
+    yield make
+    for runtime in made:
+        await runtime.sandboxes.close()
 
 
 @pytest.fixture
@@ -63,8 +73,10 @@ def _classes(name: str, host: str) -> dict[str, Any]:
 
 def _body(class_name: str) -> dict[str, Any]:
     tenant = f"ws-{secrets.token_hex(4)}"
+    # Idle past 30 min: the hour-old lastActivityTime below is, a pass within the test's
+    # run after a create or resume is not (a 1 s timeout let a slow resume count as idle).
     spec = {"tenantId": tenant, "reclaimPolicy": "Delete",
-            "sandbox": {"sandboxClassName": class_name, "idleTimeout": "1s"}}  # fmt: skip
+            "sandbox": {"sandboxClassName": class_name, "idleTimeout": "30m"}}  # fmt: skip
     metadata = {"name": "files", "namespace": "t-stale", "uid": secrets.token_hex(8), "generation": 1}
     return {"metadata": metadata, "spec": spec}
 
@@ -95,17 +107,17 @@ def _ready_reason(status: dict[str, Any]) -> str:
 
 
 async def test_a_cycle_on_the_body_from_before_an_idle_suspend_does_not_take_it_back(
-    engine: aiodocker.Docker, podman_socket: str, class_name: str
+    engine: aiodocker.Docker, podman_socket: str, class_name: str, new_runtime: Callable[[], Runtime]
 ) -> None:
     classes = _classes(class_name, podman_socket)
     made = _body(class_name)
-    created = await _sandbox_pass(_runtime(), made, classes)  # an earlier operator process made it
+    created = await _sandbox_pass(new_runtime(), made, classes)  # an earlier operator process made it
     ref = created["sandbox"]["ref"]
     assert created["sandbox"]["state"] == "Running"
     assert await _running(engine, ref)
     # As stored now, idle for an hour (the operator restarted meanwhile: nothing recorded).
     idle = _stored(made, {**created, "sandbox": {**created["sandbox"], "lastActivityTime": AN_HOUR_AGO}})
-    runtime = _runtime()
+    runtime = new_runtime()
 
     by_timer = await _sandbox_pass(runtime, idle, classes)  # the resync suspends it ...
     assert (by_timer["sandbox"]["state"], _ready_reason(by_timer)) == ("Suspended", "Suspended")
@@ -123,14 +135,14 @@ async def test_a_cycle_on_the_body_from_before_an_idle_suspend_does_not_take_it_
 
 
 async def test_a_pass_on_the_body_from_before_a_resume_does_not_suspend_it_again(
-    engine: aiodocker.Docker, podman_socket: str, class_name: str
+    engine: aiodocker.Docker, podman_socket: str, class_name: str, new_runtime: Callable[[], Runtime]
 ) -> None:
     classes = _classes(class_name, podman_socket)
     made = _body(class_name)
-    created = await _sandbox_pass(_runtime(), made, classes)
+    created = await _sandbox_pass(new_runtime(), made, classes)
     ref = created["sandbox"]["ref"]
     idle = _stored(made, {**created, "sandbox": {**created["sandbox"], "lastActivityTime": AN_HOUR_AGO}})
-    runtime = _runtime()
+    runtime = new_runtime()
     suspended = _stored(idle, await _sandbox_pass(runtime, idle, classes))
     assert suspended["status"]["sandbox"]["state"] == "Suspended"
     assert not await _running(engine, ref)
