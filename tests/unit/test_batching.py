@@ -19,9 +19,11 @@ class _CountingModel:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.fail = False
+        self.entered = asyncio.Event()  # set once a call is inside the model
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         self.calls.append(list(texts))
+        self.entered.set()
         await asyncio.sleep(0.01)
         if self.fail:
             raise RuntimeError("model down")
@@ -38,7 +40,7 @@ async def test_concurrent_calls_share_model_calls_and_get_their_own_rows() -> No
     model = _CountingModel()
     batcher = BatchingEmbedder(model, max_batch=64)
     first = asyncio.create_task(batcher.embed_queries(["a"]))
-    await asyncio.sleep(0.002)  # the first call is now inside the model
+    await model.entered.wait()  # the first call is now inside the model
     rest = await asyncio.gather(*(batcher.embed_queries(t) for t in (["bb", "ccc"], ["dddd"], ["eeeee"])))
     results = [await first, *rest]
     assert [r[:, 0].tolist() for r in results] == [[1.0], [2.0, 3.0], [4.0], [5.0]]
