@@ -55,7 +55,7 @@ from memplane.writeback.conversation import ConversationResult, ConversationWrit
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.requests import Added, Ledger, WriteRequest, prepare
 from memplane.writeback.session_facts import SessionFactWriter
-from memplane.writeback.turns import keep_turn
+from memplane.writeback.turns import merge_update
 
 # Fields UpdateMemory may change (proto names → column names).
 UPDATABLE_FIELDS = {
@@ -266,19 +266,7 @@ class WriteBackService:
             if expected_version and current.version != expected_version:
                 raise VersionConflictError(current.id, expected_version, current.version)
             v = Violations()
-            merged = NewMemory(
-                content=values.content if "content" in mask else current.content,
-                scope=current.scope,
-                type=values.type if "type" in mask else current.type,
-                name=values.name if "name" in mask else current.name,
-                description=values.description if "description" in mask else current.description,
-                metadata=keep_turn(v, "memory", current, values, mask),
-                valid_from=(values.valid_from or current.valid_from)
-                if "valid_from_time" in mask
-                else current.valid_from,
-                valid_to=values.valid_to if "valid_to_time" in mask else current.valid_to,
-                expires_at=values.expires_at if "expire_time" in mask else current.expires_at,
-            )
+            merged = merge_update(v, "memory", current, values, mask)
             check_new_memory(v, "memory", merged, self._limits, workspace.embedding_dimensions)
             v.raise_if_any()
             fields: dict[str, Any] = {

@@ -54,7 +54,27 @@ def is_turn(memory: Memory) -> bool:
     return memory.type is MemoryType.EPISODIC and "message_id" in memory.metadata and not is_rules_statement(memory)
 
 
-def keep_turn(v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]) -> JsonObject:
+def merge_update(v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]) -> NewMemory:
+    """The memory UpdateMemory stores when it changes *mask* (UpdateMemoryRequest's
+    update_mask paths) of *current* to *values*: each named field's new value, the others
+    as stored, the scope never changed; the metadata as `metadata_after_update` keeps it
+    (violations added to *v* under *field*). An unset `valid_from_time` keeps the stored one."""
+    return NewMemory(
+        content=values.content if "content" in mask else current.content,
+        scope=current.scope,
+        type=values.type if "type" in mask else current.type,
+        name=values.name if "name" in mask else current.name,
+        description=values.description if "description" in mask else current.description,
+        metadata=metadata_after_update(v, field, current, values, mask),
+        valid_from=(values.valid_from or current.valid_from) if "valid_from_time" in mask else current.valid_from,
+        valid_to=values.valid_to if "valid_to_time" in mask else current.valid_to,
+        expires_at=values.expires_at if "expire_time" in mask else current.expires_at,
+    )
+
+
+def metadata_after_update(
+    v: Violations, field: str, current: Memory, values: NewMemory, mask: Sequence[str]
+) -> JsonObject:
     """The metadata UpdateMemory stores when it changes *mask* of *current* to *values*:
     `values.metadata` with, for a turn, the stored `TURN_KEYS` it does not name; adds to *v*
     (under *field*, e.g. "memory") a violation for each change that would end the turn.
