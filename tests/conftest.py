@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from memplane.logs import OWN_LOGGERS, QUIET_LOGGERS
+
 _HERE = Path(__file__).parent
 UNIT_TIMEOUT_SECONDS = 10  # generous for a loaded CI box; a unit test that waits on I/O fails fast
 
@@ -31,9 +33,14 @@ def _root_logger_as_found() -> Iterator[None]:
     that test's captured stderr, which pytest closes when the test ends; the session's
     in-process operator (tests/e2e/operator, a thread that outlives the test) then logged
     into the closed stream ("--- Logging error --- ValueError: I/O operation on closed
-    file" in CI's output)."""
+    file" in CI's output). The levels it gives memplane's own and the quieted loggers are
+    put back too (the warnings it routes into logging pytest puts back itself: each test
+    runs inside `warnings.catch_warnings`)."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    named = {name: logging.getLogger(name).level for name in (*OWN_LOGGERS, *QUIET_LOGGERS)}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, was in named.items():
+        logging.getLogger(name).setLevel(was)
