@@ -33,7 +33,7 @@ from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.file_selection import FileSelector
 from memplane.retrieval.rerank import Reranker
 from memplane.retrieval.service import RetrievalService
-from memplane.settings import EmbeddingSettings, LLMSettings, Settings, host_cores
+from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
 from memplane.storage.embedded import EmbeddedPostgres, start_embedded
@@ -185,23 +185,16 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
                 f"the database lacks migrations {', '.join(pending)}: run `memplane migrate` "
                 "(the chart's migration Job) before starting the services"
             )
+    pool_max, pool_origin = settings.database.pool_max(embedded=embedded is not None)
     db = Database(
         dsn,
         min_size=settings.database.pool_min_size,
-        max_size=settings.database.pool_max(embedded=embedded is not None),
+        max_size=pool_max,
         timeout=settings.database.pool_timeout,
         statement_timeout=settings.database.statement_timeout,
     )
     await db.open()
-    _log.info(
-        "database pool: up to %d connections (%s)",
-        db.max_size,
-        "database.pool_max_size"
-        if settings.database.pool_max_size is not None
-        else f"the embedded PostgreSQL on {host_cores()} cores"
-        if embedded is not None
-        else "a database at a dsn",
-    )
+    _log.info("database pool: up to %d connections (%s)", pool_max, pool_origin)
     supervisor = None
     if embedded is not None:
         supervisor = EmbeddedSupervisor(embedded, db.availability)
@@ -314,7 +307,7 @@ async def build_reads(db: Database, settings: Settings) -> ReadRouter:
     replica = Database(
         cfg.read_dsn,
         min_size=cfg.pool_min_size,
-        max_size=cfg.pool_max(embedded=False),
+        max_size=cfg.pool_max(embedded=False)[0],
         timeout=cfg.read_pool_timeout,
         statement_timeout=cfg.statement_timeout,
         connect_timeout=cfg.read_pool_timeout,

@@ -57,16 +57,17 @@ class DatabaseSettings(BaseModel):
         default=30.0, gt=0, description="Seconds after which PostgreSQL cancels one statement."
     )
 
-    def pool_max(self, *, embedded: bool) -> int:
-        """`pool_max_size`, or when unset: DSN_POOL_MAX_SIZE for a database elsewhere, twice
-        `host_cores()` within EMBEDDED_POOL_BOUNDS for the embedded PostgreSQL (and never
-        below `pool_min_size`)."""
+    def pool_max(self, *, embedded: bool) -> tuple[int, str]:
+        """(connections, where that bound comes from): `pool_max_size`, or when unset
+        DSN_POOL_MAX_SIZE for a database elsewhere, twice `host_cores()` within
+        EMBEDDED_POOL_BOUNDS for the embedded PostgreSQL (never below `pool_min_size`)."""
         if self.pool_max_size is not None:
-            return self.pool_max_size
+            return self.pool_max_size, "database.pool_max_size"
         if not embedded:
-            return DSN_POOL_MAX_SIZE
+            return DSN_POOL_MAX_SIZE, "a database at a dsn"
         low, high = EMBEDDED_POOL_BOUNDS
-        return max(self.pool_min_size, min(high, max(low, 2 * host_cores())))
+        cores = host_cores()
+        return max(self.pool_min_size, min(high, max(low, 2 * cores))), f"the embedded PostgreSQL on {cores} cores"
 
     read_dsn: str | None = Field(
         default=None,

@@ -101,11 +101,6 @@ class Database:
         )
         self.availability = Availability(dsn, recover=self._pool.check, connect_timeout=connect_timeout or 2.0)
 
-    @property
-    def max_size(self) -> int:
-        """The most connections the pool opens."""
-        return self._pool.max_size
-
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
         register_array_dumpers(conn)
