@@ -11,6 +11,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
@@ -36,9 +37,6 @@ from memplane.retrieval.service import RetrievalService
 from memplane.settings import EmbeddingSettings, LLMSettings, Settings
 from memplane.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.storage.database import Database
-from memplane.storage.embedded import EmbeddedPostgres, start_embedded
-from memplane.storage.embedded_memory import server_memory
-from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 from memplane.storage.idempotency import IdempotencyStore, delete_expired_records
 from memplane.storage.invalidation import InvalidationListener
 from memplane.storage.job_listener import JobListener
@@ -54,6 +52,13 @@ from memplane.storage.workspaces import WorkspaceStore
 from memplane.text.tokens import token_counter
 from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.service import WriteBackService
+
+if TYPE_CHECKING:
+    # Only on the embedded path, imported there: the wheel works at import (its class body asks
+    # platformdirs for a runtime directory, PermissionError in a Pod with a read-only root), so
+    # a process given a DSN must never import it.
+    from memplane.storage.embedded import EmbeddedPostgres
+    from memplane.storage.embedded_supervisor import EmbeddedSupervisor
 
 _log = logging.getLogger(__name__)
 
@@ -109,9 +114,12 @@ class App:
 
 def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
     """The configured DSN, or the embedded server's (started under data_dir/pgdata) with
-    this process's hold on it."""
+    this process's hold on it. With a DSN nothing of the embedded server is imported."""
     if settings.database.dsn:
         return settings.database.dsn, None
+    from memplane.storage.embedded import start_embedded  # noqa: PLC0415 - the embedded path only (see TYPE_CHECKING)
+    from memplane.storage.embedded_memory import server_memory  # noqa: PLC0415 - with it
+
     cfg = settings.database
     config = server_memory(cfg.embedded_memory_mb, cfg.embedded_shared_buffers_mb).config()
     embedded = start_embedded(settings.data_dir / "pgdata", config)
@@ -197,6 +205,8 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     _log.info("database pool: up to %d connections (%s)", pool_max, pool_origin)
     supervisor = None
     if embedded is not None:
+        from memplane.storage.embedded_supervisor import EmbeddedSupervisor  # noqa: PLC0415 - embedded path only
+
         supervisor = EmbeddedSupervisor(embedded, db.availability)
         supervisor.start()
     reads = await build_reads(db, settings)
