@@ -1,7 +1,8 @@
 """The container image (Dockerfile, built by scripts/image/build.sh with Podman) run for real:
-`memplane serve` as a non-root user on a read-only root filesystem with no writable home,
-against an external DSN, answers health SERVING and serves a workspace; the operator's
-entry point is inside; no compiler or pip is."""
+`memplane serve` as a non-root user on a read-only root filesystem with no writable home
+and no runtime directory (only /tmp writable, mode 0777 like the chart's emptyDir), against
+an external DSN, answers health SERVING and serves a workspace; the operator's entry point
+is inside; no compiler or pip is."""
 
 from __future__ import annotations
 
@@ -70,8 +71,19 @@ async def tcp_to_unix(socket_path: str) -> AsyncIterator[int]:
         await server.wait_closed()
 
 
+def pod_tmp(tmp_path: Path) -> list[str]:
+    """`podman run` flags for a Pod's file system: the root read-only and nothing writable
+    (no tmpfs on /run: no runtime directory) but /tmp, a directory of mode 0777 without the
+    sticky bit, as a Kubernetes emptyDir is (podman's own --tmpfs /tmp is 1777, which
+    platformdirs accepts and an emptyDir is not)."""
+    tmp = tmp_path / "emptydir"
+    tmp.mkdir()
+    tmp.chmod(0o777)
+    return ["--read-only", "--read-only-tmpfs=false", "-v", f"{tmp}:/tmp"]
+
+
 async def test_the_image_serves_read_only_as_non_root_with_an_external_dsn(
-    image: str, pg_dsn: str, admin_key: str
+    image: str, pg_dsn: str, admin_key: str, tmp_path: Path
 ) -> None:
     params = conninfo_to_dict(pg_dsn)
     socket_path = f"{params['host']}/.s.PGSQL.{params.get('port', 5432)}"
@@ -80,7 +92,7 @@ async def test_the_image_serves_read_only_as_non_root_with_an_external_dsn(
         dsn = f"postgresql://{params.get('user', 'postgres')}@127.0.0.1:{pg_port}/{params.get('dbname', 'postgres')}"
         name = f"memplane-test-{port}"
         run = [
-            "run", "--rm", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",  # noqa: S108 - the container's own tmpfs
+            "run", "--rm", "--name", name, "--network", "host", *pod_tmp(tmp_path),
             "--user", "10001:10001", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "-e", f"MEMPLANE_DATABASE__DSN={dsn}", "-e", f"MEMPLANE_AUTH__ADMIN_KEY={admin_key}",
             "-e", "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE=false", "-e", "MEMPLANE_DATABASE__MIGRATE_ON_START=false",
