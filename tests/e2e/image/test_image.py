@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,31 +17,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from memplane.client import AsyncMemplaneClient
 from memplane.v1 import memory_pb2
+from tests.e2e.image.podmantools import PODMAN, PODMAN_ENV, image, pod_tmp, podman
 from tests.fix_process import free_port
 
-REPO = Path(__file__).resolve().parents[3]
-IMAGE = os.environ.get("MEMPLANE_IMAGE", "localhost/memplane:dev")
-PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "scripts/image/containers.conf")}
+__all__ = ["image"]  # the fixture
+
 START_SECONDS = 180.0
-PODMAN = shutil.which("podman") or "podman"
-
-
-def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
-        [PODMAN, *args], capture_output=True, text=True, env=PODMAN_ENV, check=check, timeout=300
-    )
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    """The built image; fails (never skips) when it is missing: scripts/test.sh builds it."""
-    try:
-        found = podman("image", "exists", IMAGE, check=False)
-    except FileNotFoundError:
-        pytest.fail("podman is not installed (scripts/test.sh installs it and builds the image)", pytrace=False)
-    if found.returncode != 0:
-        pytest.fail(f"image {IMAGE} is missing: run scripts/image/build.sh", pytrace=False)
-    return IMAGE
 
 
 @contextlib.asynccontextmanager
@@ -69,17 +48,6 @@ async def tcp_to_unix(socket_path: str) -> AsyncIterator[int]:
     finally:
         server.close()
         await server.wait_closed()
-
-
-def pod_tmp(tmp_path: Path) -> list[str]:
-    """`podman run` flags for a Pod's file system: the root read-only and nothing writable
-    (no tmpfs on /run: no runtime directory) but /tmp, a directory of mode 0777 without the
-    sticky bit, as a Kubernetes emptyDir is (podman's own --tmpfs /tmp is 1777, which
-    platformdirs accepts and an emptyDir is not)."""
-    tmp = tmp_path / "emptydir"
-    tmp.mkdir()
-    tmp.chmod(0o777)
-    return ["--read-only", "--read-only-tmpfs=false", "-v", f"{tmp}:/tmp"]
 
 
 async def test_the_image_serves_read_only_as_non_root_with_an_external_dsn(
