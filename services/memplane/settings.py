@@ -133,6 +133,15 @@ class GrpcSettings(BaseModel):
     host: str = Field(default="127.0.0.1", description="Address to bind; 0.0.0.0 in a cluster.")
     port: int = Field(default=50051, ge=0, le=65535, description="TCP port; 0 picks a free one.")
     grace_period: float = Field(default=5.0, ge=0, description="Seconds in-flight RPCs get on shutdown.")
+    drain_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=300,
+        description=(
+            "Seconds to keep serving after SIGTERM, health NOT_SERVING, before the listener closes: "
+            "time for kube-proxy to take a deleted Pod out of its Service (the chart sets 5)."
+        ),
+    )
     max_message_bytes: int = Field(
         default=16 * 1024 * 1024, description="Largest request or response message, in bytes."
     )

@@ -7,6 +7,8 @@ then `server.stop(grace)` lets in-flight RPCs finish for `grace` seconds.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import Sequence
@@ -59,9 +61,17 @@ class RunningServer:
     port: int
     health: Any  # grpc_health.v1.health.aio.HealthServicer (the package ships no stubs)
 
-    async def stop(self, grace: float) -> None:
-        """Report NOT_SERVING, then stop accepting and wait up to *grace* seconds."""
+    async def stop(self, grace: float, drain: float = 0.0, cut_short: asyncio.Event | None = None) -> None:
+        """Report NOT_SERVING, keep serving for *drain* seconds (while kube-proxy and load
+        balancers take this endpoint out: a Pod's deletion and its SIGTERM race them) or
+        until *cut_short* is set (a second signal), then stop accepting (clients get GOAWAY
+        and reconnect elsewhere) and let in-flight RPCs finish for up to *grace* seconds.
+        The drain is Kubernetes' preStop-sleep pattern done in the server, so that health
+        answers NOT_SERVING during it."""
         await self.health.enter_graceful_shutdown()
+        if drain > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for((cut_short or asyncio.Event()).wait(), drain)
         await self.server.stop(grace)
 
 

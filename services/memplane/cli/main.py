@@ -58,8 +58,9 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    _log.info("shutting down (grace %.1f s)", settings.grpc.grace_period)
-    await running.stop(settings.grpc.grace_period)
+    _log.info("shutting down (drain %.1f s, grace %.1f s)", settings.grpc.drain_seconds, settings.grpc.grace_period)
+    stop.clear()  # a second signal cuts the drain short
+    await running.stop(settings.grpc.grace_period, settings.grpc.drain_seconds, cut_short=stop)
     await app.close()
     return 0
 
