@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Build the Kubernetes NODE binaries from the Go module proxy only (no release tarballs), beside
+# build-toolchain.sh's control plane and in the same caches: kubelet, kube-scheduler, kube-proxy
+# (k8s.io/kubernetes, the same wrapper-module approach: `go install k8s.io/kubernetes/cmd/kubelet@…`
+# fails, "contains one or more replace directives"), CoreDNS (cluster DNS) and kube-router
+# (NetworkPolicy enforcement only: its firewall, iptables + ipset, beside the bridge CNI).
+#
+# Result: $K8S_TOOLS_CACHE/node-<stamp>/ with the five binaries and a `.complete` stamp, printed on
+# the LAST line of stdout (progress on stderr). With the stamp present this returns at once. Cold:
+# ~6-8 CPU-min on top of build-toolchain.sh (they share the client-go/apimachinery build cache);
+# peak RAM ~1.5 GiB in the linker. Concurrent callers are serialised by build-toolchain.sh's lock.
+# Env: K8S_VERSION (1.35.4)  COREDNS_VERSION (1.14.7)  KUBE_ROUTER_VERSION (2.1.0)
+#      K8S_TOOLS_CACHE (~/.cache/k8s-testenv)  NICE_LEVEL (0)
+# Needs go >= 1.26 on PATH, python3. GOTOOLCHAIN=local, CGO_ENABLED=0 (static binaries).
+set -euo pipefail
+exec 3>&1 1>&2
+K=${K8S_VERSION:-1.35.4}; CV=${COREDNS_VERSION:-1.14.7}; RV=${KUBE_ROUTER_VERSION:-2.1.0}
+CACHE=${K8S_TOOLS_CACHE:-$HOME/.cache/k8s-testenv}
+OUT=$CACHE/node-k$K-c$CV-r$RV
+if [ -f "$OUT/.complete" ]; then echo "$OUT" >&3; exit 0; fi
+command -v go >/dev/null || { echo "build-node: 'go' not on PATH (need go >= 1.26)" >&2; exit 1; }
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build.lock"
+echo "build-node: waiting for $CACHE/.build.lock" >&2
+flock 9
+if [ -f "$OUT/.complete" ]; then echo "$OUT" >&3; exit 0; fi
+echo "build-node: building into $OUT" >&2
+export GOMODCACHE=$CACHE/gomod GOCACHE=$CACHE/gobuild GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
+mkdir -p "$OUT" "$CACHE/src"
+NICE="nice -n ${NICE_LEVEL:-0}"
+MINOR=$(echo "$K" | cut -d. -f2)
+t0=$(date +%s)
+
+# --- kubelet, kube-scheduler, kube-proxy: a wrapper module pinning every staging module -------------
+W=$CACHE/src/k8s-node-$K; mkdir -p "$W"
+go mod download -json "k8s.io/kubernetes@v$K" > "$W/dl.json"
+KDIR=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["Dir"])' "$W/dl.json")
+KMOD=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["GoMod"])' "$W/dl.json")
+{
+  echo "module example.local/k8s-node"; echo; echo "go $(awk '$1=="go"{print $2; exit}' "$KMOD")"; echo
+  echo "require k8s.io/kubernetes v$K"; echo; echo "replace ("
+  awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}' "$KMOD" | while read -r m; do echo "	$m => $m v0.${K#1.}"; done
+  echo ")"
+} > "$W/go.mod"
+CMDS="kubelet kube-scheduler kube-proxy"
+for c in $CMDS; do
+  mkdir -p "$W/cmd/$c"
+  case $c in
+    kubelet) f=cmd/kubelet/kubelet.go ;;
+    kube-scheduler) f=cmd/kube-scheduler/scheduler.go ;;
+    kube-proxy) f=cmd/kube-proxy/proxy.go ;;
+  esac
+  sed -n '/^package main/,$p' "$KDIR/$f" > "$W/cmd/$c/main.go"
+done
+(cd "$W" && $NICE go mod tidy)
+LD="-s -w"
+for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  LD="$LD -X $p.gitVersion=v$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+for c in $CMDS; do
+  t=$(date +%s); (cd "$W" && $NICE go build -trimpath -ldflags "$LD" -o "$OUT/$c" "./cmd/$c")
+  echo "build-node: built $c in $(( $(date +%s)-t ))s" >&2
+done
+
+# --- CoreDNS: no replace directives, a plain go install ----------------------------------------------
+t=$(date +%s); GOFLAGS= GOBIN="$OUT" $NICE go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v$CV"
+echo "build-node: built coredns in $(( $(date +%s)-t ))s" >&2
+
+# --- kube-router, firewall only (NetworkPolicy by iptables + ipset beside the bridge CNI) -------------
+# v2.1.0 is the one version the module proxy serves; its golang.org/x dependencies carry published
+# CVEs, so the wrapper module takes their current releases (as distributions patching it do).
+# (kube-network-policies, kind's agent, needs the nftables `queue` expression: CONFIG_NFT_QUEUE,
+# which this machine's kernel lacks - "netlink receive: no such file or directory".)
+RW=$CACHE/src/kube-router-$RV; mkdir -p "$RW"
+printf 'module example.local/kube-router\n\ngo 1.26.0\n' > "$RW/go.mod"
+t=$(date +%s)
+(cd "$RW" && go get "github.com/cloudnativelabs/kube-router/v2@v$RV" \
+   golang.org/x/net@latest golang.org/x/crypto@latest golang.org/x/sys@latest golang.org/x/text@latest \
+   golang.org/x/oauth2@latest \
+ && $NICE go build -trimpath -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v$RV" \
+      -o "$OUT/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+echo "build-node: built kube-router in $(( $(date +%s)-t ))s" >&2
+
+# --- check what was built, then stamp ----------------------------------------------------------------
+for c in $CMDS; do
+  v=$("$OUT/$c" --version 2>&1) || { echo "$c --version failed: $v" >&2; exit 1; }
+  grep -qE "^Kubernetes v$K\$" <<<"$v" || { echo "$c version mismatch: $v" >&2; exit 1; }
+done
+v=$("$OUT/coredns" -version 2>&1); grep -q "CoreDNS-$CV" <<<"$v" || { echo "coredns version mismatch: $v" >&2; exit 1; }
+v=$("$OUT/kube-router" --version 2>&1 || true); grep -q "v$RV" <<<"$v" || { echo "kube-router version mismatch: $v" >&2; exit 1; }
+echo "build-node: total $(( $(date +%s)-t0 ))s" >&2
+touch "$OUT/.complete"
+echo "$OUT" >&3
