@@ -43,6 +43,16 @@ async def services_admin(services: Services, admin_key: str) -> AsyncIterator[As
         yield client
 
 
+@pytest.fixture
+async def own_namespace(memplane_crds: KubeCluster) -> AsyncIterator[str]:
+    """A namespace the session's in-process operator does not serve (not t-*), for a test
+    that runs an operator process of its own (tests/e2e/operator/operator_process.py)."""
+    name = f"own-{secrets.token_hex(5)}"
+    await memplane_crds.akubectl("create", "namespace", name)
+    yield name
+    await memplane_crds.akubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
 @pytest.fixture(scope="session")
 def operator_kubeconfig(memplane_crds: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kubeconfig for the operator's ServiceAccount, bound to the ClusterRole and nothing

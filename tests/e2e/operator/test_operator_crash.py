@@ -6,13 +6,7 @@ reconcile finishes, resuming at the step it was in, with one workspace and one k
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import secrets
-import signal
-import sys
-import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,71 +14,21 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from memplane_operator.handlers import KOPF_PREFIX
-from tests.e2e.operator.conftest import RESYNC_SECONDS
 from tests.e2e.operator.kubeobjects import (
     apply,
     condition,
-    eventually,
     get,
     secret_env,
     wait_for,
     wait_ready,
     workspace,
 )
+from tests.e2e.operator.operator_process import OperatorProcess
 from tests.fix_grpc_proxy import GrpcProxy
 from tests.fix_kube import KubeCluster
 from tests.fix_process import Services, free_port
 
 ADMIN = "/memplane.v1.AdminService/"
-
-
-class OperatorProcess:
-    """`python -m memplane_operator` for one namespace, started and killed on demand."""
-
-    def __init__(self, *, target: str, admin_key: str, namespace: str, kubeconfig: Path, log: Path) -> None:
-        self.health_port = free_port()
-        self.env = {
-            **os.environ,
-            "KUBECONFIG": str(kubeconfig),
-            "MEMPLANE_OPERATOR_ADMIN_TARGET": target,
-            "MEMPLANE_OPERATOR_ADMIN_KEY": admin_key,
-            "MEMPLANE_OPERATOR_NAMESPACES": json.dumps([namespace]),
-            "MEMPLANE_OPERATOR_RESYNC_SECONDS": str(RESYNC_SECONDS),
-            "MEMPLANE_OPERATOR_HEALTH_HOST": "127.0.0.1",
-            "MEMPLANE_OPERATOR_HEALTH_PORT": str(self.health_port),
-        }
-        self.log = log
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "memplane_operator", env=self.env, stdout=out, stderr=out
-            )
-
-    async def kill(self) -> None:
-        """SIGKILL: no cleanup, no finished patch, no goodbye."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        assert await self.process.wait() == -signal.SIGKILL
-
-    async def stop(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.terminate()
-            await self.process.wait()
-
-    def healthz(self) -> int:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5) as reply:
-            return int(reply.status)
-
-
-@pytest.fixture
-async def crash_namespace(kube: KubeCluster) -> AsyncIterator[str]:
-    """A namespace the session's in-process operator does not serve (not t-*)."""
-    name = f"crash-{secrets.token_hex(5)}"
-    await kube.akubectl("create", "namespace", name)
-    yield name
-    await kube.akubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture
@@ -112,7 +56,7 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
     method: str,
     done_before: list[str],
     kube: KubeCluster,
-    crash_namespace: str,
+    own_namespace: str,
     proxy: tuple[GrpcProxy, str],
     admin_key: str,
     operator_kubeconfig: Path,
@@ -124,18 +68,18 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
     operator = OperatorProcess(
         target=target,
         admin_key=admin_key,
-        namespace=crash_namespace,
+        namespace=own_namespace,
         kubeconfig=operator_kubeconfig,
         log=tmp_path / "op.log",
     )
-    manifest = workspace(crash_namespace, "crash", quotas={"maxMemories": 10})
+    manifest = workspace(own_namespace, "crash", quotas={"maxMemories": 10})
     tenant = manifest["spec"]["tenantId"]
     await operator.start()
     try:
-        assert await eventually(lambda: _live(operator.healthz), seconds=60, what="/healthz answers") == 200
+        await operator.live()
         await apply(kube, manifest)
         await asyncio.wait_for(held.reached.wait(), timeout=60)  # the services answered; the operator waits
-        mid = await get(kube, "memoryworkspace", "crash", crash_namespace)
+        mid = await get(kube, "memoryworkspace", "crash", own_namespace)
         await operator.kill()
         held.release()
         progress = _annotations(mid)
@@ -147,7 +91,7 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
         assert ("observedGeneration" in status) == ready_mid  # written with Ready=True, never before
         creates_before = grpc_proxy.calls[ADMIN + "CreateWorkspace"]
         await operator.start()
-        ready = await wait_ready(kube, crash_namespace, "crash")
+        ready = await wait_ready(kube, own_namespace, "crash")
     finally:
         await operator.stop()
     if method != "CreateWorkspace":  # resumed, not repeated: no second creation attempt
@@ -155,7 +99,7 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
     found = await services_admin.get_workspace(tenant)
     assert dict(found.labels)["memplane.io/uid"] == ready["metadata"]["uid"]
     keys = (await services_admin.list_api_keys(tenant)).api_keys
-    env = await secret_env(kube, crash_namespace, "crash-memplane")
+    env = await secret_env(kube, own_namespace, "crash-memplane")
     assert [k.key_id for k in keys] == [ready["status"]["keyId"]]  # one key, the Secret's, none orphaned
     assert env["MEMPLANE_API_KEY"].split("_")[1] == ready["status"]["keyId"]
     async with AsyncMemplaneClient.from_env(env) as agent:
@@ -163,16 +107,9 @@ async def test_a_killed_operator_resumes_and_leaves_one_workspace_and_one_key(
     await services_admin.delete_workspace(tenant)
 
 
-async def _live(probe: Callable[[], int]) -> int | None:
-    try:
-        return await asyncio.to_thread(probe)
-    except OSError:
-        return None
-
-
 async def test_unreachable_services_are_reported_then_recovered_from(
     kube: KubeCluster,
-    crash_namespace: str,
+    own_namespace: str,
     services: Services,
     admin_key: str,
     operator_kubeconfig: Path,
@@ -184,11 +121,11 @@ async def test_unreachable_services_are_reported_then_recovered_from(
     operator = OperatorProcess(
         target=f"127.0.0.1:{port}",
         admin_key=admin_key,
-        namespace=crash_namespace,
+        namespace=own_namespace,
         kubeconfig=operator_kubeconfig,
         log=log,
     )
-    manifest = workspace(crash_namespace, "late")
+    manifest = workspace(own_namespace, "late")
     await operator.start()
     proxy = GrpcProxy(services.target)
     try:
@@ -197,13 +134,13 @@ async def test_unreachable_services_are_reported_then_recovered_from(
             kube,
             "jsonpath={.status.conditions[?(@.type=='DatabaseReady')].reason}=ServiceUnavailable",
             "memoryworkspace/late",
-            crash_namespace,
+            own_namespace,
         )
-        down = await get(kube, "memoryworkspace", "late", crash_namespace)
+        down = await get(kube, "memoryworkspace", "late", own_namespace)
         assert condition(down, "Ready")["status"] == "False"
         assert down["status"]["phase"] == "Provisioning"
         await proxy.start(port)  # the services come back
-        await wait_ready(kube, crash_namespace, "late", seconds=120)
+        await wait_ready(kube, own_namespace, "late", seconds=120)
     finally:
         await operator.stop()
         await proxy.stop()
