@@ -59,13 +59,16 @@ def _conflict(ctx: Ctx, reason: str, message: str) -> StepBlocked:
 
 
 def check_claims(ctx: Ctx, claims: Iterable[TenantClaim]) -> None:
-    """Raise `StepBlocked` (Conflict=True) when an earlier MemoryWorkspace claims the tenantId."""
+    """Raise `StepBlocked` (Conflict=True) when an earlier MemoryWorkspace claims the tenantId.
+    The message names nothing of that object (it may be another tenant's): an operator's
+    admin finds it in the operator's debug log, or with `kubectl get memoryworkspaces -A`."""
     earlier = earlier_claim(ctx, claims)
     if earlier is not None:
+        ctx.logger.debug("tenantId %r is held by MemoryWorkspace %s/%s", ctx.spec.tenant_id, earlier[0], earlier[1])
         raise _conflict(
             ctx,
             "DuplicateTenantId",
-            f"tenantId {ctx.spec.tenant_id!r} is already claimed by MemoryWorkspace {earlier[0]}/{earlier[1]}",
+            f"tenantId {ctx.spec.tenant_id!r} is already used by another MemoryWorkspace: choose another one",
         )
 
 
@@ -96,11 +99,13 @@ async def ensure_workspace(ctx: Ctx) -> admin_pb2.Workspace:
             workspace = await admin.get_workspace(tenant)
     namespace, name, uid = _owner(workspace.labels)
     if uid != ctx.uid:
-        if (namespace, name) != (ctx.namespace, ctx.name):
-            holder = (
-                f"MemoryWorkspace {namespace}/{name}" if uid else "no MemoryWorkspace (created outside the operator)"
+        if (namespace, name) != (ctx.namespace, ctx.name):  # named in the debug log only (another tenant's)
+            ctx.logger.debug("workspace %r is held by %s", tenant, f"{namespace}/{name}" if uid else "no object")
+            raise _conflict(
+                ctx,
+                "WorkspaceOwnedElsewhere",
+                f"workspace {tenant!r} exists and belongs to another owner: choose another tenantId",
             )
-            raise _conflict(ctx, "WorkspaceOwnedElsewhere", f"workspace {tenant!r} exists and belongs to {holder}")
         labels = {**workspace.labels, **ctx.owner_labels}
         workspace = await admin.update_workspace(admin_pb2.Workspace(name=tenant, labels=labels), ["labels"])
         ctx.logger.info("adopted the retained workspace %s", tenant)

@@ -158,6 +158,9 @@ async def test_a_duplicate_tenant_id_is_conflict_and_changes_nothing_of_the_firs
         # index cannot order them and the workspace's owner labels decide.
         assert condition(second, "Conflict")["reason"] in {"DuplicateTenantId", "WorkspaceOwnedElsewhere"}
         assert condition(second, "Ready")["status"] == "False"
+        for said in (condition(second, "Conflict")["message"], condition(second, "Ready")["message"]):
+            assert k8s_namespace not in said  # nothing of the other tenant: not its namespace ...
+            assert "first" not in said  # ... nor its object's name
         missing = await kube.akubectl("get", "secret", "second-memplane", "-n", other_namespace, check=False)
         assert missing.returncode != 0  # no credentials for the conflicting object
         await kube.akubectl("delete", "memoryworkspace", "second", "-n", other_namespace, "--timeout=60s")
