@@ -1,7 +1,7 @@
 """The Kubernetes calls the operator makes beside kopf's own watching and patching: read,
-create, patch and delete the Secrets, PersistentVolumeClaims and Namespaces it manages,
-through kr8s. Only direct calls by name (a GET, never kr8s' polling `get`), so a missing
-object is answered at once."""
+create, patch and delete the Secrets, PersistentVolumeClaims and Namespaces it manages, and
+read the StorageClass a claim asks for, through kr8s. Only direct calls by name (a GET,
+never kr8s' polling `get`), so a missing object is answered at once."""
 
 from __future__ import annotations
 
@@ -13,12 +13,22 @@ from typing import Any
 import kr8s
 from kr8s.asyncio.objects import APIObject, Namespace, PersistentVolumeClaim, Secret, new_class
 
-__all__ = ["Kube", "KubeConflictError", "MemoryWorkspace", "Namespace", "PersistentVolumeClaim", "Secret"]
+__all__ = [
+    "Kube",
+    "KubeConflictError",
+    "MemoryWorkspace",
+    "Namespace",
+    "PersistentVolumeClaim",
+    "Secret",
+    "StorageClass",
+]
 
 # The operator's own resource, for the writes kopf does not make (the file sync's status).
 MemoryWorkspace = new_class(
     "MemoryWorkspace", version="memplane.io/v1alpha1", namespaced=True, plural="memoryworkspaces"
 )
+# What a local sandbox's claim asks for (read by name: its volumeBindingMode).
+StorageClass = new_class("StorageClass", version="storage.k8s.io/v1", namespaced=False, plural="storageclasses")
 
 Body = dict[str, Any]
 

@@ -46,6 +46,8 @@ def cluster_rules() -> list[dict[str, Any]]:
         {"apiGroups": [GROUP], "resources": ["sandboxclasses"], "verbs": ["get", "list", "watch"]},
         # SandboxClass.spec.allowedNamespaces selects namespaces by label.
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        # The StorageClass a local sandbox's claim asks for, by name: whether it binds on first consumer.
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get"]},
         # kopf notices CRDs installed or removed while it runs (read-only).
         {
             "apiGroups": ["apiextensions.k8s.io"],

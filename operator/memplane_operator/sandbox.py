@@ -14,9 +14,14 @@ left); then the new class's sandbox is made.
 
 A local sandbox's claim carries no ownerReference: at deletion, reclaimPolicy decides
 (Delete removes it, Retain keeps it for a re-created MemoryWorkspace of the same name).
-A claim stays Pending until a pod mounts it where the StorageClass binds on first
-consumer, so SandboxReady means "the claim exists and is not Lost", and its phase is
-reported in the message.
+SandboxReady of a local sandbox (`claim_condition`): True once its claim is Bound, or while
+it waits for its first consumer (its StorageClass's volumeBindingMode is
+WaitForFirstConsumer: it binds when a Pod that mounts it is scheduled); False, reason
+ClaimPending, while it is Pending otherwise — the message says which StorageClass it asks
+for and why it is not bound (none named and no default, a class that does not exist, a
+provisioner that has not bound it yet) — looked at again after a backoff (1 s, doubling,
+at most 60 s and the resync interval) until it binds; False, ClaimLost, once its volume is
+lost (only a person can help).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from memplane_operator import backends, sandbox_backed
 from memplane_operator.conditions import SANDBOX_READY
 from memplane_operator.context import Ctx, StepBlocked
 from memplane_operator.crds import DEFAULT_CLASS_ANNOTATION
-from memplane_operator.kube import KubeConflictError, Namespace, PersistentVolumeClaim
+from memplane_operator.kube import KubeConflictError, Namespace, PersistentVolumeClaim, StorageClass
 
 # SandboxClass index: class name -> (spec, annotations) of every SandboxClass.
 ClassIndex = Mapping[str, Any]
@@ -102,7 +107,8 @@ async def _allowed(ctx: Ctx, spec: Mapping[str, Any]) -> bool:
     return _matches(selector, labels)
 
 
-async def _ensure_claim(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> str:
+async def _ensure_claim(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The local sandbox's claim, made if absent; as stored."""
     local = spec.get("local") or {}
     name = claim_name(ctx)
     kube = ctx.runtime.kube
@@ -132,11 +138,47 @@ async def _ensure_claim(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> s
             ctx.logger.info("created PersistentVolumeClaim %s", name)
         except KubeConflictError:
             claim = await kube.read(PersistentVolumeClaim, name, ctx.namespace)
-    phase = ((claim or {}).get("status") or {}).get("phase", "Pending")
+    return claim or {}
+
+
+def claim_condition(
+    name: str, claim: Mapping[str, Any], storage_class: Mapping[str, Any] | None, size: str
+) -> tuple[bool, str, str]:
+    """SandboxReady (status, reason, message) of the local sandbox whose claim *name* is
+    *claim*, asking for *storage_class* (its StorageClass as stored; None when it names
+    none or that class does not exist). See the module's docstring."""
+    phase = str((claim.get("status") or {}).get("phase") or "Pending")
+    if phase == "Bound":
+        return True, "Provisioned", f"PersistentVolumeClaim {name} ({phase}, {size})"
     if phase == "Lost":
-        ctx.conditions.set(SANDBOX_READY, False, "ClaimLost", f"PersistentVolumeClaim {name} lost its volume")
-        raise StepBlocked(name)
-    return str(phase)
+        return False, "ClaimLost", f"PersistentVolumeClaim {name} lost its volume"
+    asked = str((claim.get("spec") or {}).get("storageClassName") or "")
+    if storage_class is not None and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer":
+        says = f"PersistentVolumeClaim {name} ({size}, StorageClass {asked!r}) binds when the first Pod that mounts it"
+        return True, "WaitingForFirstConsumer", says + " is scheduled"
+    if not asked:
+        why = ": it names no StorageClass and the cluster has no default one"
+    elif storage_class is None:
+        why = f": it asks for StorageClass {asked!r}, which does not exist"
+    else:
+        why = f" yet (StorageClass {asked!r}, provisioner {storage_class.get('provisioner')})"
+    return False, "ClaimPending", f"PersistentVolumeClaim {name} is not bound{why}"
+
+
+async def _claim_ready(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> None:
+    """SandboxReady of the local sandbox (`claim_condition`). Raises `StepBlocked` for a lost
+    claim, `SandboxUnavailableError` (retried with backoff) while it is pending."""
+    claim = await _ensure_claim(ctx, class_name, spec)
+    asked = str((claim.get("spec") or {}).get("storageClassName") or "")
+    storage_class = await ctx.runtime.kube.read(StorageClass, asked) if asked else None
+    ready, reason, message = claim_condition(claim_name(ctx), claim, storage_class, ctx.spec.storage_size)
+    if reason == "ClaimLost":
+        ctx.conditions.set(SANDBOX_READY, False, reason, message)
+        raise StepBlocked(message)
+    if not ready:
+        raise sandbox_backed.retried(ctx, class_name, reason, message)
+    ctx.runtime.sandbox_failures.pop(ctx.uid, None)
+    ctx.conditions.set(SANDBOX_READY, True, reason, message)
 
 
 def _supported() -> str:
@@ -148,7 +190,7 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
     released first). Sets SandboxReady and status.sandbox. Raises `StepBlocked` for a
     missing or unsupported class, a namespace the class does not allow, a lost claim,
     invalid class parameters or a backend's refusal; `SandboxUnavailableError` while a
-    backend is out of reach."""
+    backend is out of reach or a sandbox is not ready yet (a Pod, a pending claim)."""
     resolved = resolve_class(ctx, classes)
     cleared = await _release_previous(ctx, classes, resolved[0] if resolved else None)
     if resolved is None:
@@ -182,19 +224,13 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
     if kind != "local":
         await sandbox_backed.ensure_backed(ctx, class_name, spec)
         return
-    phase = await _ensure_claim(ctx, class_name, spec)
     ctx.status["sandbox"] = {
         **dict.fromkeys(STATUS_KEYS),
         "className": class_name,
         "type": kind,
         "claimName": claim_name(ctx),
     }
-    ctx.conditions.set(
-        SANDBOX_READY,
-        True,
-        "Provisioned",
-        f"PersistentVolumeClaim {claim_name(ctx)} ({phase}, {ctx.spec.storage_size})",
-    )
+    await _claim_ready(ctx, class_name, spec)
 
 
 def class_spec(classes: ClassIndex, name: str) -> dict[str, Any] | None:

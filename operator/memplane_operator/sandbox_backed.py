@@ -98,7 +98,7 @@ def _blocked(ctx: Ctx, reason: str, message: str) -> StepBlocked:
     return StepBlocked(message)
 
 
-def _retried(ctx: Ctx, class_name: str, reason: str, message: str) -> SandboxUnavailableError:
+def retried(ctx: Ctx, class_name: str, reason: str, message: str) -> SandboxUnavailableError:
     """SandboxReady=False *reason*, retried after a backoff doubling per consecutive
     retry of the workspace (1 s, 2 s, ... up to MAX_BACKOFF_SECONDS and the resync)."""
     failures = ctx.runtime.sandbox_failures.get(ctx.uid, 0)
@@ -110,7 +110,7 @@ def _retried(ctx: Ctx, class_name: str, reason: str, message: str) -> SandboxUna
 
 
 def _unavailable(ctx: Ctx, class_name: str, error: Exception) -> SandboxUnavailableError:
-    return _retried(ctx, class_name, "BackendUnavailable", str(error))
+    return retried(ctx, class_name, "BackendUnavailable", str(error))
 
 
 def target_of(ctx: Ctx) -> backends.Target:
@@ -208,7 +208,7 @@ async def _ensure(ctx: Ctx, class_name: str, spec: Mapping[str, Any], params: An
     }
     slot.state, slot.ref, slot.root = str(state), str(recorded["ref"]), str(recorded["root"])
     if state == PENDING:
-        raise _retried(ctx, class_name, waiting.reason, waiting.waiting)
+        raise retried(ctx, class_name, waiting.reason, waiting.waiting)
     ctx.runtime.sandbox_failures.pop(ctx.uid, None)
     _report(ctx, f"{kind} sandbox {str(recorded['ref'])[:12]}", state, timeout, recorded["root"])
 

@@ -92,3 +92,17 @@ async def eventually(check: Callable[[], Awaitable[T | None]], seconds: float = 
         if time.monotonic() > deadline:
             raise TimeoutError(f"not reached within {seconds} s: {what}")
         await asyncio.sleep(0.2)
+
+
+def condition_reason_is(kind: str, reason: str) -> str:
+    """The `wait_for` JSONPath of condition *kind* having reason *reason*."""
+    return f"jsonpath={{.status.conditions[?(@.type=='{kind}')].reason}}={reason}"
+
+
+async def bind_claim(kube: KubeCluster, namespace: str, name: str) -> None:
+    """Mark the PersistentVolumeClaim *name* Bound through its status, as the volume binder
+    of kube-controller-manager would (none runs here)."""
+    status = {"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}}
+    await kube.akubectl(
+        "patch", "pvc", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )

@@ -18,6 +18,7 @@ from memplane_operator.handlers import KOPF_PREFIX
 from memplane_operator.kube import Kube
 from tests.e2e.operator.kubeobjects import (
     apply,
+    bind_claim,
     condition,
     eventually,
     get,
@@ -141,6 +142,8 @@ async def test_delete_releases_the_claim_even_when_the_workspace_is_already_gone
     files = {"apiVersion": "memplane.io/v1alpha1", "kind": "SandboxClass", "metadata": {"name": "leak-files"}}
     manifest = workspace(k8s_namespace, "gone", sandbox={"sandboxClassName": "leak-files"})
     await apply(kube, {**files, "spec": {"type": "local"}}, manifest)
+    await wait_for(kube, "create", "pvc/gone-sandbox", k8s_namespace)
+    await bind_claim(kube, k8s_namespace, "gone-sandbox")
     await wait_ready(kube, k8s_namespace, "gone")
     manifest["spec"]["suspend"] = True
     await apply(kube, manifest)

@@ -6,6 +6,7 @@ Ready -> the Secret works (for that workspace only) -> a quota change reaches th
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,7 +16,9 @@ from memplane.errors import NotFoundError, PermissionDeniedError, QuotaExceededE
 from memplane.v1 import admin_pb2, memory_pb2
 from tests.e2e.operator.kubeobjects import (
     apply,
+    bind_claim,
     condition,
+    condition_reason_is,
     eventually,
     example,
     get,
@@ -34,15 +37,34 @@ def _memory(text: str) -> memory_pb2.MemoryInput:
     return memory_pb2.MemoryInput(content=text, scope=memory_pb2.Scope(user_id="alice"))
 
 
+@pytest.fixture
+async def readme_sandbox_class(kube: KubeCluster) -> AsyncIterator[dict[str, Any]]:
+    """The README's SandboxClass (the cluster's default class), removed at the end: the
+    workspaces of later tests would get its claims, which nothing binds here."""
+    sandbox_class = example("sandboxclass-local.yaml")
+    await apply(kube, sandbox_class)
+    yield sandbox_class
+    await kube.akubectl("delete", "sandboxclass", sandbox_class["metadata"]["name"], "--ignore-not-found")
+
+
+@pytest.mark.usefixtures("readme_sandbox_class")
 async def test_the_readme_sample_reaches_ready_and_its_secret_serves_that_workspace_only(
     kube: KubeCluster, k8s_namespace: str, services_admin: AsyncMemplaneClient
 ) -> None:
-    sandbox_class = example("sandboxclass-local.yaml")
     sample = copy.deepcopy(example("memoryworkspace.yaml"))
     sample["metadata"]["namespace"] = k8s_namespace
     sample["spec"]["tenantId"] = tenant = random_tenant()
     sample["spec"]["reclaimPolicy"] = "Delete"
-    await apply(kube, sandbox_class, sample)
+    await apply(kube, sample)
+    # No StorageClass here, and no volume binder: the claim stays Pending, and says so ...
+    target = "memoryworkspace/support-bot"
+    await wait_for(kube, condition_reason_is("SandboxReady", "ClaimPending"), target, k8s_namespace)
+    pending = await get(kube, "memoryworkspace", "support-bot", k8s_namespace)
+    says = condition(pending, "SandboxReady")["message"]
+    assert "PersistentVolumeClaim support-bot-sandbox is not bound" in says
+    assert "names no StorageClass and the cluster has no default one" in says
+    assert condition(pending, "Ready")["status"] == "False"
+    await bind_claim(kube, k8s_namespace, "support-bot-sandbox")  # ... until it binds
     ready = await wait_ready(kube, k8s_namespace, "support-bot")
     assert ready["status"]["phase"] == "Ready"
     assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
@@ -261,6 +283,8 @@ async def test_sandbox_classes_decide_sandbox_ready(kube: KubeCluster, k8s_names
     await apply(kube, later)  # the missing class appears: the resync finds it
     await wait_ready(kube, k8s_namespace, "missing")
     await kube.akubectl("label", "namespace", k8s_namespace, "memplane.io/team=x")
+    await wait_for(kube, condition_reason_is("SandboxReady", "ClaimPending"), "memoryworkspace/denied", k8s_namespace)
+    await bind_claim(kube, k8s_namespace, "denied-sandbox")  # a local class: Ready once its claim binds
     await wait_ready(kube, k8s_namespace, "denied")
     for name in ("cloud-t", "team-only", "later"):
         await kube.akubectl("delete", "sandboxclass", name)
