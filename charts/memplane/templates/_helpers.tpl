@@ -81,13 +81,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-admin-key" (include "memplane.fullname" .)) .Values.auth.adminKeySecret.name }}
 {{- end }}
 
-{{/* Environment every services container gets (the DSN and admin key from Secrets, the cluster settings). */}}
-{{- define "memplane.serviceEnv" -}}
+{{/* The DSN from its Secret. */}}
+{{- define "memplane.databaseEnv" -}}
 - name: MEMPLANE_DATABASE__DSN
   valueFrom:
     secretKeyRef:
       name: {{ include "memplane.dsnSecretName" . }}
       key: {{ include "memplane.dsnSecretKey" . }}
+{{- end }}
+
+{{/* Environment every services container gets (the DSN and admin key from Secrets, the cluster settings). */}}
+{{- define "memplane.serviceEnv" -}}
+{{ include "memplane.databaseEnv" . }}
 {{- with .Values.database.readDsnSecret }}{{ if .name }}
 - name: MEMPLANE_DATABASE__READ_DSN
   valueFrom:

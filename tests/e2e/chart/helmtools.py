@@ -1,6 +1,7 @@
 """Helpers of the chart tests: render the chart with helm, parse the documents, and play the
-kubelet for the migration hook Job (no kubelet runs here: the test runs the Job's command
-itself, then reports the Job complete, as a kubelet and the job controller would)."""
+kubelet for the hooks (no kubelet runs here): the migration Job (the test runs the Job's
+command itself, then reports the Job complete, as a kubelet and the job controller would)
+and the `helm test` Pod (its phase reported)."""
 
 from __future__ import annotations
 
@@ -77,12 +78,37 @@ async def play_kubelet_for_job(kube: KubeCluster, namespace: str, name: str, *, 
     )  # fmt: skip
     out, _ = await proc.communicate()
     assert proc.returncode == 0, out.decode()
+    await finish_job(kube, namespace, name, succeeded=True)
+
+
+async def finish_job(kube: KubeCluster, namespace: str, name: str, *, succeeded: bool) -> None:
+    """Report Job *name* Complete (its one Pod succeeded) or Failed (BackoffLimitExceeded),
+    as the job controller would."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kinds = ("SuccessCriteriaMet", "Complete") if succeeded else ("FailureTarget", "Failed")
+    reason = {} if succeeded else {"reason": "BackoffLimitExceeded", "message": "Job has reached the backoff limit"}
     conditions = [
-        {"type": kind, "status": "True", "lastTransitionTime": now, "lastProbeTime": now}
-        for kind in ("SuccessCriteriaMet", "Complete")
+        {"type": kind, "status": "True", "lastTransitionTime": now, "lastProbeTime": now, **reason} for kind in kinds
     ]
-    status = {"status": {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": conditions}}
+    status: dict[str, Any] = {"startTime": now, "conditions": conditions}
+    status |= {"completionTime": now, "succeeded": 1} if succeeded else {"failed": 1}
     await kube.akubectl(
-        "patch", "job", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+        "patch",
+        "job",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+
+
+async def play_kubelet_for_test_pod(kube: KubeCluster, namespace: str, name: str, *, succeeded: bool) -> None:
+    """Wait for the `helm test` Pod *name* and report it Succeeded or Failed."""
+    await kube.akubectl("wait", "--for=create", f"pod/{name}", "-n", namespace, "--timeout=120s", timeout=150)
+    status = {"status": {"phase": "Succeeded" if succeeded else "Failed"}}
+    await kube.akubectl(
+        "patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
     )

@@ -2,7 +2,8 @@
 module's own: every object accepted and created, the CRDs Established and kept after the
 uninstall, and the operator — started as a process with the chart's ServiceAccount token,
 hence the chart's RBAC — taking a MemoryWorkspace through its whole life against the
-services on loopback. No kubelet runs: the test plays it for the migration hook Job."""
+services on loopback. No kubelet runs: the test plays it for the migration hook Job, and the
+PersistentVolume controller for the sandbox's claim."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import NotFoundError
-from tests.e2e.chart.helmtools import CHART, DSN_SECRET, play_kubelet_for_job, set_flags
+from tests.e2e.chart.helmtools import (
+    CHART,
+    DSN_SECRET,
+    play_kubelet_for_job,
+    set_flags,
+)
 from tests.e2e.operator.kubeobjects import apply, secret_env, wait_ready, workspace
 from tests.e2e.operator.test_operator_crash import OperatorProcess
 from tests.fix_kube import KubeCluster
@@ -96,6 +102,10 @@ async def test_install_upgrade_operate_uninstall(
         manifest_ws = workspace(team, "agent", sandbox={"sandboxClassName": "files"})
         files = {"apiVersion": "memplane.io/v1alpha1", "kind": "SandboxClass", "metadata": {"name": "files"}}
         await apply(kube, {**files, "spec": {"type": "local"}}, manifest_ws)
+        # No PersistentVolume controller runs here: play it for the sandbox's claim.
+        await kube.akubectl("wait", "--for=create", "pvc/agent-sandbox", "-n", team, "--timeout=60s", timeout=90)
+        await kube.akubectl("patch", "pvc", "agent-sandbox", "-n", team, "--subresource=status", "--type=merge",
+                            "-p", '{"status":{"phase":"Bound"}}')  # fmt: skip
         await wait_ready(kube, team, "agent")
         env = await secret_env(kube, team, "agent-memplane")
         async with AsyncMemplaneClient.from_env(env) as agent:

@@ -61,19 +61,75 @@ def test_every_rendering_lints_and_the_api_server_accepts_every_object(cluster: 
         assert labels.get("app.kubernetes.io/managed-by") == "Helm"
 
 
-def test_pods_run_restricted(cluster: KubeCluster) -> None:
-    docs = render(cluster, MATRIX["bundled-postgresql"])
+# Pods that talk to the API server: the operator.
+WITH_TOKEN = {"mp-memplane-operator"}
+
+
+@pytest.mark.parametrize("volume_permissions", ["true", "false"])
+def test_pods_run_restricted(cluster: KubeCluster, volume_permissions: str) -> None:
+    values = {**MATRIX["bundled-postgresql"], "postgresql.volumePermissions.enabled": volume_permissions}
+    docs = render(cluster, values) + by_kind(render(cluster, values, "--is-upgrade"), "Job")
     specs = pod_specs(docs)
-    assert {name for name, _ in specs} >= {"mp-memplane-retrieval", "mp-memplane-operator", "mp-memplane-migrate-1"}
+    assert {name for name, _ in specs} >= {
+        "mp-memplane-retrieval",
+        "mp-memplane-operator",
+        "mp-memplane-postgresql",
+        "mp-memplane-migrate-1",
+    }
+    root = []
     for name, spec in specs:
         assert spec["securityContext"]["runAsNonRoot"] is True, name
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
-        for container in spec["containers"]:
+        for container in spec["containers"] + spec.get("initContainers", []):
             context = container["securityContext"]
             assert context["readOnlyRootFilesystem"] is True, name
             assert context["allowPrivilegeEscalation"] is False, name
+            if context.get("runAsUser") == 0:
+                root.append((name, container["name"], context["capabilities"]))
+                continue
             assert context["capabilities"] == {"drop": ["ALL"]}, name
-        assert spec.get("automountServiceAccountToken") is False or name == "mp-memplane-operator", name
+        assert (spec.get("automountServiceAccountToken") is False) is (name not in WITH_TOKEN), name
+    # The one exception, which the `baseline` Pod Security level allows: a missing or empty
+    # data directory given to the database's uid on a volume that ignores fsGroup.
+    expected = [
+        ("mp-memplane-postgresql", "volume-permissions", {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]})
+    ]
+    assert root == (expected if volume_permissions == "true" else [])
+
+
+def _quantity(value: str | int | float) -> float:
+    """A Kubernetes quantity as a number (cores, bytes)."""
+    text = str(value)
+    for suffix, factor in (
+        ("Ki", 2**10),
+        ("Mi", 2**20),
+        ("Gi", 2**30),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+    ):
+        if text.endswith(suffix):
+            return float(text.removesuffix(suffix)) * factor
+    return float(text)
+
+
+def test_the_default_requests_fit_a_small_node(cluster: KubeCluster) -> None:
+    """Everything the README's trial installs (the four services at their replicas, the
+    operator, the bundled PostgreSQL) asks at most half of a 2-core node's CPU and 2.5 GiB."""
+    docs = render(cluster, MATRIX["bundled-postgresql"])
+    cpu = memory = 0.0
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            requests = container["resources"]["requests"]
+            cpu += _quantity(requests["cpu"]) * doc["spec"]["replicas"]
+            memory += _quantity(requests["memory"]) * doc["spec"]["replicas"]
+            # measured: a serve process is ~225 MiB resident after its first searches
+            assert _quantity(container["resources"]["limits"]["memory"]) >= 512 * 2**20, doc["metadata"]["name"]
+    assert cpu <= 1.0
+    assert memory <= 2.5 * 2**30
 
 
 def test_services_probes_and_ports(cluster: KubeCluster) -> None:
@@ -116,18 +172,29 @@ def test_services_probes_and_ports(cluster: KubeCluster) -> None:
         "mp-memplane-writeback",
     ]
     assert by_kind(docs, "HorizontalPodAutoscaler") == []
-    [job] = by_kind(docs, "Job")
+    job = named(docs, "Job", "mp-memplane-migrate-1")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
 
 
 def test_matrix_switches(cluster: KubeCluster) -> None:
     bundled = render(cluster, MATRIX["bundled-postgresql"])
-    [job] = by_kind(bundled, "Job")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"  # the database comes first
+    # The database is made by the install: each service pod migrates it first, the Job runs on upgrades.
+    assert by_kind(bundled, "Job") == []
+    job = named(render(cluster, MATRIX["bundled-postgresql"], "--is-upgrade"), "Job", "mp-memplane-migrate-1")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    [migrate] = named(bundled, "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]["initContainers"]
+    assert migrate["command"][-1].endswith("; exec memplane migrate")
+    assert 'pg_isready -q -d "$MEMPLANE_DATABASE__DSN"' in migrate["command"][-1]
+    assert (
+        "initContainers"
+        not in named(render(cluster, BASE), "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]
+    )
     assert named(bundled, "StatefulSet", "mp-memplane-postgresql")
     hpa = render(cluster, MATRIX["hpa"])
     assert len(by_kind(hpa, "HorizontalPodAutoscaler")) == 3
-    assert "replicas" not in named(hpa, "Deployment", "mp-memplane-retrieval")["spec"]
+    # Nothing live to read (helm template): a new Deployment starts at minReplicas.
+    assert named(hpa, "Deployment", "mp-memplane-retrieval")["spec"]["replicas"] == 2
+    assert named(hpa, "Deployment", "mp-memplane-compaction")["spec"]["replicas"] == 1
     assert by_kind(render(cluster, MATRIX["no-networkpolicy"]), "NetworkPolicy") == []
     namespaced = render(cluster, MATRIX["namespaced-rbac"])
     roles = {(r["metadata"].get("namespace"), r["metadata"]["name"]): r["rules"] for r in by_kind(namespaced, "Role")}
@@ -229,6 +296,20 @@ def test_the_config_schema_is_settings_minus_what_the_chart_sets() -> None:
         ({"postgresql.storage.size": "lots"}, "at '/postgresql/storage/size'"),
         ({"operator.namespaces": '["Bad_NS"]'}, "at '/operator/namespaces/0'"),
         ({"services.writeback.pdb.minAvailable": '"half"'}, "at '/services/writeback/pdb/minAvailable'"),
+        # Resource quantities, checked at install rather than by the API server after the
+        # pre-upgrade migration Job has run.
+        (
+            {"services.retrieval.resources.requests.memory": "256MB"},
+            "at '/services/retrieval/resources/requests/memory'",
+        ),
+        ({"services.admin.resources.limits.cpu": "1core"}, "at '/services/admin/resources/limits/cpu'"),
+        ({"operator.resources.requests.memory": "-1Gi"}, "at '/operator/resources/requests/memory'"),
+        ({"postgresql.resources.requests.cpu": "1O0m"}, "at '/postgresql/resources/requests/cpu'"),
+        (
+            {"migrations.resources.limits.ephemeral-storage": "1 Gi"},
+            "at '/migrations/resources/limits/ephemeral-storage'",
+        ),
+        ({"services.compaction.resources.request": '{"cpu": 1}'}, "at '/services/compaction/resources'"),
     ],
 )
 def test_a_bad_value_names_its_json_path(cluster: KubeCluster, values: dict[str, str], message: str) -> None:
@@ -281,6 +362,11 @@ def test_the_helm_test_pod_checks_every_service(cluster: KubeCluster) -> None:
     docs = render(cluster, BASE)
     pod = named(docs, "Pod", "mp-memplane-test-health")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # deleted passed or failed (no Pod outlives `helm test`, hence none `helm uninstall`),
+    # the failure's logs printed by helm
+    policy = pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+    assert sorted(policy) == ["before-hook-creation", "hook-failed", "hook-succeeded"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed"
     checks = {c["name"]: c["args"] for c in pod["spec"]["containers"]}
     assert checks["retrieval"] == [
         "health",
@@ -290,3 +376,51 @@ def test_the_helm_test_pod_checks_every_service(cluster: KubeCluster) -> None:
         "memplane.v1.RetrievalService",
     ]
     assert sorted(checks) == ["admin", "compaction", "retrieval", "writeback"]
+
+
+@pytest.mark.parametrize("quantity", ["100m", "0.5", "1", "2Gi", "1500Mi", "1e3", "512k", ".5"])
+def test_every_quantity_kubernetes_takes_is_accepted(cluster: KubeCluster, quantity: str) -> None:
+    values = {
+        **BASE,
+        "services.retrieval.resources.requests.cpu": quantity,
+        "operator.resources.limits.memory": quantity,
+    }
+    [deployment] = [
+        d
+        for d in render(cluster, values)
+        if d["metadata"]["name"] == "mp-memplane-retrieval" and d["kind"] == "Deployment"
+    ]
+    assert str(deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]) == quantity
+
+
+def test_the_bundled_database_runs_the_memplane_image_or_an_official_one(cluster: KubeCluster) -> None:
+    own = named(render(cluster, MATRIX["bundled-postgresql"]), "StatefulSet", "mp-memplane-postgresql")
+    spec = own["spec"]["template"]["spec"]
+    [server] = spec["containers"]
+    assert server["image"] == "localhost/memplane:0.1.0"
+    assert server["command"] == ["memplane-postgres"]
+    assert spec["securityContext"]["runAsUser"] == 10001
+    assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert {e["name"]: e.get("value") for e in server["env"]}["PGDATA"] == "/var/lib/postgresql/data/pgdata"
+    assert server["readinessProbe"]["exec"]["command"][:5] == ["pg_isready", "-q", "-h", "127.0.0.1", "-p"]
+    assert "-m fast" in server["lifecycle"]["preStop"]["exec"]["command"][-1]
+    [init] = spec["initContainers"]
+    assert init["command"] == ["memplane-postgres", "init-volume", "10001:10001"]
+    official = {
+        **MATRIX["bundled-postgresql"],
+        "postgresql.image.repository": "docker.io/pgvector/pgvector",
+        "postgresql.image.tag": "0.8.0-pg17",
+    }
+    other = named(render(cluster, official), "StatefulSet", "mp-memplane-postgresql")["spec"]["template"]["spec"]
+    [server] = other["containers"]
+    assert server["image"] == "docker.io/pgvector/pgvector:0.8.0-pg17"
+    assert "command" not in server  # its own entry point
+    assert other["securityContext"]["runAsUser"] == 999
+    assert other["initContainers"][0]["command"] == [
+        "memplane-postgres",
+        "init-volume",
+        "999:999",
+    ]  # the memplane image's
+    with pytest.raises(KubeCommandError) as caught:
+        render(cluster, {k: v for k, v in official.items() if k != "postgresql.image.tag"})
+    assert "postgresql.image.tag is required with postgresql.image.repository" in caught.value.stderr
