@@ -91,26 +91,45 @@ class Conditions:
         order = {kind: i for i, kind in enumerate((READY, *PARTS, SANDBOX_SYNCED, QUOTA_EXCEEDED, CONFLICT))}
         return sorted(self._by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
-    def phase(self, *, suspended: bool = False, deleting: bool = False) -> str:
-        """A one-word summary for `kubectl get` (the conditions carry the detail)."""
+    def phase(self, *, suspended: bool = False, deleting: bool = False, served: bool = False) -> str:
+        """A one-word summary for `kubectl get` (the conditions carry the detail; `PHASES`
+        says what each means). *served*: the object was Ready, or Degraded, before this pass."""
         if deleting:
             return "Deleting"
         if suspended:
             return "Suspended"
-        if self.is_true(CONFLICT):
-            return "Conflict"
         if self.is_true(READY):
             return "Ready"
-        if any(self._by_type.get(p, {}).get("reason") in FAILED_REASONS for p in PARTS):
+        unhealthy = [c for p in PARTS if (c := self._by_type.get(p)) is not None and c["status"] == "False"]
+        if self.is_true(CONFLICT) or any(c["reason"] in FAILED_REASONS for c in unhealthy):
             return "Failed"
-        return "Provisioning" if self._by_type else "Pending"
+        if unhealthy:
+            return "Degraded" if served else "Pending"
+        return "Provisioning" if any(p in self._by_type for p in PARTS) else "Pending"
 
 
-# Reasons after which only a change (to the spec, a SandboxClass or the services) helps.
+# The phases, as the CRD documents them (memplane_operator.crds).
+PHASES: dict[str, str] = {
+    "Pending": "nothing is provisioned yet, or a part waits for something that comes by itself (a claim to bind, "
+    "a sandbox Pod to start, the services or a sandbox backend to answer)",
+    "Provisioning": "the operator is applying the spec, of a new object or a changed one, and nothing has failed",
+    "Ready": "every part is ready for the current spec",
+    "Degraded": "the workspace was Ready and a part is unhealthy now (the services or a sandbox backend "
+    "unreachable, its sandbox restarting), which the operator retries by itself",
+    "Failed": "the operator cannot go on without a person (an invalid spec, a tenantId or Secret that belongs to "
+    "another object, a SandboxClass that is missing or refuses the workspace, a lost volume, a rejected admin key)",
+    "Suspended": "spec.suspend is true and changes are not applied",
+    "Deleting": "the object is being deleted and its finalizer waits (the services or a sandbox backend unreachable)",
+}
+
+# Reasons after which only a change (to the spec, a SandboxClass, the services' admin key,
+# another object) helps: the phase is Failed.
 FAILED_REASONS = frozenset(
     {
         "EmbeddingMismatch",
         "SecretOwnedElsewhere",
+        "WorkspaceOwnedElsewhere",
+        "DuplicateTenantId",
         "SandboxClassNotFound",
         "NamespaceNotAllowed",
         "Unsupported",
@@ -118,5 +137,7 @@ FAILED_REASONS = frozenset(
         "RejectedByServices",
         "InvalidParameters",
         "BackendRefused",
+        "ClaimLost",
+        "AdminKeyRejected",
     }
 )

@@ -63,6 +63,7 @@ class Ctx:
     observed: Mapping[str, Any] = field(default_factory=dict)  # .status as read
     status: dict[str, Any] = field(default_factory=dict)  # .status fields to write
     retry_after: float | None = None  # seconds until a failed step should run again
+    blocked: bool = False  # a step found a state only a person can fix (StepBlocked)
     deleting: bool = False
 
     def recorded_sandbox(self) -> dict[str, Any]:
@@ -93,16 +94,22 @@ class Ctx:
 
     def status_patch(self) -> dict[str, Any]:
         """Everything to write into .status: the fields steps set, the conditions, the phase,
-        and observedGeneration in the same patch as the Ready=True computed for it (a reader
-        never sees Ready before observedGeneration says which generation it is for). The
-        SandboxSynced the file sync last wrote is taken as it is now (a pass may have ended
-        while this reconcile ran); SandboxReady is this pass's own (`steps.context` put in
-        the one last recorded, and the pass holds the object's lock)."""
+        and observedGeneration — the generation this status was computed for, in every
+        write from the first (Ready or not; Ready=True only in the same patch as the
+        generation it is for). The SandboxSynced the file sync last wrote is taken as it is
+        now (a pass may have ended while this reconcile ran); SandboxReady is this pass's
+        own (`steps.context` put in the one last recorded, and the pass holds the object's
+        lock)."""
         self.runtime.syncs.overlay(self.uid, self.conditions, ready=False)
-        observed = {"observedGeneration": self.generation} if self.conditions.is_true(READY, current=True) else {}
         return {
             **self.status,
-            **observed,
+            "observedGeneration": self.generation,
             "conditions": self.conditions.as_list(),
-            "phase": self.conditions.phase(suspended=self.spec.suspend, deleting=self.deleting),
+            "phase": self.conditions.phase(suspended=self.spec.suspend, deleting=self.deleting, served=self.served),
         }
+
+    @property
+    def served(self) -> bool:
+        """Whether the object was Ready, or Degraded, as read: a part failing now degrades it."""
+        was = {str(c.get("type")): str(c.get("status")) for c in self.observed.get("conditions") or []}
+        return was.get(READY) == "True" or self.observed.get("phase") == "Degraded"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memplane_operator.conditions import PHASES
+
 GROUP = "memplane.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -26,7 +28,6 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 MEMORY_TYPES = ["user", "feedback", "project", "reference", "procedural", "tool", "episodic"]
 SANDBOX_TYPES = ["none", "local", "pod", "docker", "e2b"]
 CONDITION_TYPES = ["Ready", "DatabaseReady", "CredentialsReady", "SandboxReady", "QuotaExceeded", "Conflict"]
-PHASES = ["Pending", "Provisioning", "Ready", "Suspended", "Conflict", "Failed", "Deleting"]
 DEFAULT_CLASS_ANNOTATION = "sandboxclass.memplane.io/is-default-class"
 
 
@@ -259,8 +260,15 @@ def _workspace_status() -> Schema:
     return _object(
         "What the operator observed and did.",
         {
-            "observedGeneration": _integer("The metadata.generation last reconciled in full."),
-            "phase": _string("A summary of the conditions.", enum=PHASES),
+            "observedGeneration": _integer(
+                "The metadata.generation this status was computed for, in every status write from the first "
+                "(Ready or not); each condition carries its own as well."
+            ),
+            "phase": _string(
+                "A summary of the conditions, which carry the detail. "
+                + " ".join(f"{name}: {meaning}." for name, meaning in PHASES.items()),
+                enum=list(PHASES),
+            ),
             "conditions": {
                 "type": "array",
                 "description": "Ready and one condition per part.",

@@ -95,7 +95,7 @@ def test_conditions_keep_transition_times_and_derive_ready_per_generation() -> N
     assert later.get(DATABASE_READY)["lastTransitionTime"] == stamped  # same status: same transition time
     assert later.get(READY)["status"] == "False"  # the other parts are of generation 1
     later.set(CONFLICT, True, "DuplicateTenantId", "claimed by a/b")
-    assert (later.get(READY)["reason"], later.phase()) == ("Conflict", "Conflict")
+    assert (later.get(READY)["reason"], later.phase()) == ("Conflict", "Failed")
     assert [x["type"] for x in later.as_list()] == [
         READY,
         "DatabaseReady",

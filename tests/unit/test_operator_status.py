@@ -1,11 +1,41 @@
-"""What the operator reports of a MemoryWorkspace, in its pure parts: the SandboxReady of
-a local sandbox's claim."""
+"""What the operator reports of a MemoryWorkspace, in its pure parts: the phase of its
+conditions, and the SandboxReady of a local sandbox's claim."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from memplane_operator.conditions import CONFLICT, Conditions
 from memplane_operator.sandbox import claim_condition
+
+
+def _conditions(**parts: tuple[bool, str]) -> Conditions:
+    c = Conditions([], generation=1)
+    for kind, (status, reason) in parts.items():
+        c.set(kind, status, reason, "why")
+    return c
+
+
+def test_phases_separate_failed_from_degraded_and_pending() -> None:
+    assert Conditions([], generation=1).phase() == "Pending"  # nothing done yet
+    working = _conditions(DatabaseReady=(True, "Provisioned"))
+    assert working.phase() == "Provisioning"  # the steps at work, nothing failed
+    ready = _conditions(
+        DatabaseReady=(True, "Provisioned"), CredentialsReady=(True, "Issued"), SandboxReady=(True, "NoSandbox")
+    )
+    assert ready.phase() == "Ready"
+    starting = _conditions(DatabaseReady=(True, "Provisioned"), SandboxReady=(False, "PodNotReady"))
+    assert starting.phase() == "Pending"  # waiting for what comes by itself ...
+    assert starting.phase(served=True) == "Degraded"  # ... or, once served, a part unhealthy
+    unreachable = _conditions(DatabaseReady=(False, "ServiceUnavailable"))
+    assert (unreachable.phase(), unreachable.phase(served=True)) == ("Pending", "Degraded")
+    for reason in ("InvalidSpec", "DuplicateTenantId", "SandboxClassNotFound", "ClaimLost"):
+        assert _conditions(DatabaseReady=(False, reason)).phase(served=True) == "Failed"  # a person must act
+    conflict = _conditions(DatabaseReady=(False, "WorkspaceOwnedElsewhere"))
+    conflict.set(CONFLICT, True, "WorkspaceOwnedElsewhere")
+    assert conflict.phase() == "Failed"
+    assert ready.phase(suspended=True) == "Suspended"
+    assert ready.phase(deleting=True) == "Deleting"
 
 
 def _claim(phase: str, storage_class: str | None) -> dict[str, Any]:

@@ -288,7 +288,7 @@ class UnreachableCases:
             await wait_for(kube, reason_is("BackendUnavailable"), "memoryworkspace/away", k8s_namespace)
             obj = await get(kube, "memoryworkspace", "away", k8s_namespace)
             assert driver.unreachable_says in condition(obj, "SandboxReady")["message"]
-            assert obj["status"]["phase"] == "Provisioning"
+            assert obj["status"]["phase"] == "Pending"  # never served yet: waiting for the backend
             await kube.akubectl("delete", "memoryworkspace", "wait", "-n", k8s_namespace, "--wait=false")
             await wait_for(kube, "jsonpath={.status.phase}=Deleting", "memoryworkspace/wait", k8s_namespace)
             held = await get(kube, "memoryworkspace", "wait", k8s_namespace)

@@ -122,6 +122,7 @@ async def test_values_past_what_the_schema_bounds_are_reported_and_deletable(
     ):
         assert field in message
     assert obj["status"]["phase"] == "Failed"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]  # never Ready, yet said
     await kube.akubectl("delete", "memoryworkspace", "huge", "-n", k8s_namespace, "--timeout=60s")
 
 

@@ -69,7 +69,7 @@ async def test_a_pending_claim_is_not_ready_and_says_why_until_it_binds(
     says = condition(pending, "SandboxReady")["message"]
     assert "PersistentVolumeClaim files-sandbox is not bound" in says
     assert f"asks for StorageClass {storage!r}, which does not exist" in says
-    assert condition(pending, "Ready")["status"] == "False"
+    assert (condition(pending, "Ready")["status"], pending["status"]["phase"]) == ("False", "Pending")
 
     await apply(kube, _storage_class(storage, "Immediate"))  # the class appears; nothing provisions it
 

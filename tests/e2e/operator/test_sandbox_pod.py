@@ -104,7 +104,7 @@ class TestPodSandboxes(SandboxCases):
         says = condition(waiting, "SandboxReady")["message"]
         assert f"waiting for the Pod: pod {name} is Pending" in says
         assert condition(waiting, "Ready")["status"] == "False"
-        assert waiting["status"]["phase"] == "Provisioning"
+        assert waiting["status"]["phase"] == "Pending"  # waiting for what will come
         assert {k: waiting["status"]["sandbox"][k] for k in ("ref", "root", "state")} == {
             "ref": name, "root": "/sandbox", "state": "Pending",
         }  # fmt: skip
@@ -136,6 +136,8 @@ class TestPodSandboxes(SandboxCases):
         # WAITING_REASON) before its retry makes the new one, so wait on the Pod itself.
         await kube.akubectl("wait", "--for=create", f"pod/{ref}", "-n", k8s_namespace, "--timeout=90s", timeout=120)
         await wait_for(kube, reason_is(WAITING_REASON), "memoryworkspace/drift", k8s_namespace)
+        # It served before: Degraded (a part unhealthy, retried by itself), not Pending nor Failed.
+        await wait_for(kube, "jsonpath={.status.phase}=Degraded", "memoryworkspace/drift", k8s_namespace)
         assert (await get(kube, "pod", ref, k8s_namespace))["metadata"]["uid"] != uid
         assert await driver.held(tenant) == {ref: Seen(sandbox_class_name, True)}
 

@@ -63,7 +63,8 @@ async def test_the_readme_sample_reaches_ready_and_its_secret_serves_that_worksp
     says = condition(pending, "SandboxReady")["message"]
     assert "PersistentVolumeClaim support-bot-sandbox is not bound" in says
     assert "names no StorageClass and the cluster has no default one" in says
-    assert condition(pending, "Ready")["status"] == "False"
+    assert (condition(pending, "Ready")["status"], pending["status"]["phase"]) == ("False", "Pending")
+    assert pending["status"]["observedGeneration"] == 1  # from the first status write, Ready or not
     await bind_claim(kube, k8s_namespace, "support-bot-sandbox")  # ... until it binds
     ready = await wait_ready(kube, k8s_namespace, "support-bot")
     assert ready["status"]["phase"] == "Ready"
@@ -174,12 +175,13 @@ async def test_a_duplicate_tenant_id_is_conflict_and_changes_nothing_of_the_firs
     await kube.akubectl("create", "namespace", other_namespace)
     try:
         await apply(kube, workspace(other_namespace, "second", tenant))  # reclaimPolicy Delete
-        await wait_for(kube, "jsonpath={.status.phase}=Conflict", "memoryworkspace/second", other_namespace)
+        await wait_for(kube, "condition=Conflict", "memoryworkspace/second", other_namespace)
         second = await get(kube, "memoryworkspace", "second", other_namespace)
         # Created in a later second: DuplicateTenantId from the index; in the same second the
         # index cannot order them and the workspace's owner labels decide.
         assert condition(second, "Conflict")["reason"] in {"DuplicateTenantId", "WorkspaceOwnedElsewhere"}
         assert condition(second, "Ready")["status"] == "False"
+        assert second["status"]["phase"] == "Failed"  # only a person can settle it
         for said in (condition(second, "Conflict")["message"], condition(second, "Ready")["message"]):
             assert k8s_namespace not in said  # nothing of the other tenant: not its namespace ...
             assert "first" not in said  # ... nor its object's name
