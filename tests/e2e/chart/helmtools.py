@@ -1,7 +1,7 @@
 """Helpers of the chart tests: render the chart with helm, parse the documents, and play the
-kubelet for the hooks (no kubelet runs here): the migration Job (the test runs the Job's
-command itself, then reports the Job complete, as a kubelet and the job controller would)
-and the `helm test` Pod (its phase reported)."""
+kubelet for the hooks (no kubelet runs here): the migration Job and the uninstall check Job
+(the test runs the Job's command itself, then reports the Job complete or failed, as a
+kubelet and the job controller would) and the `helm test` Pod (its phase reported)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -103,6 +104,75 @@ async def finish_job(kube: KubeCluster, namespace: str, name: str, *, succeeded:
         "-p",
         json.dumps({"status": status}),
     )
+
+
+UNINSTALL_CHECK = REPO / "scripts" / "image" / "uninstall_check.py"
+
+
+def job_uid(kube: KubeCluster, namespace: str, name: str) -> str | None:
+    """The uid of Job *name*, None when there is none."""
+    found = kube.kubectl("get", "job", name, "-n", namespace, "-o", "jsonpath={.metadata.uid}", check=False)
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
+
+
+async def wait_for_new_job(kube: KubeCluster, namespace: str, name: str, old_uid: str | None) -> dict[str, Any]:
+    """The Job *name* once one other than *old_uid* exists (a hook's `before-hook-creation`
+    replaces the one a failed attempt left), watched, not polled. Raises TimeoutError after 120 s."""
+    watch = await asyncio.create_subprocess_exec(
+        str(kube.bin_dir / "kubectl"), "get", "jobs", "-n", namespace, "--field-selector", f"metadata.name={name}",
+        "--watch", "-o", 'jsonpath={.metadata.uid}{.metadata.deletionTimestamp}{"\\n"}',
+        env=kube.env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert watch.stdout is not None
+
+    async def new_uid() -> None:
+        assert watch.stdout is not None
+        while line := (await watch.stdout.readline()).decode().strip():
+            if line != old_uid and len(line) == 36:  # a uid without a deletionTimestamp
+                return
+        raise AssertionError(f"the watch of job {name} ended")
+
+    try:
+        await asyncio.wait_for(new_uid(), 120)
+    finally:
+        watch.kill()
+        await watch.wait()
+    job: dict[str, Any] = json.loads((await kube.akubectl("get", "job", name, "-n", namespace, "-o", "json")).stdout)
+    return job
+
+
+async def play_kubelet_for_uninstall_check(
+    kube: KubeCluster, namespace: str, name: str, workdir: Path, *, replacing: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Wait for the pre-delete hook Job *name* (one other than the Job of uid *replacing*),
+    run its command here (the image's memplane-uninstall-check is
+    scripts/image/uninstall_check.py) as its Pod would: with the Job's environment and a
+    token of the Job's ServiceAccount (so the hook's own RBAC decides what it may list),
+    against this API server; then report the Job Complete or Failed by the exit status.
+    Returns the command's result."""
+    job = await wait_for_new_job(kube, namespace, name, replacing)
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["memplane-uninstall-check"]
+    assert pod["automountServiceAccountToken"] is True
+    token = (await kube.akubectl("create", "token", pod["serviceAccountName"], "-n", namespace)).stdout.strip()
+    account = workdir / f"serviceaccount-{name}"
+    account.mkdir(parents=True, exist_ok=True)
+    (account / "token").write_text(token)
+    (account / "ca.crt").write_bytes(kube.ca_file.read_bytes())
+    server = urlsplit(kube.server)
+    env = {
+        **os.environ,
+        "KUBERNETES_SERVICE_HOST": server.hostname or "",
+        "KUBERNETES_SERVICE_PORT": str(server.port),
+        "MEMPLANE_SERVICEACCOUNT_DIR": str(account),
+        **{e["name"]: e["value"] for e in container.get("env", [])},
+    }
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, str(UNINSTALL_CHECK)], env=env, capture_output=True, text=True, timeout=120
+    )
+    await finish_job(kube, namespace, name, succeeded=done.returncode == 0)
+    return done
 
 
 async def play_kubelet_for_test_pod(kube: KubeCluster, namespace: str, name: str, *, succeeded: bool) -> None:

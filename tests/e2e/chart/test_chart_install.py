@@ -2,8 +2,8 @@
 module's own: every object accepted and created, the CRDs Established and kept after the
 uninstall, and the operator — started as a process with the chart's ServiceAccount token,
 hence the chart's RBAC — taking a MemoryWorkspace through its whole life against the
-services on loopback. No kubelet runs: the test plays it for the migration hook Job, and the
-PersistentVolume controller for the sandbox's claim."""
+services on loopback. No kubelet runs: the test plays it for the hook Jobs (migration, the
+uninstall check) and the PersistentVolume controller for the sandbox's claim."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.e2e.chart.helmtools import (
     CHART,
     DSN_SECRET,
     play_kubelet_for_job,
+    play_kubelet_for_uninstall_check,
     set_flags,
 )
 from tests.e2e.operator.kubeobjects import apply, secret_env, wait_ready, workspace
@@ -123,8 +124,14 @@ async def test_install_upgrade_operate_uninstall(
     )
     assert retrieval["spec"]["replicas"] == 3
 
-    # Uninstall: the release's objects go, the CRDs stay (deleting one would delete every workspace object).
-    kube.helm("uninstall", "mp", "-n", NAMESPACE, "--wait", "--timeout", "2m", timeout=180)
+    # Uninstall (no MemoryWorkspace left: the pre-delete check passes): the release's objects
+    # go, the CRDs stay (deleting one would delete every workspace object).
+    uninstall = asyncio.create_task(
+        asyncio.to_thread(kube.helm, "uninstall", "mp", "-n", NAMESPACE, "--wait", "--timeout", "2m", timeout=180)
+    )
+    check = await play_kubelet_for_uninstall_check(kube, NAMESPACE, "mp-memplane-uninstall-check", tmp_path)
+    assert check.returncode == 0, check.stderr
+    await uninstall
     left = kube.kubectl(
         "get", "deployments,services,configmaps", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=mp"
     )

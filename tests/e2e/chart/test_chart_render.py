@@ -61,8 +61,8 @@ def test_every_rendering_lints_and_the_api_server_accepts_every_object(cluster: 
         assert labels.get("app.kubernetes.io/managed-by") == "Helm"
 
 
-# Pods that talk to the API server: the operator.
-WITH_TOKEN = {"mp-memplane-operator"}
+# Pods that talk to the API server: the operator, and the uninstall check (it lists MemoryWorkspaces).
+WITH_TOKEN = {"mp-memplane-operator", "mp-memplane-uninstall-check"}
 
 
 @pytest.mark.parametrize("volume_permissions", ["true", "false"])
@@ -75,6 +75,7 @@ def test_pods_run_restricted(cluster: KubeCluster, volume_permissions: str) -> N
         "mp-memplane-operator",
         "mp-memplane-postgresql",
         "mp-memplane-migrate-1",
+        "mp-memplane-uninstall-check",
     }
     root = []
     for name, spec in specs:
@@ -179,7 +180,7 @@ def test_services_probes_and_ports(cluster: KubeCluster) -> None:
 def test_matrix_switches(cluster: KubeCluster) -> None:
     bundled = render(cluster, MATRIX["bundled-postgresql"])
     # The database is made by the install: each service pod migrates it first, the Job runs on upgrades.
-    assert by_kind(bundled, "Job") == []
+    assert [j["metadata"]["name"] for j in by_kind(bundled, "Job")] == ["mp-memplane-uninstall-check"]
     job = named(render(cluster, MATRIX["bundled-postgresql"], "--is-upgrade"), "Job", "mp-memplane-migrate-1")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
     [migrate] = named(bundled, "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]["initContainers"]
@@ -424,3 +425,29 @@ def test_the_bundled_database_runs_the_memplane_image_or_an_official_one(cluster
     with pytest.raises(KubeCommandError) as caught:
         render(cluster, {k: v for k, v in official.items() if k != "postgresql.image.tag"})
     assert "postgresql.image.tag is required with postgresql.image.repository" in caught.value.stderr
+
+
+def test_the_uninstall_check_is_a_pre_delete_hook_that_may_only_list_workspaces(cluster: KubeCluster) -> None:
+    docs = render(cluster, {**BASE, "operator.namespaces": '["team-a","team-b"]'})
+    hooks = [d for d in docs if d["metadata"]["name"] == "mp-memplane-uninstall-check"]
+    assert sorted(d["kind"] for d in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+    for hook in hooks:
+        assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert named(docs, "ClusterRole", "mp-memplane-uninstall-check")["rules"] == [
+        {"apiGroups": ["memplane.io"], "resources": ["memoryworkspaces"], "verbs": ["list"]}
+    ]
+    job = named(docs, "Job", "mp-memplane-uninstall-check")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook-output-log-policy"] == "hook-failed"  # helm prints the refusal
+    assert "hook-failed" not in annotations["helm.sh/hook-delete-policy"]  # kept for kubectl logs
+    assert int(annotations["helm.sh/hook-weight"]) > int(
+        named(docs, "ServiceAccount", "mp-memplane-uninstall-check")["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["memplane-uninstall-check"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert json.loads(env["MEMPLANE_CHECK_NAMESPACES"]) == ["team-a", "team-b"]
+    assert env["MEMPLANE_RELEASE"] == "mp"
+    assert env["MEMPLANE_RELEASE_NAMESPACE"] == "memplane"
+    for off in ({"operator.uninstallCheck.enabled": "false"}, {"operator.enabled": "false"}):
+        assert not [d for d in render(cluster, {**BASE, **off}) if "uninstall-check" in d["metadata"]["name"]]

@@ -2,7 +2,7 @@
 `memplane serve` as a non-root user on a read-only root filesystem with no writable home
 and no runtime directory (only /tmp writable, mode 0777 like the chart's emptyDir), against
 an external DSN, answers health SERVING and serves a workspace; the operator's entry point
-is inside; no compiler or pip is."""
+and the chart's uninstall check are inside; no compiler or pip is."""
 
 from __future__ import annotations
 
@@ -104,3 +104,6 @@ def test_the_image_holds_the_operator_and_no_build_tools(image: str) -> None:
     operator = podman("run", "--rm", "--entrypoint", "memplane-operator", image, check=False)
     assert operator.returncode == 2
     assert "MEMPLANE_OPERATOR_ADMIN_KEY" in operator.stderr
+    # The chart's pre-delete check (tests/e2e/chart runs its script against an API server).
+    check = podman("run", "--rm", "--read-only", "--entrypoint", "memplane-uninstall-check", image, check=False)
+    assert (check.returncode, check.stderr.strip()) == (2, "memplane: KUBERNETES_SERVICE_HOST is not set: not in a Pod")
