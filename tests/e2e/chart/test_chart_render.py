@@ -186,6 +186,11 @@ def test_matrix_switches(cluster: KubeCluster) -> None:
     [migrate] = named(bundled, "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]["initContainers"]
     assert migrate["command"][-1].endswith("; exec memplane migrate")
     assert 'pg_isready -q -d "$MEMPLANE_DATABASE__DSN"' in migrate["command"][-1]
+    assert [m["name"] for m in migrate["volumeMounts"]] == ["tmp"]  # /tmp: the root is read-only
+    no_migrations = render(cluster, {**MATRIX["bundled-postgresql"], "migrations.enabled": "false"})
+    assert (
+        "initContainers" not in named(no_migrations, "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]
+    )
     assert (
         "initContainers"
         not in named(render(cluster, BASE), "Deployment", "mp-memplane-retrieval")["spec"]["template"]["spec"]
