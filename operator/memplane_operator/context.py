@@ -12,6 +12,7 @@ from typing import Any
 from memplane.client import AsyncMemplaneClient
 from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY, Conditions
+from memplane_operator.events import EventBook
 from memplane_operator.kube import Kube
 from memplane_operator.model import WorkspaceSpec
 from memplane_operator.settings import OperatorSettings
@@ -27,7 +28,8 @@ class Runtime:
     """Process-wide state, made at startup (kopf's memo): clients, settings and one lock per
     MemoryWorkspace, so a timer never reconciles an object while a change handler does; the
     open sandbox backends and, per MemoryWorkspace uid, how many sandbox calls in a row
-    found the backend unavailable (the retry backoff); the file sync's book (`syncs`)."""
+    found the backend unavailable (the retry backoff); the file sync's book (`syncs`); the
+    Events posted per object (`events`)."""
 
     settings: OperatorSettings
     admin: AsyncMemplaneClient
@@ -36,6 +38,7 @@ class Runtime:
     sandboxes: Backends = field(default_factory=Backends)
     sandbox_failures: dict[str, int] = field(default_factory=dict)
     syncs: SyncBook = field(default_factory=SyncBook)
+    events: EventBook = field(default_factory=EventBook)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The lock of the object with *uid*."""

@@ -5,6 +5,8 @@
   kopf records each finished step in the object's annotations (memplane.io/...), so an
   operator killed mid-reconcile resumes at the step it was in, and every step is itself
   idempotent (it looks before it acts) for the step that was cut short.
+- every status write posts an Event per transition of Ready (and QuotaExceeded), typed
+  Normal or Warning (`memplane_operator.events`).
 - a timer every `resync_seconds`: the same steps in one pass, repairing drift (a deleted
   Secret, quotas changed behind the operator's back), reporting usage and revoking
   rotated keys after their grace period.
@@ -31,7 +33,7 @@ import kr8s
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
-from memplane_operator import credentials, sandbox, sandbox_sync, steps, workspace
+from memplane_operator import credentials, events, sandbox, sandbox_sync, steps, workspace
 from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY
 from memplane_operator.context import FINALIZER, Ctx, Runtime, StepBlocked
@@ -55,13 +57,14 @@ def _runtime(memo: Any) -> Runtime:
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:
-    """Production kopf settings: our own finalizer and annotation keys, events for warnings
-    and errors only, watch and request timeouts, how often an exiting timer is polled."""
+    """Production kopf settings: our own finalizer and annotation keys, no Events from log
+    records (`memplane_operator.events` posts them), watch and request timeouts, how often
+    an exiting timer is polled."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
-    settings.posting.level = logging.WARNING  # warnings and errors of an object become its Events
-    settings.posting.loggers = True
+    settings.posting.loggers = False  # kopf's "Logging" Events (typed after the log level): ours instead
+    settings.posting.level = logging.INFO  # kopf.event / kopf.info check it: Normal Events pass
     settings.posting.reporting_component = "memplane-operator"
     settings.watching.server_timeout = 270  # re-list before the API server's own 5-minute watch timeout
     settings.watching.client_timeout = 300
@@ -117,7 +120,14 @@ async def reconcile(**kwargs: Any) -> None:
         try:
             await _reconcile(ctx, kwargs)
         finally:
-            patch.status.update(ctx.status_patch())
+            _write_status(ctx, kwargs["body"], patch)
+
+
+def _write_status(ctx: Ctx, body: kopf.Body, patch: kopf.Patch) -> None:
+    """The status of *ctx* into kopf's *patch*, and an Event for each transition it makes."""
+    status = ctx.status_patch()
+    patch.status.update(status)
+    ctx.runtime.events.note(body, events.by_type(ctx.observed.get("conditions")), events.by_type(status["conditions"]))
 
 
 async def _reconcile(ctx: Ctx, kwargs: Mapping[str, Any]) -> None:
@@ -167,7 +177,7 @@ async def resync(**kwargs: Any) -> None:
             return
         if ctx.spec.suspend:  # level-triggered: repairs a status a concurrent pass wrote before the edit
             _suspended(ctx)
-            patch.status.update(ctx.status_patch())
+            _write_status(ctx, body, patch)
             return
         try:
             steps.check_spec(ctx)
@@ -180,7 +190,7 @@ async def resync(**kwargs: Any) -> None:
         except StepBlocked:
             pass
         finally:
-            patch.status.update(ctx.status_patch())
+            _write_status(ctx, body, patch)
 
 
 async def sync_daemon(**kwargs: Any) -> None:
@@ -224,11 +234,11 @@ async def delete(**kwargs: Any) -> None:
         except UnavailableError as error:  # the finalizer stays until the services answer
             why = f"waiting for the AdminService to release the workspace: {error}"
             ctx.conditions.set(READY, False, "Deleting", why)
-            patch.status.update(ctx.status_patch())
+            _write_status(ctx, kwargs["body"], patch)
             raise kopf.TemporaryError(f"AdminService unavailable: {error}", delay=5) from error
         except SandboxUnavailableError as error:  # ... and until the sandbox backend answers
             ctx.conditions.set(READY, False, "Deleting", f"waiting for the sandbox backend: {error}")
-            patch.status.update(ctx.status_patch())
+            _write_status(ctx, kwargs["body"], patch)
             raise kopf.TemporaryError(str(error), delay=error.delay) from error
     logger.info(
         "released (%s): %s; %d key(s) revoked; sandbox: %s",
@@ -239,6 +249,7 @@ async def delete(**kwargs: Any) -> None:
     )
     runtime.locks.pop(ctx.uid, None)
     runtime.syncs.forget(ctx.uid)
+    runtime.events.forget(ctx.uid)
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:

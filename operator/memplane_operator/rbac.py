@@ -28,7 +28,7 @@ def namespaced_rules() -> list[dict[str, Any]]:
         # and the sync lock's mkdir. create is the exec itself; get, what API servers before
         # Kubernetes 1.30 check for the websocket upgrade (a GET) of pods/exec.
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
-        # kopf posts Kubernetes events about handlers (warnings and errors by default).
+        # The operator's Events about its objects (memplane_operator.events), posted by kopf.
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
 

@@ -21,6 +21,8 @@ Synced, or SyncedWithProblems when files were left as they are; False: the reaso
 "0s"), ``status.sandbox.lastSyncTime`` (when the last pass that succeeded ended) and,
 when the pass found edits made in the sandbox (`sync_state.found_edits`),
 ``status.sandbox.lastActivityTime``. A failure repeated at each retry writes nothing new.
+A new failure is a Warning Event (SyncFailed), a pass that succeeds after one a Normal
+Event (Synced): `memplane_operator.events`.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ async def _report(ctx: Ctx, slot: SyncSlot, handle: SandboxHandle, outcome: Sync
             reading = failure(outcome, backends.ADAPTERS.get(handle.backend))
             found = (reading.reason, reading.message)
         new = (False, *found)
-        # A warning (an Event of the object) when the failure is new; each retry is only debug.
+        # A warning in the log when the failure is new (and an Event: `_publish`); each retry is only debug.
         log = ctx.logger.debug if _says(ctx.conditions.get(SANDBOX_SYNCED), new) else ctx.logger.warning
         log("sandbox sync failed (%s): %s", found[0], found[1])
         await _publish(ctx, new, handle=handle)  # lastSyncTime is the last pass that succeeded
@@ -204,6 +206,8 @@ async def _publish(
                 await kube.patch(MemoryWorkspace, ctx.name, ctx.namespace, patch, subresource="status")
             except KubeConflictError:
                 continue
+            was, now = ({SANDBOX_SYNCED: c} if c is not None else {} for c in (before, after))
+            ctx.runtime.events.note(stored, was, now)  # SyncFailed when a failure is new, Synced after one
             return
     ctx.logger.debug("sync status not written: the object kept changing")
 

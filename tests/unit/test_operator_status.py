@@ -1,11 +1,15 @@
 """What the operator reports of a MemoryWorkspace, in its pure parts: the phase of its
-conditions, and the SandboxReady of a local sandbox's claim."""
+conditions, the Events their transitions call for (once each), and the SandboxReady of a
+local sandbox's claim."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from memplane_operator.conditions import CONFLICT, Conditions
+import pytest
+
+from memplane_operator.conditions import CONFLICT, QUOTA_EXCEEDED, READY, SANDBOX_SYNCED, Conditions
+from memplane_operator.events import EventBook, by_type, event_for
 from memplane_operator.sandbox import claim_condition
 
 
@@ -36,6 +40,54 @@ def test_phases_separate_failed_from_degraded_and_pending() -> None:
     assert conflict.phase() == "Failed"
     assert ready.phase(suspended=True) == "Suspended"
     assert ready.phase(deleting=True) == "Deleting"
+
+
+def _c(status: str, reason: str, message: str = "m") -> dict[str, Any]:
+    return {"status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("kind", "condition", "before", "expected"),
+    [
+        (READY, _c("True", "Provisioned"), None, ("Normal", "Ready")),
+        (READY, _c("True", "Provisioned"), ("True", "Provisioned"), None),  # no transition
+        (READY, _c("False", "Reconciling"), ("True", "Provisioned"), None),  # the steps at work
+        (READY, _c("False", "InvalidSpec"), ("False", "Reconciling"), ("Warning", "InvalidSpec")),
+        (READY, _c("False", "EmbeddingMismatch"), None, ("Warning", "InvalidSpec")),
+        (READY, _c("False", "Conflict"), None, ("Warning", "Conflict")),
+        (READY, _c("False", "SecretOwnedElsewhere"), None, ("Warning", "Conflict")),
+        (READY, _c("False", "SandboxClassNotFound"), None, ("Warning", "SandboxFailed")),
+        (READY, _c("False", "ClaimPending"), None, ("Normal", "SandboxPending")),
+        (READY, _c("False", "PodNotReady"), ("False", "ClaimPending"), ("Normal", "SandboxPending")),
+        (READY, _c("False", "ServiceUnavailable"), ("True", "Provisioned"), ("Warning", "ServiceUnavailable")),
+        (READY, _c("False", "SomethingNew"), None, ("Warning", "NotReady")),  # the table's default
+        (QUOTA_EXCEEDED, _c("True", "QuotaReached"), ("False", "WithinQuota"), ("Warning", "QuotaExceeded")),
+        (QUOTA_EXCEEDED, _c("False", "WithinQuota"), ("True", "QuotaReached"), ("Normal", "WithinQuota")),
+        (QUOTA_EXCEEDED, _c("False", "WithinQuota"), None, None),  # recovered from nothing
+        (SANDBOX_SYNCED, _c("False", "SyncLocked"), ("True", "Synced"), ("Warning", "SyncFailed")),
+        (SANDBOX_SYNCED, _c("False", "TimedOut"), ("False", "SyncLocked"), ("Warning", "SyncFailed")),
+        (SANDBOX_SYNCED, _c("True", "Synced"), ("False", "TimedOut"), ("Normal", "Synced")),
+        (SANDBOX_SYNCED, _c("True", "SyncedWithProblems"), ("True", "Synced"), None),
+    ],
+)
+def test_events_of_transitions(
+    kind: str, condition: dict[str, Any], before: tuple[str, str] | None, expected: tuple[str, str] | None
+) -> None:
+    assert event_for(kind, condition, before) == expected
+
+
+def test_an_event_is_posted_once_per_transition_whatever_body_a_pass_read() -> None:
+    book = EventBook()
+    body = {"apiVersion": "memplane.io/v1alpha1", "kind": "MemoryWorkspace", "metadata": {"uid": "u1"}}
+    failing = by_type([{"type": READY, **_c("False", "InvalidSpec", "spec.quotas.maxBytes: too large")}])
+    assert book.note(body, {}, failing) == [("Warning", "InvalidSpec", "spec.quotas.maxBytes: too large")]
+    assert book.note(body, {}, failing) == []  # a retry, a resync pass that read the older body
+    ready = by_type([{"type": READY, **_c("True", "Provisioned", "ready")}])
+    assert book.note(body, failing, ready) == [("Normal", "Ready", "ready")]
+    restarted = EventBook()  # a new process: the body read is the memory
+    assert restarted.note(body, ready, ready) == []
+    book.forget("u1")
+    assert book.note(body, {}, ready) == [("Normal", "Ready", "ready")]
 
 
 def _claim(phase: str, storage_class: str | None) -> dict[str, Any]:

@@ -99,6 +99,41 @@ def condition_reason_is(kind: str, reason: str) -> str:
     return f"jsonpath={{.status.conditions[?(@.type=='{kind}')].reason}}={reason}"
 
 
+async def events_of(kube: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The Kubernetes Events about the object *name* in *namespace*, oldest first."""
+    listed = await kube.akubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+    return sorted(items, key=lambda e: (e.get("eventTime") or e.get("firstTimestamp") or "", e["metadata"]["name"]))
+
+
+async def events_during(kube: KubeCluster, namespace: str, name: str, seconds: int) -> list[str]:
+    """Reasons of the Events about *name* posted during a watch of *seconds* (a watch, not
+    a sleep: the observation window of an absence)."""
+    done = await kube.akubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "--watch-only",
+        "-o", "json", f"--request-timeout={seconds}s", check=False, timeout=seconds + 30,
+    )  # fmt: skip
+    decoder = json.JSONDecoder()
+    text, reasons = done.stdout.strip(), []
+    while text:
+        event, end = decoder.raw_decode(text)
+        reasons.append(str(event["reason"]))
+        text = text[end:].strip()
+    return reasons
+
+
+async def event_with(kube: KubeCluster, namespace: str, name: str, reason: str, seconds: float = 30) -> dict[str, Any]:
+    """The first Event with *reason* about the object *name*, once posted (kopf posts in
+    the background)."""
+
+    async def posted() -> dict[str, Any] | None:
+        return next((e for e in await events_of(kube, namespace, name) if e["reason"] == reason), None)
+
+    return await eventually(posted, seconds=seconds, what=f"an Event {reason} about {namespace}/{name}")
+
+
 async def bind_claim(kube: KubeCluster, namespace: str, name: str) -> None:
     """Mark the PersistentVolumeClaim *name* Bound through its status, as the volume binder
     of kube-controller-manager would (none runs here)."""

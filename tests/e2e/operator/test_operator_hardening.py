@@ -20,6 +20,9 @@ from tests.e2e.operator.kubeobjects import (
     apply,
     bind_claim,
     condition,
+    event_with,
+    events_during,
+    events_of,
     eventually,
     get,
     secret_env,
@@ -65,14 +68,9 @@ async def test_a_blocked_object_waits_for_its_retry_instead_of_looping(kube: Kub
     # The test operator resyncs every second: at most a few writes in the window, not a loop.
     assert await _modifications(kube, k8s_namespace, "blocked") <= 2 * WATCH_SECONDS
 
-    async def warned() -> bool | None:  # kubectl describe shows why (kopf posts events in batches)
-        events = await kube.akubectl(
-            "get", "events", "-n", k8s_namespace, "--field-selector", "involvedObject.name=blocked", "-o", "json"
-        )
-        items = json.loads(events.stdout)["items"]
-        return True if any("Secret taken" in e["message"] or "taken" in e["message"] for e in items) else None
-
-    await eventually(warned, seconds=30, what="a Kubernetes Event explains the failure")
+    warned = await event_with(kube, k8s_namespace, "blocked", "Conflict")  # kubectl describe shows why
+    assert warned["type"] == "Warning"
+    assert "taken" in warned["message"]
 
 
 async def test_a_forged_annotation_cannot_revoke_another_tenants_key(
@@ -123,6 +121,12 @@ async def test_values_past_what_the_schema_bounds_are_reported_and_deletable(
         assert field in message
     assert obj["status"]["phase"] == "Failed"
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]  # never Ready, yet said
+    warned = await event_with(kube, k8s_namespace, "huge", "InvalidSpec")
+    assert warned["type"] == "Warning"
+    assert "spec.quotas.maxBytes" in warned["message"]
+    # One Event for the transition, none per pass: the resync looks every second meanwhile.
+    assert await events_during(kube, k8s_namespace, "huge", WATCH_SECONDS) == []
+    assert [e["reason"] for e in await events_of(kube, k8s_namespace, "huge")] == ["InvalidSpec"]
     await kube.akubectl("delete", "memoryworkspace", "huge", "-n", k8s_namespace, "--timeout=60s")
 
 

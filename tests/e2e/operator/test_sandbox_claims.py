@@ -19,6 +19,7 @@ from tests.e2e.operator.kubeobjects import (
     bind_claim,
     condition,
     condition_reason_is,
+    event_with,
     eventually,
     get,
     wait_for,
@@ -70,6 +71,7 @@ async def test_a_pending_claim_is_not_ready_and_says_why_until_it_binds(
     assert "PersistentVolumeClaim files-sandbox is not bound" in says
     assert f"asks for StorageClass {storage!r}, which does not exist" in says
     assert (condition(pending, "Ready")["status"], pending["status"]["phase"]) == ("False", "Pending")
+    assert (await event_with(kube, k8s_namespace, "files", "SandboxPending"))["type"] == "Normal"
 
     await apply(kube, _storage_class(storage, "Immediate"))  # the class appears; nothing provisions it
 

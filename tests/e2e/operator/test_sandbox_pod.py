@@ -17,12 +17,23 @@ import pytest
 
 from memplane.sandbox.pod import PodSandboxes
 from memplane_operator.backend_pod import CLASS_LABEL, WAITING_REASON, name_prefix
-from tests.e2e.operator.kubeobjects import apply, condition, example, get, wait_for, wait_ready, workspace
+from tests.e2e.operator.kubeobjects import (
+    apply,
+    condition,
+    event_with,
+    events_during,
+    example,
+    get,
+    wait_for,
+    wait_ready,
+    workspace,
+)
 from tests.e2e.operator.sandbox_cases import BadCase, Driver, SandboxCases, Seen, reason_is
 from tests.fix_kube import KubeCluster
 
 pytestmark = pytest.mark.usefixtures("operator")
 IMAGE = "registry.example/memplane-sandbox:1"  # never pulled: no kubelet
+WATCH_SECONDS = 4
 
 
 class PodDriver(Driver):
@@ -105,6 +116,11 @@ class TestPodSandboxes(SandboxCases):
         assert f"waiting for the Pod: pod {name} is Pending" in says
         assert condition(waiting, "Ready")["status"] == "False"
         assert waiting["status"]["phase"] == "Pending"  # waiting for what will come
+        pending = await event_with(kube, k8s_namespace, "waits", "SandboxPending")
+        assert pending["type"] == "Normal"
+        assert f"waiting for the Pod: pod {name} is Pending" in pending["message"]
+        # One Event when the wait began, none per retry (the step is retried every second here).
+        assert await events_during(kube, k8s_namespace, "waits", WATCH_SECONDS) == []
         assert {k: waiting["status"]["sandbox"][k] for k in ("ref", "root", "state")} == {
             "ref": name, "root": "/sandbox", "state": "Pending",
         }  # fmt: skip

@@ -19,6 +19,7 @@ from tests.e2e.operator.kubeobjects import (
     bind_claim,
     condition,
     condition_reason_is,
+    event_with,
     eventually,
     example,
     get,
@@ -67,6 +68,7 @@ async def test_the_readme_sample_reaches_ready_and_its_secret_serves_that_worksp
     assert pending["status"]["observedGeneration"] == 1  # from the first status write, Ready or not
     await bind_claim(kube, k8s_namespace, "support-bot-sandbox")  # ... until it binds
     ready = await wait_ready(kube, k8s_namespace, "support-bot")
+    assert (await event_with(kube, k8s_namespace, "support-bot", "Ready"))["type"] == "Normal"
     assert ready["status"]["phase"] == "Ready"
     assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
     for part in ("DatabaseReady", "CredentialsReady", "SandboxReady"):
@@ -124,6 +126,7 @@ async def test_a_quota_change_reaches_the_services(
             await agent.add_memories([_memory("three")])
         assert (caught.value.quota_id, caught.value.limit) == ("max_memories", 2)
         await wait_for(kube, "condition=QuotaExceeded", "memoryworkspace/quota", k8s_namespace)
+        assert (await event_with(kube, k8s_namespace, "quota", "QuotaExceeded"))["type"] == "Warning"
         await kube.akubectl(
             "patch", "memoryworkspace", "quota", "-n", k8s_namespace, "--type=merge",
             "-p", '{"spec": {"quotas": {"maxMemories": 3}}}',
@@ -182,7 +185,13 @@ async def test_a_duplicate_tenant_id_is_conflict_and_changes_nothing_of_the_firs
         assert condition(second, "Conflict")["reason"] in {"DuplicateTenantId", "WorkspaceOwnedElsewhere"}
         assert condition(second, "Ready")["status"] == "False"
         assert second["status"]["phase"] == "Failed"  # only a person can settle it
-        for said in (condition(second, "Conflict")["message"], condition(second, "Ready")["message"]):
+        warned = await event_with(kube, other_namespace, "second", "Conflict")
+        assert warned["type"] == "Warning"
+        for said in (
+            condition(second, "Conflict")["message"],
+            condition(second, "Ready")["message"],
+            warned["message"],
+        ):
             assert k8s_namespace not in said  # nothing of the other tenant: not its namespace ...
             assert "first" not in said  # ... nor its object's name
         missing = await kube.akubectl("get", "secret", "second-memplane", "-n", other_namespace, check=False)
