@@ -64,3 +64,30 @@ async def test_the_health_command_exits_zero_only_when_serving(server: str) -> N
     code, out = await health("--service", "memplane.v1.NoSuchService")
     assert code == 1
     assert "NotFoundError" in out
+
+
+async def test_health_wait_rides_over_a_server_not_listening_yet_and_gives_up_after_its_seconds(server: str) -> None:
+    """`memplane health --wait` (the chart's `helm test` Pod): without it a refused connection
+    fails at once; with it the check waits for the server, and gives up after its seconds."""
+    import asyncio
+    import socket
+    import sys
+
+    async def health(target: str, *args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memplane", "health", "--target", target, *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode()
+
+    with socket.socket() as s:  # a port nothing listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    code, out = await health(closed)
+    assert code == 1
+    assert "UnavailableError" in out
+    code, out = await health(closed, "--wait", "1")
+    assert (code, out) == (1, "server: not reachable within 1 s\n")
+    assert await health(server, "--wait", "30") == (0, "server: SERVING\n")

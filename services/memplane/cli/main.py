@@ -148,9 +148,19 @@ async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_health(ns: argparse.Namespace, settings: Settings) -> int:
     """grpc.health.v1 Check of the server (or one service); exit 0 only when SERVING.
-    The chart's `helm test` Pod runs it."""
+    With ``--wait SECONDS``, a server not reachable yet (starting, or a new Pod that the
+    cluster's NetworkPolicy agent has not admitted yet) is waited for up to SECONDS.
+    The chart's `helm test` Pod runs it with ``--wait 60``."""
     async with workspace_client(ns, settings) as client:
-        status = await client.check_health(ns.service)
+        if ns.wait > 0:
+            try:
+                async with asyncio.timeout(ns.wait):
+                    status = await client.check_health(ns.service, wait_for_ready=True)
+            except TimeoutError:
+                print(f"{ns.service or 'server'}: not reachable within {ns.wait:g} s", file=sys.stderr)
+                return 1
+        else:
+            status = await client.check_health(ns.service)
     print(f"{ns.service or 'server'}: {status}")
     return 0 if status == "SERVING" else 1
 
@@ -219,6 +229,9 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("health", help="check the server's grpc.health.v1 status (exit 0 when SERVING)")
     p.add_argument("--service", default="", help="a service's full name, e.g. memplane.v1.RetrievalService")
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to SECONDS for the server to be reachable"
+    )
     add_connection_flags(p)
     p.set_defaults(func=cmd_health)
 

@@ -376,6 +376,8 @@ def test_the_helm_test_pod_checks_every_service(cluster: KubeCluster) -> None:
     checks = {c["name"]: c["args"] for c in pod["spec"]["containers"]}
     assert checks["retrieval"] == [
         "health",
+        "--wait",
+        "60",
         "--target",
         "mp-memplane-retrieval.memplane.svc:50051",
         "--service",
