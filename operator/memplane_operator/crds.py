@@ -289,6 +289,12 @@ def _workspace_status() -> Schema:
                     "measuredTime": _string("When these figures were read.", format="date-time"),
                 },
             ),
+            "kopf": {
+                "type": "object",
+                "description": "The operator's record of its handlers' progress (kopf's), kept beside the "
+                "conditions it goes with; not for users.",
+                "x-kubernetes-preserve-unknown-fields": True,
+            },
             "sandbox": _object(
                 "The provisioned sandbox.",
                 {

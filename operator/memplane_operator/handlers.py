@@ -2,9 +2,13 @@
 
 - create / update / resume: the reconcile, as kopf sub-handlers run one per cycle in this
   order — workspace -> credentials -> policy (quotas, retention) -> sandbox -> status.
-  kopf records each finished step in the object's annotations (memplane.io/...), so an
-  operator killed mid-reconcile resumes at the step it was in, and every step is itself
-  idempotent (it looks before it acts) for the step that was cut short.
+  kopf records each finished step in the status, in the same write as the conditions the
+  step set (`memplane_operator.persistence`), so an operator killed mid-reconcile resumes
+  at the step it was in, and every step is itself idempotent (it looks before it acts) for
+  the step that was cut short. A changed spec (a new generation) starts the steps afresh at
+  once, even while one waits for its retry. A step that finds a state only a person can
+  fix ends the reconcile (the conditions say why): an edit of the spec starts another at
+  once, and the resync looks again for a change elsewhere (a SandboxClass made).
 - every status write posts an Event per transition of Ready (and QuotaExceeded), typed
   Normal or Warning (`memplane_operator.events`).
 - a timer every `resync_seconds`: the same steps in one pass, repairing drift (a deleted
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -33,10 +36,10 @@ import kr8s
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
-from memplane_operator import credentials, events, sandbox, sandbox_sync, steps, workspace
+from memplane_operator import credentials, events, persistence, sandbox, sandbox_sync, steps, workspace
 from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY
-from memplane_operator.context import FINALIZER, Ctx, Runtime, StepBlocked
+from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
 from memplane_operator.sandbox_backed import SandboxUnavailableError
@@ -45,34 +48,13 @@ from memplane_operator.sync_state import SyncBook
 
 WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
 CLASSES = (GROUP, VERSION, "sandboxclasses")
-# kopf's progress and last-handled annotations. Not "memplane.io": kopf leaves the annotations
-# under its own prefix out of the diff it reacts to, and memplane.io/rotate must be seen.
-KOPF_PREFIX = "kopf.memplane.io"
+RECONCILE = "reconcile"  # the handler id of create / update / resume (its records are per generation)
 SYNC_CANCEL_SECONDS = 1.0  # a sync pass in flight at deletion or exit is cancelled after this
 
 
 def _runtime(memo: Any) -> Runtime:
     runtime: Runtime = memo.runtime
     return runtime
-
-
-def _configure(settings: kopf.OperatorSettings) -> None:
-    """Production kopf settings: our own finalizer and annotation keys, no Events from log
-    records (`memplane_operator.events` posts them), watch and request timeouts, how often
-    an exiting timer is polled."""
-    settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
-    settings.posting.loggers = False  # kopf's "Logging" Events (typed after the log level): ours instead
-    settings.posting.level = logging.INFO  # kopf.event / kopf.info check it: Normal Events pass
-    settings.posting.reporting_component = "memplane-operator"
-    settings.watching.server_timeout = 270  # re-list before the API server's own 5-minute watch timeout
-    settings.watching.client_timeout = 300
-    settings.networking.request_timeout = 30
-    # A deletion waits for the object's resync timer to exit; kopf looks again only every
-    # cancellation_polling seconds (60 by default), so a resync in flight when the object
-    # was deleted held its finalizer a minute. A pass lasts a few RPCs: look every second.
-    settings.background.cancellation_polling = 1.0
 
 
 def tenants(**kwargs: Any) -> dict[str, Any]:
@@ -148,6 +130,8 @@ async def _reconcile(ctx: Ctx, kwargs: Mapping[str, Any]) -> None:
         # kopf takes a mapping of sub-handler ids to functions (typed as an iterable).
         await kopf.execute(fns=_kopf_fns(fns), lifecycle=order)  # type: ignore[arg-type]
     except kopf.TemporaryError as pending:
+        if ctx.blocked:
+            return  # only a person can help (the conditions say why): an edit starts afresh, the resync looks
         delay = ctx.retry_after if ctx.retry_after is not None else order.sleeping_seconds
         if delay is None:
             raise  # the next step is due now
@@ -257,7 +241,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     startup, the AdminService client."""
 
     async def startup(**kwargs: Any) -> None:
-        _configure(kwargs["settings"])
+        persistence.configure(kwargs["settings"], generational=[RECONCILE])
         admin = AsyncMemplaneClient(
             settings.admin_target, settings.read_admin_key(), timeout=settings.rpc_timeout_seconds
         )
@@ -280,7 +264,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     # httpx.ReadError) is retried after UNAVAILABLE_RETRY_SECONDS, not kopf's default 60 s
     # (which once held a workspace's deletion past a minute in CI).
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(*WORKSPACES, id="reconcile", backoff=steps.UNAVAILABLE_RETRY_SECONDS, registry=registry)(reconcile)
+        on(*WORKSPACES, id=RECONCILE, backoff=steps.UNAVAILABLE_RETRY_SECONDS, registry=registry)(reconcile)
     interval = settings.resync_seconds
     # backoff: a failed pass (a transient API-server error) is retried after one interval,
     # not kopf's default 60 s (which once held a due key revocation a minute in CI).

@@ -97,12 +97,14 @@ def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
 
 async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:
     """One step, its failures turned into conditions and kopf's retry language: a state
-    only a person can fix waits for the next resync; an unreachable service or a conflict
-    on a Secret is retried soon."""
+    only a person can fix is `Ctx.blocked` (the reconcile ends there: an edit of the spec
+    starts another at once, the resync looks again for a change elsewhere); an unreachable
+    service or a conflict on a Secret is retried soon."""
     retry = ctx.runtime.settings.resync_seconds
     try:
         await STEP_FUNCTIONS[name](ctx, classes)
     except StepBlocked as blocked:
+        ctx.blocked = True
         raise _retry(ctx, f"{name}: {blocked}", retry) from blocked
     except SandboxUnavailableError as error:  # SandboxReady=False, BackendUnavailable: retried with backoff
         raise _retry(ctx, f"{name}: {error}", error.delay) from error
@@ -118,6 +120,7 @@ async def run_step(ctx: Ctx, name: str, classes: Mapping[str, Any]) -> None:
         raise _retry(ctx, f"{name}: changed concurrently; retrying", 1.0) from error
     except InvalidArgumentError as error:  # the services refuse the spec: only an edit helps
         ctx.conditions.set(DATABASE_READY, False, "RejectedByServices", f"the services refuse the spec: {error}")
+        ctx.blocked = True
         raise _retry(ctx, f"{name}: {error}", retry) from error
     except MemplaneError as error:
         ctx.conditions.set(DATABASE_READY, False, "ServiceError", f"{type(error).__name__}: {error}")

@@ -1,15 +1,17 @@
 """What the operator reports of a MemoryWorkspace, in its pure parts: the phase of its
-conditions, the Events their transitions call for (once each), and the SandboxReady of a
-local sandbox's claim."""
+conditions, the Events their transitions call for (once each), the SandboxReady of a
+local sandbox's claim, and kopf's progress records read only for their generation."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 
 from memplane_operator.conditions import CONFLICT, QUOTA_EXCEEDED, READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.events import EventBook, by_type, event_for
+from memplane_operator.persistence import GenerationalProgressStorage
 from memplane_operator.sandbox import claim_condition
 
 
@@ -115,3 +117,24 @@ def test_a_local_sandbox_is_ready_once_its_claim_binds_or_waits_for_its_first_co
         assert (ready, reason) == (False, "ClaimPending")
         assert message == f"PersistentVolumeClaim w-sandbox {says}"
     assert claim_condition("w-sandbox", _claim("Lost", "fast"), immediate, "1Gi")[:2] == (False, "ClaimLost")
+
+
+def _body(generation: int, progress: dict[str, Any] | None = None) -> kopf.Body:
+    status = {"kopf": {"progress": progress}} if progress else {}
+    return kopf.Body(cast(kopf.RawBody, {"metadata": {"name": "w", "generation": generation}, "status": status}))
+
+
+def test_progress_is_kept_in_the_status_and_read_only_for_its_generation() -> None:
+    storage = GenerationalProgressStorage(generational=["reconcile"])
+    record: kopf.ProgressRecord = {"started": "2026-01-01T00:00:00", "success": True}
+    patch = kopf.Patch()
+    storage.store(key=kopf.HandlerId("reconcile/workspace"), record=record, body=_body(1), patch=patch)
+    storage.store(key=kopf.HandlerId("release"), record=record, body=_body(1), patch=patch)
+    stored = dict(patch)["status"]["kopf"]["progress"]  # beside the conditions: one status write
+    assert stored["reconcile/workspace"]["generation"] == 1
+    assert "generation" not in stored["release"]  # the finalizer's records are not per spec
+    same = _body(1, stored)
+    assert storage.fetch(key=kopf.HandlerId("reconcile/workspace"), body=same) is not None
+    edited = _body(2, stored)  # the spec changed: the reconcile starts afresh
+    assert storage.fetch(key=kopf.HandlerId("reconcile/workspace"), body=edited) is None
+    assert storage.fetch(key=kopf.HandlerId("release"), body=edited) is not None

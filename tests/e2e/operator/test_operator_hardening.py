@@ -14,8 +14,8 @@ import pytest
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnauthenticatedError
 from memplane.v1 import admin_pb2
-from memplane_operator.handlers import KOPF_PREFIX
 from memplane_operator.kube import Kube
+from memplane_operator.persistence import KOPF_PREFIX
 from tests.e2e.operator.kubeobjects import (
     apply,
     bind_claim,
