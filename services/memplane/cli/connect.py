@@ -1,6 +1,8 @@
 """Where the CLI finds the server and its key: flags, then MEMPLANE_TARGET /
 MEMPLANE_API_KEY / MEMPLANE_ADMIN_KEY, then data_dir/credentials.json written by the
-server's first local run (so the quick start needs no copy-paste). TLS: an "https://"
+server's first local run (so the quick start needs no copy-paste). Without --target, the
+per-service MEMPLANE_<SERVICE>_TARGET variables are honoured as by
+`AsyncMemplaneClient.from_env` (the Secret of a MemoryWorkspace names one per Deployment). TLS: an "https://"
 target, or `--ca-file` / MEMPLANE_TLS_CA_FILE (the CA bundle that signed the server's
 certificate)."""
 
@@ -10,7 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
-from memplane.client.aio import DEFAULT_TARGET, AsyncMemplaneClient
+from memplane.client.aio import DEFAULT_TARGET, SERVICE_NAMES, AsyncMemplaneClient
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials
 from memplane.settings import Settings
 
@@ -36,6 +38,13 @@ def _target(ns: argparse.Namespace, settings: Settings) -> str:
     return os.environ.get("MEMPLANE_TARGET") or f"{settings.grpc.host}:{settings.grpc.port}"
 
 
+def _service_targets(ns: argparse.Namespace) -> dict[str, str]:
+    """MEMPLANE_<SERVICE>_TARGET of each service set in the environment; none with --target."""
+    if ns.target:
+        return {}
+    return {n: os.environ[v] for n in SERVICE_NAMES if os.environ.get(v := f"MEMPLANE_{n.upper()}_TARGET")}
+
+
 def _root_certificates(ns: argparse.Namespace) -> bytes | None:
     """The CA bundle of --ca-file or MEMPLANE_TLS_CA_FILE, None when neither is set.
     Raises `SystemExit` naming the file when it cannot be read."""
@@ -55,7 +64,9 @@ def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplan
         or os.environ.get("MEMPLANE_API_KEY")
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("api_key", "")
     )
-    return AsyncMemplaneClient(_target(ns, settings), key, root_certificates=_root_certificates(ns))
+    return AsyncMemplaneClient(
+        _target(ns, settings), key, targets=_service_targets(ns), root_certificates=_root_certificates(ns)
+    )
 
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
