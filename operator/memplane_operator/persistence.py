@@ -11,7 +11,11 @@
   and a record of another generation is not read (`GenerationalProgressStorage`): a spec
   changed while a step waits for its retry is reconciled at once and every step runs again
   for it — not when the old retry falls due, nor with the steps done for the old spec
-  skipped.
+  skipped. The stamp is taken off a record as it is read, so a record read and not changed
+  is not written again: kopf writes back every record that differs from the one it read,
+  and a cycle whose only write changes nothing (a handler still sleeping) was a patch that
+  brought no watch event — kopf waits for that event instead of sleeping out the delay
+  and touching the object, so a step waiting for its retry waited for the resync.
 - The diff-base (the last handled spec) stays in annotations under ``kopf.memplane.io``:
   not "memplane.io", because kopf leaves the annotations under its own prefix out of the
   diff it reacts to, and memplane.io/rotate must be seen.
@@ -52,11 +56,16 @@ class GenerationalProgressStorage(kopf.StatusProgressStorage):
         return any(key == handler or key.startswith(f"{handler}/") for handler in self.generational)
 
     def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        """The record of *key* as kopf wrote it (without our stamp), or None (none, or one
+        made for another generation). kopf writes back every record that differs from the
+        one it read: a stamp left in would make each cycle write the same records again."""
         record = super().fetch(key=key, body=body)
-        stamp = cast(Mapping[str, Any], record or {}).get(GENERATION)
-        if record is not None and self._stamped(key) and stamp != _generation(body):
+        if record is None or not self._stamped(key):
+            return record
+        fields = dict(cast(Mapping[str, Any], record))
+        if fields.pop(GENERATION, None) != _generation(body):
             return None  # made for another spec: this one starts afresh
-        return record
+        return cast(kopf.ProgressRecord, fields)
 
     def store(self, *, key: kopf.HandlerId, record: kopf.ProgressRecord, body: kopf.Body, patch: kopf.Patch) -> None:
         if self._stamped(key):

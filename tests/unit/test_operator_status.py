@@ -138,3 +138,15 @@ def test_progress_is_kept_in_the_status_and_read_only_for_its_generation() -> No
     edited = _body(2, stored)  # the spec changed: the reconcile starts afresh
     assert storage.fetch(key=kopf.HandlerId("reconcile/workspace"), body=edited) is None
     assert storage.fetch(key=kopf.HandlerId("release"), body=edited) is not None
+
+
+def test_a_progress_record_reads_back_as_kopf_stored_it() -> None:
+    # kopf writes back each record that differs from the one it read: with the stamp read
+    # back, every cycle wrote the same records again, a patch that changes nothing and so
+    # brings no watch event, and kopf waited for one instead of sleeping out a step's delay.
+    storage = GenerationalProgressStorage(generational=["reconcile"])
+    record: kopf.ProgressRecord = {"started": "2026-01-01T00:00:00", "delayed": "2026-01-01T00:00:01", "retries": 1}
+    patch = kopf.Patch()
+    storage.store(key=kopf.HandlerId("reconcile"), record=record, body=_body(3), patch=patch)
+    stored = _body(3, dict(patch)["status"]["kopf"]["progress"])
+    assert storage.fetch(key=kopf.HandlerId("reconcile"), body=stored) == record

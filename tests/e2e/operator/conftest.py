@@ -26,13 +26,13 @@ from pydantic import SecretStr
 from memplane.client import AsyncMemplaneClient
 from memplane_operator.handlers import register
 from memplane_operator.settings import OperatorSettings
+from tests.e2e.operator.operator_process import LONG_RESYNC_SECONDS, RESYNC_SECONDS, OperatorProcess
 from tests.fix_kube import KubeCluster
 from tests.fix_process import Services
 
 REPO = Path(__file__).resolve().parents[3]
 OPERATOR_NAMESPACE = "memplane-system"
 OPERATOR_SERVICE_ACCOUNT = "memplane-operator"
-RESYNC_SECONDS = 1.0  # drift, usage and rotation checks in tests (60 s by default)
 SERVICES_START_SECONDS = 180.0  # the embedding model loads on 2 busy cores
 
 
@@ -69,6 +69,34 @@ def operator_kubeconfig(memplane_crds: KubeCluster, tmp_path_factory: pytest.Tem
     )
     token = kube.kubectl("create", "token", OPERATOR_SERVICE_ACCOUNT, "-n", OPERATOR_NAMESPACE, "--duration=6h")
     return kube.kubeconfig_for_token(token.stdout.strip(), tmp_path_factory.mktemp("operator") / "kubeconfig")
+
+
+@pytest.fixture
+async def slow_operator(
+    kube: KubeCluster,
+    own_namespace: str,
+    services: Services,
+    admin_key: str,
+    operator_kubeconfig: Path,
+    tmp_path: Path,
+) -> AsyncIterator[OperatorProcess]:
+    """An operator process for `own_namespace` that resyncs every 600 s; the objects it
+    holds are deleted while it still runs (its finalizer)."""
+    operator = OperatorProcess(
+        target=services.target,
+        admin_key=admin_key,
+        namespace=own_namespace,
+        kubeconfig=operator_kubeconfig,
+        log=tmp_path / "op.log",
+        resync_seconds=LONG_RESYNC_SECONDS,
+    )
+    await operator.start()
+    try:
+        await operator.live()
+        yield operator
+        await kube.akubectl("delete", "memoryworkspaces", "--all", "-n", own_namespace, "--timeout=60s")
+    finally:
+        await operator.stop()
 
 
 CANARY_SECONDS = 60.0  # one operator start: apply -> Ready takes ~0.4 s (bench/operator_reconcile.py)

@@ -14,10 +14,10 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.operator.conftest import RESYNC_SECONDS
 from tests.e2e.operator.kubeobjects import eventually
 from tests.fix_process import free_port
 
+RESYNC_SECONDS = 1.0  # drift, usage and rotation checks in tests (60 s by default)
 LONG_RESYNC_SECONDS = 600.0  # far past every wait of a test: what happens, happens without the timer
 
 

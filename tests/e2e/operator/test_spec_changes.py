@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,40 +23,10 @@ from tests.e2e.operator.kubeobjects import (
     wait_ready,
     workspace,
 )
-from tests.e2e.operator.operator_process import LONG_RESYNC_SECONDS, OperatorProcess
 from tests.e2e.operator.sandbox_cases import sandbox_class
 from tests.fix_kube import KubeCluster
-from tests.fix_process import Services
 
 AT_ONCE_SECONDS = 30  # an edit reaches the services and the status well within this (the resync: 600 s)
-
-
-@pytest.fixture
-async def slow_operator(
-    kube: KubeCluster,
-    own_namespace: str,
-    services: Services,
-    admin_key: str,
-    operator_kubeconfig: Path,
-    tmp_path: Path,
-) -> AsyncIterator[OperatorProcess]:
-    """An operator process for `own_namespace` that resyncs every 600 s; the objects it
-    holds are deleted while it still runs (its finalizer)."""
-    operator = OperatorProcess(
-        target=services.target,
-        admin_key=admin_key,
-        namespace=own_namespace,
-        kubeconfig=operator_kubeconfig,
-        log=tmp_path / "op.log",
-        resync_seconds=LONG_RESYNC_SECONDS,
-    )
-    await operator.start()
-    try:
-        await operator.live()
-        yield operator
-        await kube.akubectl("delete", "memoryworkspaces", "--all", "-n", own_namespace, "--timeout=60s")
-    finally:
-        await operator.stop()
 
 
 @pytest.fixture
