@@ -2,11 +2,12 @@
 # Build the images a node needs, locally, with no registry and no container engine:
 #   localhost/kube-node/pause:1    - the sandbox image: a static C `pause` (gcc -static)
 #   localhost/kube-node/busybox:1  - a test image: Debian's static busybox + applet links
-# Usage: make-node-images.sh OUT_DIR  -> OUT_DIR/*.tar (docker-archive); node-up.sh imports them.
+#   localhost/kube-node/coredns:1  - cluster DNS: NODE_BIN/coredns (build-node.sh), alone in the image
+# Usage: make-node-images.sh OUT_DIR NODE_BIN  -> OUT_DIR/*.tar (docker-archive); node-up.sh imports them.
 # Needs gcc + libc6-dev (libc.a), python3, /bin/busybox statically linked (Debian's busybox-static:
 # its wget segfaults, static glibc + NSS, and its nc has no -z; fine for tests).
 set -euo pipefail
-OUT=${1:?usage: make-node-images.sh OUT_DIR}
+OUT=${1:?usage: make-node-images.sh OUT_DIR NODE_BIN}; NB=${2:?usage: make-node-images.sh OUT_DIR NODE_BIN}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
@@ -47,3 +48,6 @@ if [ -x "$BB" ] && ! ldd "$BB" >/dev/null 2>&1; then
 else
   echo "make-node-images: no static busybox at $BB (apt-get install busybox-static)" >&2; exit 1
 fi
+R=$W/dns-root; mkdir -p "$R/etc/coredns"
+cp "$NB/coredns" "$R/coredns"
+python3 "$HERE/mkimage.py" "$R" localhost/kube-node/coredns:1 "$OUT/coredns.tar" --entrypoint '["/coredns"]'

@@ -34,7 +34,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 POD_CIDR=${POD_CIDR:-10.244.0.0/24}; SVC_CIDR=${SVC_CIDR:-10.0.0.0/24}
 NODE=${NODE_NAME:-kube-node}; BRIDGE=${BRIDGE:-kn0}
 CGD=${CGROUP_DRIVER:-cgroupfs}; CTRD=${CONTAINERD:-containerd}; CNI_BIN=${CNI_BIN:-/usr/lib/cni}
-COREDNS=$NB/coredns; WITH_PROXY=1
 for b in "$CP/etcd" "$CP/kube-apiserver" "$CP/kube-controller-manager" "$CP/kubectl" "$NB/kubelet" \
          "$NB/kube-scheduler" "$NB/kube-proxy" "$NB/coredns" "$NB/kube-router"; do
   [ -x "$b" ] || { echo "node-up: $b missing" >&2; exit 1; }
@@ -240,7 +239,6 @@ kcfg "$CFG/kubelet.kubeconfig" kubelet-client
 kcfg "$CFG/scheduler.kubeconfig" scheduler
 kcfg "$CFG/controller-manager.kubeconfig" controller-manager
 kcfg "$CFG/kube-proxy.kubeconfig" kube-proxy
-kcfg "$CFG/coredns.kubeconfig" admin
 K="$CP/kubectl --kubeconfig=$RUN/kubeconfig"
 for i in $(seq 1 600); do
   $K get --raw /readyz >/dev/null 2>&1 && break
@@ -264,26 +262,9 @@ start kube-scheduler "$NB/kube-scheduler" --kubeconfig="$CFG/scheduler.kubeconfi
   --authentication-kubeconfig="$CFG/scheduler.kubeconfig" --authorization-kubeconfig="$CFG/scheduler.kubeconfig" \
   --leader-elect=false --secure-port=0 --v=1
 
-# ---------------------------------------------------------------- CoreDNS (optional) ----------
-cat > "$CFG/Corefile" <<EOF
-cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
-    bind $GW
-    errors
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig $CFG/coredns.kubeconfig kn
-        pods insecure
-    }
-    cache 5
-}
-.:53 {
-    bind $GW
-    template ANY ANY {
-        rcode NXDOMAIN
-    }
-}
-EOF
-start coredns "$COREDNS" -conf "$CFG/Corefile"
-CLUSTER_DNS="[\"$GW\"]"
+# ------------------------------------------ cluster DNS: CoreDNS as a Deployment (after the node) ---
+DNS_IP=$(python3 -c 'import ipaddress,sys;print(ipaddress.ip_network(sys.argv[1])[10])' "$SVC_CIDR")
+CLUSTER_DNS="[\"$DNS_IP\"]"
 
 # ---------------------------------------------------------------------- kubelet --------------
 KL=$RUN/kubelet; mkdir -p "$KL" "$RUN/pod-logs"
@@ -394,6 +375,7 @@ PVN=${PV_COUNT:-40}; PVS=${PV_SIZE:-10Gi}; mkdir -p "$RUN/pv"
   done
 } > "$CFG/storage.yaml"
 $K apply -f "$CFG/storage.yaml" >/dev/null || die "storage objects refused"
+sed "s/@DNS_IP@/$DNS_IP/" "$HERE/coredns.yaml" | $K apply -f - >/dev/null || die "CoreDNS objects refused"
 
 # ----------------------- NetworkPolicy: kube-router's firewall alone (iptables + ipset), a host process ---
 # (--run-router=false: the bridge CNI routes; --run-service-proxy=false: kube-proxy serves Services.)
@@ -407,6 +389,8 @@ for i in $(seq 1 $((TO*5))); do
   alive kube-router || die "kube-router died"; sleep 0.2
 done
 iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1 || die "kube-router made no firewall chain in ${TO}s"
+
+$K -n kube-system rollout status deployment/coredns --timeout="${TO}s" >/dev/null || die "CoreDNS not Ready in ${TO}s"
 
 if [ -n "${KUBE_UP_WATCH_PID:-}" ]; then
   # Polls (2 s) for the watched process; node-down.sh stops everything node-up started.
