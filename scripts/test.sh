@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: static checks, then pytest (unit, integration
 # against a real embedded PostgreSQL, e2e over real gRPC on loopback, and the operator and
-# chart against a real kube-apiserver + etcd + kube-controller-manager).
+# chart against a real kube-apiserver + etcd + kube-controller-manager, and the chart installed
+# on a real one-node cluster whose Pods run: tests/e2e/cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,6 +21,13 @@ echo "== generated manifests up to date"; python scripts/gen_manifests.py --chec
 echo "== k8s toolchain"
 MEMPLANE_K8S_BIN=$(bash scripts/k8s-testenv/build-toolchain.sh | tail -n 1)
 export MEMPLANE_K8S_BIN
+# A real node beside it: containerd, runc, CNI plugins from Debian (installed when missing);
+# kubelet, kube-scheduler, kube-proxy, CoreDNS and kube-network-policies from the Go module proxy
+# (~6-8 CPU-min cold after the toolchain, sharing its caches; instant once built).
+echo "== k8s node"
+bash scripts/k8s-testenv/install-node-deps.sh
+MEMPLANE_K8S_NODE_BIN=$(bash scripts/k8s-testenv/build-node.sh | tail -n 1)
+export MEMPLANE_K8S_NODE_BIN
 # The container image (Podman, a debootstrap base; layers cached: ~30 s after the first build).
 echo "== container image"
 export MEMPLANE_IMAGE=localhost/memplane:test
