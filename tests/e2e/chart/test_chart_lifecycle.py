@@ -217,3 +217,28 @@ async def test_the_check_counts_only_the_namespaces_the_operator_serves(cluster:
     assert "\n".join(per_namespace) + "\n" in both.stderr
     await cluster.akubectl("delete", "memoryworkspace", "elsewhere", "-n", "other-team", "--wait")
     await cluster.akubectl("delete", "clusterrolebinding", "checker")
+
+
+async def test_a_reinstall_finds_the_bundled_databases_password_with_its_kept_data(
+    cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """The trial database's claim outlives `helm uninstall` (a StatefulSet's claims do), so its
+    password Secret must too: a reinstall that made a new password would meet the old data
+    directory's and every service would fail to log in."""
+    namespace, release = "pg-again", "again"
+    values = {**BASE, "postgresql.enabled": "true"}
+    del values["database.dsnSecret.name"]
+    await cluster.akubectl("create", "namespace", namespace)
+    secret = f"{release}-memplane-postgresql"
+
+    def password() -> str:
+        found = json.loads(cluster.kubectl("get", "secret", secret, "-n", namespace, "-o", "json").stdout)
+        return str(found["data"]["password"])
+
+    await _ahelm(cluster, "install", release, str(CHART), "-n", namespace, *set_flags(values))
+    first = password()
+    await _uninstall(cluster, release, namespace, tmp_path)
+    assert password() == first  # kept beside the claim
+    await _ahelm(cluster, "install", release, str(CHART), "-n", namespace, *set_flags(values))
+    assert password() == first
+    await _uninstall(cluster, release, namespace, tmp_path)
