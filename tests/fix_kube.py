@@ -73,27 +73,20 @@ def _check_bin_dir(bin_dir: Path, origin: str) -> Path:
     return bin_dir
 
 
-def kube_bin_dir(progress: Callable[[str], None] | None = None) -> Path:
-    """The directory holding etcd, kube-apiserver, kube-controller-manager, kubectl and helm.
-
-    ``MEMPLANE_K8S_BIN`` when set (used as is, never built); otherwise the directory that
-    ``scripts/k8s-testenv/build-toolchain.sh`` (run with ``WITH_KCM=1``) prints on its last stdout line,
-    building it first if its stamp is missing. *progress* receives each stderr line of the build as it comes
-    (nothing when the stamp exists). No timeout: a cold build takes ~15 min. Raises KubeToolchainError if a
-    binary is missing or the build fails (the message quotes the last 40 lines of its stderr).
-    """
-    if explicit := os.environ.get(BIN_DIR_ENV):
-        return _check_bin_dir(Path(explicit), BIN_DIR_ENV)
-    script = SCRIPTS_DIR / "build-toolchain.sh"
+def stream_script(
+    cmd: list[str], env: dict[str, str], progress: Callable[[str], None] | None = None
+) -> tuple[int, str, deque[str]]:
+    """Run *cmd* (one of our scripts: one result line on stdout, progress on stderr) in a session
+    of its own, handing each stderr line to *progress* as it comes; its exit code, stdout and
+    the last TAIL_LINES lines of its stderr. Interrupted, it is stopped with all its children."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
-    # A session of its own, so an interrupted build can be stopped with all its go children.
-    proc = subprocess.Popen(  # noqa: S603 (our own script, fixed arguments)
-        [str(script)],
+    proc = subprocess.Popen(  # noqa: S603 (our own scripts)
+        cmd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "WITH_KCM": "1"},
+        env=env,
         start_new_session=True,
     )
     try:
@@ -110,6 +103,22 @@ def kube_bin_dir(progress: Callable[[str], None] | None = None) -> Path:
             os.killpg(proc.pid, signal.SIGTERM)
         proc.wait()
         raise
+    return returncode, stdout, tail
+
+
+def kube_bin_dir(progress: Callable[[str], None] | None = None) -> Path:
+    """The directory holding etcd, kube-apiserver, kube-controller-manager, kubectl and helm.
+
+    ``MEMPLANE_K8S_BIN`` when set (used as is, never built); otherwise the directory that
+    ``scripts/k8s-testenv/build-toolchain.sh`` (run with ``WITH_KCM=1``) prints on its last stdout line,
+    building it first if its stamp is missing. *progress* receives each stderr line of the build as it comes
+    (nothing when the stamp exists). No timeout: a cold build takes ~15 min. Raises KubeToolchainError if a
+    binary is missing or the build fails (the message quotes the last 40 lines of its stderr).
+    """
+    if explicit := os.environ.get(BIN_DIR_ENV):
+        return _check_bin_dir(Path(explicit), BIN_DIR_ENV)
+    script = SCRIPTS_DIR / "build-toolchain.sh"
+    returncode, stdout, tail = stream_script([str(script)], {**os.environ, "WITH_KCM": "1"}, progress)
     lines = stdout.strip().splitlines()
     if returncode != 0 or not lines:
         raise KubeToolchainError(

@@ -29,13 +29,12 @@ import subprocess
 import sys
 import time
 import warnings
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fix_kube import SCRIPTS_DIR, KubeCluster, _read_env, _tail
+from tests.fix_kube import SCRIPTS_DIR, KubeCluster, _read_env, _tail, stream_script
 
 NODE_BIN_ENV = "MEMPLANE_K8S_NODE_BIN"
 IMAGE_ENV = "MEMPLANE_IMAGE"
@@ -49,35 +48,17 @@ class NodeSetupError(RuntimeError):
     """The node's binaries, packages or images could not be had; the message says why."""
 
 
-def _script(name: str, *args: str, timeout: float | None = None, env: dict[str, str] | None = None) -> str:
-    """Run scripts/k8s-testenv/*name* with *args*; its last stdout line. Raises NodeSetupError with
-    the tail of its stderr if it fails."""
-    tail: deque[str] = deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen(  # noqa: S603 (our own script)
+def _script(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run scripts/k8s-testenv/*name* with *args*, its progress on our stderr; its last stdout
+    line. Raises NodeSetupError with the tail of its stderr if it fails."""
+    code, out, tail = stream_script(
         [str(SCRIPTS_DIR / name), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
+        {**os.environ, **(env or {})},
+        lambda line: sys.stderr.write(f"[{name}] {line}\n"),
     )
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    try:
-        for line in proc.stderr:
-            tail.append(line.rstrip("\n"))
-            sys.stderr.write(f"[{name}] {line}")
-        out = proc.stdout.read()
-        code = proc.wait(timeout=timeout)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        proc.wait()
-        raise
-    lines = out.strip().splitlines()
     if code != 0:
         raise NodeSetupError(f"{name} exited with {code}; its stderr ends:\n" + "\n".join(tail or ["(nothing)"]))
+    lines = out.strip().splitlines()
     return lines[-1] if lines else ""
 
 

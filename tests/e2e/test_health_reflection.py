@@ -46,18 +46,23 @@ async def test_reflection_lists_the_services_and_serves_their_descriptors(server
     assert {"SearchMemories", "GetMemory", "ListMemories"} <= methods
 
 
-async def test_the_health_command_exits_zero_only_when_serving(server: str) -> None:
+async def _health_cli(target: str, *args: str) -> tuple[int, str]:
+    """`memplane health --target TARGET *args` as a process: its exit code and output."""
     import asyncio
     import sys
 
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memplane", "health", "--target", target, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_the_health_command_exits_zero_only_when_serving(server: str) -> None:
     async def health(*args: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memplane", "health", "--target", server, *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out, _ = await proc.communicate()
-        assert proc.returncode is not None
-        return proc.returncode, out.decode()
+        return await _health_cli(server, *args)
 
     assert await health() == (0, "server: SERVING\n")
     assert await health("--service", "memplane.v1.RetrievalService") == (0, "memplane.v1.RetrievalService: SERVING\n")
@@ -69,18 +74,9 @@ async def test_the_health_command_exits_zero_only_when_serving(server: str) -> N
 async def test_health_wait_rides_over_a_server_not_listening_yet_and_gives_up_after_its_seconds(server: str) -> None:
     """`memplane health --wait` (the chart's `helm test` Pod): without it a refused connection
     fails at once; with it the check waits for the server, and gives up after its seconds."""
-    import asyncio
     import socket
-    import sys
 
-    async def health(target: str, *args: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memplane", "health", "--target", target, *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out, _ = await proc.communicate()
-        assert proc.returncode is not None
-        return proc.returncode, out.decode()
+    health = _health_cli
 
     with socket.socket() as s:  # a port nothing listens on: connection refused
         s.bind(("127.0.0.1", 0))
