@@ -28,39 +28,14 @@ echo "build-node: building into $OUT" >&2
 export GOMODCACHE=$CACHE/gomod GOCACHE=$CACHE/gobuild GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 mkdir -p "$OUT" "$CACHE/src"
 NICE="nice -n ${NICE_LEVEL:-0}"
-MINOR=$(echo "$K" | cut -d. -f2)
 t0=$(date +%s)
 
-# --- kubelet, kube-scheduler, kube-proxy: a wrapper module pinning every staging module -------------
-W=$CACHE/src/k8s-node-$K; mkdir -p "$W"
-go mod download -json "k8s.io/kubernetes@v$K" > "$W/dl.json"
-KDIR=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["Dir"])' "$W/dl.json")
-KMOD=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["GoMod"])' "$W/dl.json")
-{
-  echo "module example.local/k8s-node"; echo; echo "go $(awk '$1=="go"{print $2; exit}' "$KMOD")"; echo
-  echo "require k8s.io/kubernetes v$K"; echo; echo "replace ("
-  awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}' "$KMOD" | while read -r m; do echo "	$m => $m v0.${K#1.}"; done
-  echo ")"
-} > "$W/go.mod"
+# --- kubelet, kube-scheduler, kube-proxy: build-toolchain.sh's wrapper module, for the node ---------
+# shellcheck source=k8s-wrapper.sh
+. "$(dirname "$0")/k8s-wrapper.sh"
+k8s_wrapper "$CACHE/src/k8s-node-$K" example.local/k8s-node kubelet kube-scheduler kube-proxy
+k8s_build "$CACHE/src/k8s-node-$K" "$OUT" kubelet kube-scheduler kube-proxy
 CMDS="kubelet kube-scheduler kube-proxy"
-for c in $CMDS; do
-  mkdir -p "$W/cmd/$c"
-  case $c in
-    kubelet) f=cmd/kubelet/kubelet.go ;;
-    kube-scheduler) f=cmd/kube-scheduler/scheduler.go ;;
-    kube-proxy) f=cmd/kube-proxy/proxy.go ;;
-  esac
-  sed -n '/^package main/,$p' "$KDIR/$f" > "$W/cmd/$c/main.go"
-done
-(cd "$W" && $NICE go mod tidy)
-LD="-s -w"
-for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  LD="$LD -X $p.gitVersion=v$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-for c in $CMDS; do
-  t=$(date +%s); (cd "$W" && $NICE go build -trimpath -ldflags "$LD" -o "$OUT/$c" "./cmd/$c")
-  echo "build-node: built $c in $(( $(date +%s)-t ))s" >&2
-done
 
 # --- CoreDNS: no replace directives, a plain go install ----------------------------------------------
 t=$(date +%s); GOFLAGS= GOBIN="$OUT" $NICE go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@v$CV"

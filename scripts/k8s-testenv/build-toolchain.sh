@@ -37,38 +37,15 @@ echo "build-toolchain: building $STAMP into $OUT (cold: ~15 min)" >&2
 export GOMODCACHE=$CACHE/gomod GOCACHE=$CACHE/gobuild GOFLAGS=-mod=mod CGO_ENABLED=0 GOTOOLCHAIN=local
 mkdir -p "$OUT" "$CACHE/src"
 NICE="nice -n ${NICE_LEVEL:-0}"
-MINOR=$(echo "$K" | cut -d. -f2)
 
 # --- kubernetes: a wrapper module pinning every staging module the tag replaces ------------------
-W=$CACHE/src/k8s-$K; mkdir -p "$W"
-go mod download -json "k8s.io/kubernetes@v$K" > "$W/dl.json"
-KDIR=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["Dir"])' "$W/dl.json")
-KMOD=$(python3 -c 'import json,sys;print(json.load(open(sys.argv[1]))["GoMod"])' "$W/dl.json")
-{
-  echo "module example.local/k8s-tools"; echo; echo "go $(awk '$1=="go"{print $2; exit}' "$KMOD")"; echo
-  echo "require k8s.io/kubernetes v$K"; echo; echo "replace ("
-  awk '$2=="=>" && $3 ~ /^\.\/staging\// {print $1}' "$KMOD" | while read -r m; do echo "	$m => $m v0.${K#1.}"; done
-  echo ")"
-} > "$W/go.mod"
+# shellcheck source=k8s-wrapper.sh
+. "$(dirname "$0")/k8s-wrapper.sh"
 CMDS="kube-apiserver kubectl${KCM:+ kube-controller-manager}"
-for c in $CMDS; do
-  mkdir -p "$W/cmd/$c"
-  case $c in
-    kube-apiserver) f=cmd/kube-apiserver/apiserver.go ;;
-    kubectl) f=cmd/kubectl/kubectl.go ;;
-    kube-controller-manager) f=cmd/kube-controller-manager/controller-manager.go ;;
-  esac
-  sed -n '/^package main/,$p' "$KDIR/$f" > "$W/cmd/$c/main.go"
-done
-(cd "$W" && $NICE go mod tidy)
-LD="-s -w"
-for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  LD="$LD -X $p.gitVersion=v$K -X $p.gitMajor=1 -X $p.gitMinor=$MINOR -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-for c in $CMDS; do
-  t=$(date +%s); (cd "$W" && $NICE go build -trimpath -ldflags "$LD" -o "$OUT/$c" "./cmd/$c")
-  echo "built $c in $(( $(date +%s)-t ))s" >&2
-done
+# shellcheck disable=SC2086  # CMDS is a list of words
+k8s_wrapper "$CACHE/src/k8s-$K" example.local/k8s-tools $CMDS
+# shellcheck disable=SC2086
+k8s_build "$CACHE/src/k8s-$K" "$OUT" $CMDS
 
 # --- etcd: a wrapper main around server/v3's etcdmain (its own replace lines are ignored as a dependency) ---
 EW=$CACHE/src/etcd-$E; mkdir -p "$EW"
