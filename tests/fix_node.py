@@ -10,7 +10,7 @@ images; nothing is pulled from a registry. A default StorageClass ``local-hostpa
 hostPath PersistentVolumes.
 
 The node binaries come from ``MEMPLANE_K8S_NODE_BIN`` when set, else from
-``scripts/k8s-testenv/build-node.sh`` (instant once built; cold, ~6-8 CPU-min after
+``scripts/k8s-testenv/build-node.sh`` (instant once built; cold, ~3 min wall after
 build-toolchain.sh, done after collection, outside any test's timeout). Needs root and the Debian
 packages of ``install-node-deps.sh`` (installed when missing). If anything cannot be had or the
 node does not become Ready, every test using `node` FAILS, it is never skipped.

@@ -7,8 +7,8 @@
 #
 # Result: $K8S_TOOLS_CACHE/node-<stamp>/ with the five binaries and a `.complete` stamp, printed on
 # the LAST line of stdout (progress on stderr). With the stamp present this returns at once. Cold:
-# ~6-8 CPU-min on top of build-toolchain.sh (they share the client-go/apimachinery build cache);
-# peak RAM ~1.5 GiB in the linker. Concurrent callers are serialised by build-toolchain.sh's lock.
+# 185-196 s wall on 2 cores after build-toolchain.sh (measured 2026-12-06: they share its build cache;
+# CoreDNS and kube-router take most of it). Concurrent callers are serialised by its lock.
 # Env: K8S_VERSION (1.35.4)  COREDNS_VERSION (1.14.7)  KUBE_ROUTER_VERSION (2.1.0)
 #      K8S_TOOLS_CACHE (~/.cache/k8s-testenv)  NICE_LEVEL (0)
 # Needs go >= 1.26 on PATH, python3. GOTOOLCHAIN=local, CGO_ENABLED=0 (static binaries).

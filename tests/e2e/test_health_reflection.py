@@ -87,3 +87,10 @@ async def test_health_wait_rides_over_a_server_not_listening_yet_and_gives_up_af
     code, out = await health(closed, "--wait", "1")
     assert (code, out) == (1, "server: not reachable within 1 s\n")
     assert await health(server, "--wait", "30") == (0, "server: SERVING\n")
+
+
+@pytest.mark.parametrize("wait", ["-1", "soon", "inf"])
+async def test_health_wait_refuses_a_bad_number_of_seconds_naming_the_flag(server: str, wait: str) -> None:
+    code, out = await _health_cli(server, "--wait", wait)
+    assert code == 2
+    assert "--wait" in out

@@ -165,6 +165,14 @@ async def cmd_health(ns: argparse.Namespace, settings: Settings) -> int:
     return 0 if status == "SERVING" else 1
 
 
+def _seconds(text: str) -> float:
+    """A non-negative, finite number of seconds (argparse type); argparse names the flag on error."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError(text)
+    return value
+
+
 def _utc(ts: timestamp_pb2.Timestamp) -> str:
     return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -230,7 +238,11 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("health", help="check the server's grpc.health.v1 status (exit 0 when SERVING)")
     p.add_argument("--service", default="", help="a service's full name, e.g. memplane.v1.RetrievalService")
     p.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to SECONDS for the server to be reachable"
+        "--wait",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS (>= 0) for the server to be reachable",
     )
     add_connection_flags(p)
     p.set_defaults(func=cmd_health)

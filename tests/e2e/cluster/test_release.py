@@ -81,7 +81,7 @@ def test_install_with_the_bundled_database_makes_every_pod_ready(node: KubeClust
 
 def test_helm_test_passes(node: KubeCluster, release: dict[str, float]) -> None:
     done = node.helm("test", RELEASE, "-n", NAMESPACE, "--timeout=5m", timeout=400)
-    assert "Phase:          Succeeded" in done.stdout or "Succeeded" in done.stdout, done.stdout
+    assert "Phase:          Succeeded" in done.stdout, done.stdout  # helm exits non-zero on a failed test too
 
 
 TENANT_TEXT = f"the team-a agent prefers tea, not coffee ({secrets.token_hex(4)})"
