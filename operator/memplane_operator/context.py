@@ -16,7 +16,7 @@ from memplane_operator.events import EventBook
 from memplane_operator.kube import Kube
 from memplane_operator.model import WorkspaceSpec
 from memplane_operator.settings import OperatorSettings
-from memplane_operator.sync_state import SyncBook
+from memplane_operator.sync.state import SyncBook
 
 FINALIZER = "memplane.io/workspace-protection"
 ROTATE_ANNOTATION = "memplane.io/rotate"  # set to any new value to rotate the API key
@@ -71,7 +71,7 @@ class Ctx:
 
     def recorded_sandbox(self) -> dict[str, Any]:
         """status.sandbox as this process last wrote it over the one read (see
-        `memplane_operator.sync_state`): what a pass acts on, never an older state."""
+        `memplane_operator.sync.state`): what a pass acts on, never an older state."""
         return self.runtime.syncs.sandbox(self.uid, self.observed.get("sandbox"))
 
     @property

@@ -14,7 +14,7 @@
 - a timer every `resync_seconds`: the same steps in one pass, repairing drift (a deleted
   Secret, quotas changed behind the operator's back), reporting usage and revoking
   rotated keys after their grace period.
-- a daemon per object: the file sync of its running sandbox (`sandbox_sync`), a pass every
+- a daemon per object: the file sync of its running sandbox (`memplane_operator.sync`), a pass every
   syncInterval, outside the reconcile's lock; stopped (a pass in flight cancelled after
   SYNC_CANCEL_SECONDS) when the object is deleted or the operator exits.
 - delete (finalizer memplane.io/workspace-protection): reclaimPolicy, idempotent, "already
@@ -36,7 +36,7 @@ import kr8s
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
-from memplane_operator import credentials, events, persistence, sandbox, sandbox_sync, steps, workspace
+from memplane_operator import credentials, events, persistence, sandbox, steps, workspace
 from memplane_operator.backends import Backends
 from memplane_operator.conditions import READY
 from memplane_operator.context import Ctx, Runtime, StepBlocked
@@ -44,7 +44,8 @@ from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
 from memplane_operator.sandbox_backed import SandboxUnavailableError
 from memplane_operator.settings import OperatorSettings
-from memplane_operator.sync_state import SyncBook
+from memplane_operator.sync import passes
+from memplane_operator.sync.state import SyncBook
 
 WORKSPACES = (GROUP, VERSION, "memoryworkspaces")
 CLASSES = (GROUP, VERSION, "sandboxclasses")
@@ -96,7 +97,7 @@ async def reconcile(**kwargs: Any) -> None:
     runtime = _runtime(kwargs["memo"])
     # The context is made under the lock: a resync pass that held it (it read the older spec)
     # may have decided the sandbox meanwhile, and kopf's body does not show that pass's write
-    # yet; steps.context reads it from the runtime's record (memplane_operator.sync_state).
+    # yet; steps.context reads it from the runtime's record (memplane_operator.sync.state).
     async with runtime.lock(kwargs["body"]["metadata"]["uid"]):
         ctx = steps.context(runtime, kwargs["body"], kwargs["logger"])
         try:
@@ -178,7 +179,7 @@ async def resync(**kwargs: Any) -> None:
 
 
 async def sync_daemon(**kwargs: Any) -> None:
-    """Daemon: the object's file sync loop (`sandbox_sync.tick`), until kopf stops it. A turn
+    """Daemon: the object's file sync loop (`passes.tick`), until kopf stops it. A turn
     that fails outside a pass (the API server unreachable for its status write) is logged
     and the loop goes on after the resync interval."""
     stopped: kopf.DaemonStopped = kwargs["stopped"]
@@ -186,7 +187,7 @@ async def sync_daemon(**kwargs: Any) -> None:
     logger = kwargs["logger"]
     while not stopped:
         try:
-            delay = await sandbox_sync.tick(runtime, kwargs["body"], kwargs["sandbox_classes"], logger)
+            delay = await passes.tick(runtime, kwargs["body"], kwargs["sandbox_classes"], logger)
         except Exception as error:  # the loop outlives a failed turn; the next one tries again
             logger.warning("sandbox sync: %s: %s", type(error).__name__, error)
             delay = runtime.settings.resync_seconds

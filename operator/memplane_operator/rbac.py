@@ -24,7 +24,7 @@ def namespaced_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "create", "patch", "delete"]},
         # The Pod of a SandboxClass of type pod (by name; watched while one terminates).
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "create", "delete"]},
-        # The file sync of a pod sandbox (memplane_operator.sandbox_sync): files as tar over exec
+        # The file sync of a pod sandbox (memplane_operator.sync.passes): files as tar over exec
         # and the sync lock's mkdir. create is the exec itself; get, what API servers before
         # Kubernetes 1.30 check for the websocket upgrade (a GET) of pods/exec.
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},

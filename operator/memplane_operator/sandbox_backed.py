@@ -11,7 +11,7 @@ class's ``spec.idleTimeout``, else none (never suspended). Activity is the newes
 workspace annotation ``memplane.io/sandbox-activity`` (an RFC 3339 UTC time, e.g.
 ``2026-12-04T22:00:00Z``, written by whatever uses the sandbox: an agent, a sidecar, a
 person with ``kubectl annotate``), an edit the operator's file sync found in the sandbox
-(`memplane_operator.sandbox_sync`; its own writes are not activity) and the operator's own
+(`memplane_operator.sync.passes`; its own writes are not activity) and the operator's own
 creates and resumes (recorded as ``lastActivityTime``). No idle suspend happens while a
 sync pass is in the sandbox. A Running sandbox idle longer than
 the timeout is suspended (the backend's `suspend`: a stopped container, a deleted Pod whose

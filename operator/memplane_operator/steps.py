@@ -55,7 +55,7 @@ async def _sandbox_step(ctx: Ctx, classes: Mapping[str, Any]) -> None:
         raise StepBlocked("conflict")
     try:
         await sandbox.ensure_sandbox(ctx, classes)
-    finally:  # what later passes of this process read instead of an older body (sync_state)
+    finally:  # what later passes of this process read instead of an older body (memplane_operator.sync.state)
         ctx.runtime.syncs.record(ctx.uid, ctx.status.get("sandbox"), ctx.conditions.get(SANDBOX_READY))
 
 
@@ -76,7 +76,7 @@ STEP_FUNCTIONS: dict[str, Step] = {
 def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
     """The Ctx of one reconcile of *body*; its conditions carry the SandboxSynced the file
     sync last wrote and the SandboxReady the sandbox step last set, Ready derived again
-    (see `memplane_operator.sync_state`: *body* may predate a pass of this process). Make
+    (see `memplane_operator.sync.state`: *body* may predate a pass of this process). Make
     it under the object's lock, so no sandbox step runs between it and its status write."""
     meta = body["metadata"]
     ctx = Ctx(

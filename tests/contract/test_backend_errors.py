@@ -1,4 +1,4 @@
-"""The operator's reading of its backends' failures (`memplane_operator.backend_base.ErrorTable`)
+"""The operator's reading of its backends' failures (`memplane_operator.backends.base.ErrorTable`)
 on the failures themselves: the docker backend against real Podman (a container whose
 command cannot start: a 5xx; an unknown container: a 4xx; a socket nothing listens on),
 the e2b backend through the real `e2b` SDK against tests/fake_e2b.py answering the

@@ -17,7 +17,7 @@ from e2b import AuthenticationException, RateLimitException, SandboxException, T
 from memplane.errors import FailedPreconditionError
 from memplane.sandbox.docker import DockerSandboxes
 from memplane.sandbox.errors import SandboxNotReadyError
-from memplane_operator import backend_docker, backend_e2b, backend_pod, backends
+from memplane_operator import backends
 from memplane_operator.backends import (
     BackendRefusedError,
     Backends,
@@ -25,6 +25,9 @@ from memplane_operator.backends import (
     InvalidParametersError,
     Target,
 )
+from memplane_operator.backends import docker as backend_docker
+from memplane_operator.backends import e2b as backend_e2b
+from memplane_operator.backends import pod as backend_pod
 from memplane_operator.kube import Kube
 
 # A docker class is shared by every workspace: its target is not looked at.

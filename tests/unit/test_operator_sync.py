@@ -1,4 +1,4 @@
-"""The pure parts of the operator's file sync (memplane_operator.sync_state): the interval
+"""The pure parts of the operator's file sync (memplane_operator.sync.state): the interval
 (workspace, class, operator default; "0s" off), what counts as activity, the condition's
 message, how a pass's error reads, and the condition the reconcile carries over."""
 
@@ -18,7 +18,9 @@ from memplane.filesync import SyncReport
 from memplane.filesync.lock import SyncLockedError
 from memplane.sandbox.errors import SandboxExecTimeoutError, SandboxNotFoundError
 from memplane.sandbox.kubeexec import KubeExecError
-from memplane_operator import backend_docker, backend_e2b, backend_pod
+from memplane_operator.backends import docker as backend_docker
+from memplane_operator.backends import e2b as backend_e2b
+from memplane_operator.backends import pod as backend_pod
 from memplane_operator.conditions import (
     CREDENTIALS_READY,
     DATABASE_READY,
@@ -27,9 +29,9 @@ from memplane_operator.conditions import (
     SANDBOX_SYNCED,
     Conditions,
 )
-from memplane_operator.sandbox_sync import _moved_forward, stored_conditions
 from memplane_operator.settings import OperatorSettings
-from memplane_operator.sync_state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
+from memplane_operator.sync.passes import _moved_forward, stored_conditions
+from memplane_operator.sync.state import MAX_PROBLEMS_SHOWN, SyncBook, failure, found_edits, interval_seconds, summary
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The operator's reading of the pod backend's failures (`memplane_operator.backend_pod.ERRORS`)
+"""The operator's reading of the pod backend's failures (`memplane_operator.backends.pod.ERRORS`)
 on a real kube-apiserver: a caller the API server forbids (403: refused, only an RBAC edit
 helps) and an API server nothing answers for (unavailable, retried). The docker and e2b
 backends' are in tests/contract/test_backend_errors.py."""

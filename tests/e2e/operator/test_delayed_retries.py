@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from memplane_operator.backend_pod import WAITING_REASON, name_prefix
+from memplane_operator.backends.pod import WAITING_REASON, name_prefix
 from tests.e2e.operator.kubeobjects import (
     apply,
     bind_claim,

@@ -15,7 +15,7 @@ import aiodocker
 import pytest
 
 from memplane.sandbox.docker import DockerSandboxes
-from memplane_operator.backend_docker import CLASS_LABEL, container_prefix
+from memplane_operator.backends.docker import CLASS_LABEL, container_prefix
 from tests.e2e.operator.kubeobjects import apply, example
 from tests.e2e.operator.sandbox_cases import (
     BadCase,

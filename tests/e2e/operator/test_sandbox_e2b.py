@@ -20,7 +20,7 @@ from memplane.mdview.names import file_name
 from memplane.sandbox import SandboxHandle
 from memplane.sandbox.e2b import METADATA_KEY, E2BSandboxes
 from memplane.v1 import memory_pb2
-from memplane_operator.backend_e2b import CLASS_METADATA, NAMESPACE_METADATA
+from memplane_operator.backends.e2b import CLASS_METADATA, NAMESPACE_METADATA
 from tests.e2e.operator.conftest import OPERATOR_NAMESPACE
 from tests.e2e.operator.kubeobjects import (
     apply,

@@ -16,7 +16,7 @@ import kr8s.asyncio
 import pytest
 
 from memplane.sandbox.pod import PodSandboxes
-from memplane_operator.backend_pod import CLASS_LABEL, WAITING_REASON, name_prefix
+from memplane_operator.backends.pod import CLASS_LABEL, WAITING_REASON, name_prefix
 from tests.e2e.operator.kubeobjects import (
     apply,
     condition,

@@ -1,4 +1,4 @@
-"""The operator's file sync (memplane_operator.sandbox_sync) end to end on SandboxClass type
+"""The operator's file sync (memplane_operator.sync.passes) end to end on SandboxClass type
 docker: the real API server, the in-process operator (as its ServiceAccount), real Podman
 behind its Docker API socket and the real `memplane serve` process. A MemoryWorkspace with
 `spec.sandbox.syncInterval: 1s` gets its memories rendered into its container's Memory/
@@ -24,7 +24,7 @@ from memplane.mdview.names import file_name
 from memplane.sandbox import SandboxFileNotFoundError, SandboxHandle
 from memplane.sandbox.docker import DockerSandboxes
 from memplane.v1 import memory_pb2
-from memplane_operator.backend_docker import CLASS_LABEL, container_prefix
+from memplane_operator.backends.docker import CLASS_LABEL, container_prefix
 from memplane_operator.sandbox_backed import ACTIVITY_ANNOTATION
 from memplane_operator.settings import OperatorSettings
 from tests.e2e.operator.kubeobjects import (

@@ -19,12 +19,12 @@ import aiodocker
 import pytest
 
 from memplane_operator import steps
-from memplane_operator.backend_docker import CLASS_LABEL
+from memplane_operator.backends.docker import CLASS_LABEL
 from memplane_operator.conditions import SANDBOX_READY
 from memplane_operator.context import Runtime
 from memplane_operator.sandbox_backed import ACTIVITY_ANNOTATION, stamp
 from memplane_operator.settings import OperatorSettings
-from memplane_operator.sync_state import SyncBook
+from memplane_operator.sync.state import SyncBook
 from tests.fix_podman import SANDBOX_IMAGE, podman_socket
 
 __all__ = ["podman_socket"]  # the session fixture, visible to the tests here

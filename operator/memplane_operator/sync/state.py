@@ -1,6 +1,6 @@
 """What the operator's file sync keeps per MemoryWorkspace between passes, and the pure
 rules it follows: the interval, what counts as activity, the SandboxSynced condition's
-reason and message. The passes themselves: `memplane_operator.sandbox_sync`.
+reason and message. The passes themselves: `memplane_operator.sync.passes`.
 
 The reconcile and the sync write the same `status`: the reconcile writes the conditions
 list whole (a merge patch replaces a list), so a pass's SandboxSynced written in between
@@ -52,7 +52,7 @@ from memplane.sandbox.errors import (
     SandboxNotReadyError,
     SandboxPathError,
 )
-from memplane_operator.backend_base import Adapter, BackendRefusedError
+from memplane_operator.backends.base import Adapter, BackendRefusedError
 from memplane_operator.conditions import SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.model import parse_duration
 

@@ -143,7 +143,7 @@ async def nothing_to_close() -> None:
 
 
 class Adapter(Protocol):
-    """What an adapter module provides (see backend_docker, backend_pod, backend_e2b)."""
+    """What an adapter module provides (see `memplane_operator.backends.docker`, `.pod`, `.e2b`)."""
 
     TYPE: str
     SHARED: bool  # one open backend serves every workspace of the class (else one per call)

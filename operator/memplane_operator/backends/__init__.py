@@ -1,5 +1,6 @@
 """The SandboxClass types the operator drives through `memplane.sandbox` backends: one
-adapter module per type, looked up in `ADAPTERS` (plain imports, no strings).
+adapter module per type (`docker`, `pod`, `e2b`, beside `base`, the shape they share),
+looked up in `ADAPTERS` (plain imports, no strings).
 
 An adapter (`Adapter`) turns a SandboxClass spec into parameters (`parse`, raising
 `InvalidParametersError` naming the field), opens a backend from them for a workspace
@@ -27,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from memplane.sandbox import SandboxBackend
-from memplane_operator import backend_docker, backend_e2b, backend_pod
-from memplane_operator.backend_base import (
+from memplane_operator.backends import docker, e2b, pod
+from memplane_operator.backends.base import (
     Adapter,
     BackendRefusedError,
     BackendUnavailableError,
@@ -58,9 +59,9 @@ DEFAULT_CALL_TIMEOUT_SECONDS = 60.0  # one ensure / suspend / destroy, API round
 
 
 ADAPTERS: Mapping[str, Adapter] = {  # a module is an Adapter by its functions
-    backend_docker.TYPE: backend_docker,
-    backend_pod.TYPE: backend_pod,
-    backend_e2b.TYPE: backend_e2b,
+    docker.TYPE: docker,
+    pod.TYPE: pod,
+    e2b.TYPE: e2b,
 }
 
 

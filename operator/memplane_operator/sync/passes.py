@@ -17,9 +17,9 @@ blocks a reconcile or a deletion (kopf cancels a daemon's pass at deletion).
 Each pass is reported in the object's status (a merge patch of the status subresource,
 conditional on the resourceVersion read): the SandboxSynced condition (True: reason
 Synced, or SyncedWithProblems when files were left as they are; False: the reason of
-`sync_state.failure`, retried at the next interval; False SyncDisabled for an interval of
+`memplane_operator.sync.state.failure`, retried at the next interval; False SyncDisabled for an interval of
 "0s"), ``status.sandbox.lastSyncTime`` (when the last pass that succeeded ended) and,
-when the pass found edits made in the sandbox (`sync_state.found_edits`),
+when the pass found edits made in the sandbox (`memplane_operator.sync.state.found_edits`),
 ``status.sandbox.lastActivityTime``. A failure repeated at each retry writes nothing new.
 A new failure is a Warning Event (SyncFailed), a pass that succeeds after one a Normal
 Event (Synced): `memplane_operator.events`.
@@ -43,7 +43,7 @@ from memplane_operator import backends, credentials, sandbox, sandbox_backed, st
 from memplane_operator.conditions import CONFLICT, SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError, MemoryWorkspace
-from memplane_operator.sync_state import SyncSlot, failure, found_edits, interval_seconds, summary
+from memplane_operator.sync.state import SyncSlot, failure, found_edits, interval_seconds, summary
 
 WRITE_ATTEMPTS = 3  # a status write refused by a concurrent one (409) is read and tried again
 

@@ -29,7 +29,7 @@ from e2b.exceptions import ServiceBusyException
 
 from memplane.sandbox.e2b import E2BSandboxes
 from memplane.sandbox.errors import SandboxNotFoundError
-from memplane_operator.backend_base import (
+from memplane_operator.backends.base import (
     CLASS_LABEL,
     BackendRefusedError,
     BackendUnavailableError,

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import aiodocker
 
 from memplane.sandbox.docker import DockerSandboxes
-from memplane_operator.backend_base import (
+from memplane_operator.backends.base import (
     CLASS_LABEL,
     ErrorTable,
     InvalidParametersError,

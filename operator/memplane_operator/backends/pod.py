@@ -28,7 +28,7 @@ import kr8s
 from memplane.sandbox.errors import SandboxNotReadyError
 from memplane.sandbox.kubeexec import KubeExecError
 from memplane.sandbox.pod import PodSandboxes
-from memplane_operator.backend_base import (
+from memplane_operator.backends.base import (
     CLASS_LABEL,
     BackendUnavailableError,
     ErrorTable,
