@@ -3,7 +3,7 @@
 Run: python scripts/gen_manifests.py         (writes the files)
      python scripts/gen_manifests.py --check (exits 1 if a committed file differs)
 
-Sources: operator/memplane_operator/crds.py (CRDs) and rbac.py (the operator's RBAC).
+Sources: operator/memplane_operator/crds/ (CRDs) and rbac.py (the operator's RBAC).
 Outputs: operator/config/crd/*.yaml and operator/config/rbac/clusterrole.yaml, and the
 chart's copies: charts/memplane/templates/crds/*.yaml (the same bytes inside
 `{{- if .Values.crds.create }}`) and templates/operator/rbac.yaml (the same rules).
@@ -201,7 +201,7 @@ def manifests() -> dict[Path, str]:
     """Repository path -> file content."""
     out: dict[Path, str] = {}
     for name, crd in all_crds().items():
-        text = render(crd, "crds.py")
+        text = render(crd, "crds/")
         out[ROOT / "operator/config/crd" / name] = text
         header, body = text.split("\n", 1)
         out[CHART / "crds" / name] = header + "\n" + CHART_CRD_OPEN + body + CHART_CRD_CLOSE
