@@ -11,11 +11,9 @@ import asyncio
 import contextlib
 import io
 import logging
-import re
 import socket
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,11 +41,12 @@ from memplane.integrations.agentscope import (
     MemplaneMiddleware,
 )
 from memplane.v1 import memory_pb2
+from tests.docs_text import fenced, read
 from tests.fake_llm import Delay, FakeLLM, Respond, ToolCall, ToolCalls
 from tests.fix_server import TestWorkspace
 
 WAIT = 30.0  # seconds the first reasoning step may wait for the background search
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = "docs/integrations/agentscope.md"
 
 
 class SearchLog(AsyncMemplaneClient):
@@ -360,11 +359,8 @@ def test_bad_arguments_name_the_field() -> None:
 
 
 def _readme_example() -> str:
-    """The first Python block of the README's "AgentScope" section."""
-    section = README.read_text().split("\n## AgentScope\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None
-    return match.group(1)
+    """The first Python block of docs/integrations/agentscope.md."""
+    return fenced(read(PAGE), "python")[0]
 
 
 async def test_the_readme_example_runs_and_its_second_session_recalls_the_first(
@@ -377,12 +373,12 @@ async def test_the_readme_example_runs_and_its_second_session_recalls_the_first(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("OPENAI_BASE_URL", llm.base_url)
     llm.script("Noted: no meat, no nuts.", "Try a lentil curry.")
-    code = compile(_readme_example(), str(README), "exec")
+    code = compile(_readme_example(), PAGE, "exec")
 
     def run() -> str:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(code, {"__name__": "__main__"})  # noqa: S102 - the README's own example
+            exec(code, {"__name__": "__main__"})  # noqa: S102 - the docs' own example
         return out.getvalue()
 
     printed = await asyncio.to_thread(run)

@@ -19,16 +19,14 @@ import ast
 import asyncio
 import contextlib
 import io
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memplane.compat.mem0 import ValidationError
+from tests.docs_text import fenced, read
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 # mem0ai 2.2.1 README, "Basic Usage" (only the mem0 import changed).
 README_EXAMPLE = """
@@ -285,10 +283,9 @@ async def test_the_open_source_quickstart_runs_every_call(memplane_env: TestWork
 
 
 async def test_the_readme_mem0_example_runs_as_written(memplane_env: TestWorkspace) -> None:
-    """README.md's "mem0 compatibility" snippet, extracted and run (the environment gives
+    """docs/integrations/mem0.md's snippet, extracted and run (the environment gives
     the target and key it leaves to `setdefault`)."""
-    section = README.read_text().split("## mem0 compatibility", 1)[1]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = fenced(read("docs/integrations/mem0.md"), "python")[0]
 
     _, printed = await asyncio.to_thread(_run, snippet)
 

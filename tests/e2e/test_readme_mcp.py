@@ -1,5 +1,5 @@
-"""The README's "MCP" section, run as written against the session's real server: its
-fenced blocks are read from README.md, the placeholders `mp_...` and `127.0.0.1:50051`
+"""docs/integrations/mcp.md, run as written against the session's real server: its
+fenced blocks are read from the page, the placeholders `mp_...` and `127.0.0.1:50051`
 replaced by a fresh workspace's key and the server's target, and `memplane` found on
 PATH (this venv's bin/). The shell block runs line by line — but its `pip install`
 line: this venv has the extra; tests/e2e/test_client_only_install.py installs wheels —
@@ -20,20 +20,18 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from tests.docs_text import read
 from tests.e2e.test_mcp_server import START_SECONDS, TOOL_NAMES, serving_http
 from tests.fix_server import TestWorkspace
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = "docs/integrations/mcp.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
 def _blocks(workspace: TestWorkspace, server: str) -> list[tuple[str, str]]:
-    """(language, text) of each fenced block of the MCP section, placeholders filled."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## MCP\n")
-    end = text.index("\n## ", start + 1)
-    section = text[start:end].replace("mp_...", workspace.key).replace("127.0.0.1:50051", server)
-    return FENCE.findall(section)
+    """(language, text) of each fenced block of docs/integrations/mcp.md, placeholders filled."""
+    page = read(PAGE).replace("mp_...", workspace.key).replace("127.0.0.1:50051", server)
+    return FENCE.findall(page)
 
 
 def _env() -> dict[str, str]:

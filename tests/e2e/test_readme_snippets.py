@@ -1,12 +1,12 @@
-"""README.md's snippets run as written against the session server (the mem0, AgentScope and
-MCP sections have their own runners beside their tests). "Using it": its shell
+"""The snippets of README.md and of the guides run as written against the session server (the
+mem0, AgentScope and MCP pages have their own runners beside their tests). README.md#using-it: its shell
 lines (all but `memplane serve`, which the session server stands for, and the LoCoMo
 import and eval, which tests/e2e/test_locomo_cli*.py and the quickstart run) through the
 installed `memplane` command, and its Python snippet as a script. The issue this answers:
 the snippet had no `asyncio.run`, no key and no user filter, so it did not run and would
-have ranked another user's memory first. "Context compaction": the PrepareContext loop
+have ranked another user's memory first. docs/guides/compaction.md: the PrepareContext loop
 with OpenAI-shaped messages (it used `openai_messages`, `summary` and `api_key` from
-nowhere)."""
+nowhere); docs/guides/extraction.md and docs/guides/sandboxes.md: their Python snippets."""
 
 from __future__ import annotations
 
@@ -20,16 +20,21 @@ from pathlib import Path
 
 from memplane.client import AsyncMemplaneClient
 from memplane.v1 import memory_pb2
+from tests.docs_text import fenced, read, section
 from tests.fix_server import TestWorkspace, random_workspace_name
 from tests.support import mem
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SKIPPED = ("memplane serve", "memplane import locomo", "memplane eval locomo")
 
 
 def _section_blocks(language: str) -> list[str]:
-    section = README.read_text().split("\n## Using it\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.S)
+    return fenced(section("README.md", "Using it"), language)
+
+
+def _snippet(path: str, needle: str) -> str:
+    """The one Python block of the page at *path* that holds *needle*."""
+    (snippet,) = [block for block in fenced(read(path), "python") if needle in block]
+    return snippet
 
 
 def _env(server: str, api_key: str, admin_key: str, home: Path) -> dict[str, str]:
@@ -95,8 +100,7 @@ async def test_the_python_snippet_runs_as_written_and_finds_only_alices_memory(
 async def test_the_compaction_snippet_runs_as_written_and_summarises(
     server: str, admin_key: str, workspace: TestWorkspace, tmp_path: Path
 ) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    (snippet,) = [block for block in blocks if "client.prepare_context(" in block]
+    snippet = _snippet("docs/guides/compaction.md", "client.prepare_context(")
     script = tmp_path / "compaction.py"
     script.write_text(snippet)
     out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
@@ -114,8 +118,7 @@ async def test_the_extraction_snippet_runs_as_written(
 ) -> None:
     # The session server has no LLM: the snippet meets the rules extractor (the LLM path's
     # own tests are tests/e2e/test_extraction.py).
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    (snippet,) = [block for block in blocks if "extract=True, wait=True" in block]
+    snippet = _snippet("docs/guides/extraction.md", "extract=True, wait=True")
     script = tmp_path / "extraction.py"
     script.write_text(snippet)
     out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))
@@ -134,8 +137,7 @@ async def test_the_file_selection_snippet_runs_as_written(
             mem("Bo cooks pasta", type=memory_pb2.MEMORY_TYPE_USER, description="Bo's cooking", user_id="bo"),
         ]
     )
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    (snippet,) = [block for block in blocks if "client.select_memory_files(" in block]
+    snippet = _snippet("docs/guides/sandboxes.md", "client.select_memory_files(")
     script = tmp_path / "pick_files.py"  # not select.py: that would shadow the stdlib module
     script.write_text(snippet)
     out = await _run([sys.executable, str(script)], _env(server, workspace.key, admin_key, tmp_path))

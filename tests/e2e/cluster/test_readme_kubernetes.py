@@ -1,8 +1,9 @@
-"""README.md's Kubernetes walk-through, run as written on the real node: the bash blocks marked
-``<!-- tested: tests/e2e/cluster/test_readme_kubernetes.py ... -->`` (install with the bundled
-database, `helm test`, a labelled namespace, the SandboxClass and MemoryWorkspace examples, the
-agent Pod that mounts the workspace's Secret, adds and searches; then the uninstall procedure),
-each line executed by bash in the repository's root, in order, stopping at the first failure.
+"""The Kubernetes walk-through, run as written on the real node: the bash blocks marked
+``<!-- tested: tests/e2e/cluster/test_readme_kubernetes.py ... -->`` in README.md#on-kubernetes
+(install with the bundled database, `helm test`, a labelled namespace, the SandboxClass and
+MemoryWorkspace examples, the agent Pod that mounts the workspace's Secret, adds and searches)
+and then in docs/operations/helm.md#uninstalling (the uninstall procedure), each line executed
+by bash in the repository's root, in order, stopping at the first failure.
 
 The image the README builds (localhost/memplane:dev) is the session's image under that tag too.
 """
@@ -21,12 +22,18 @@ pytestmark = pytest.mark.timeout(1800)
 
 MARKER = "<!-- tested: tests/e2e/cluster/test_readme_kubernetes.py"
 README_IMAGE = "localhost/memplane:dev"  # what `scripts/image/build.sh` makes, as the README says
+PAGES = ("README.md", "docs/operations/helm.md")  # the walk-through's order: install, then uninstall
 
 
 def readme_blocks() -> list[str]:
-    """The bash blocks that follow the marker, in README order."""
-    text = (REPO / "README.md").read_text()
-    return re.findall(re.escape(MARKER) + r"[^\n]*\n```bash\n(.*?)```", text, flags=re.DOTALL)
+    """The bash blocks that follow the marker, in the order of PAGES and of each page."""
+    return [
+        block
+        for page in PAGES
+        for block in re.findall(
+            re.escape(MARKER) + r"[^\n]*\n```bash\n(.*?)```", (REPO / page).read_text(), flags=re.DOTALL
+        )
+    ]
 
 
 def run_block(node: KubeCluster, block: str) -> str:
