@@ -742,7 +742,7 @@ async def over_grpc(args: argparse.Namespace, counter: TokenCounter, workloads: 
     """Parts 2 and 3 against a throw-away server."""
     async with bench_server() as stack:
         max_bytes = stack.app.settings.grpc.max_message_bytes
-        service = stack.app.compaction
+        service = stack.app.compaction.checker
         original = service.check_context
         server_times: list[float] = []
 

@@ -36,7 +36,7 @@ kept), summary tokens, method, the client-side time of the first call, p50 and m
 the --calls calls, the CPU time of the process per call (p50: client and server share
 the process, so it includes the client's request encoding and reply decoding, and the
 database's own work is not in it; on a shared machine it is steadier than wall time),
-the server's summariser share (CompactionService.compact_messages
+the server's summariser share (MessageCompactor.compact_messages
 wrapped with a timer, p50 ms), and for LoCoMo scenarios the share of QA evidence turns
 (categories 1-4) in the compacted span that keep a sentence in the summary (a bullet
 is traced back to its turn by its sentence). Load average printed at start and end.
@@ -199,7 +199,7 @@ def evidence_kept(call: Call, compacted: int, summary: str) -> tuple[int, int]:
 # -- the calls --------------------------------------------------------------------------
 async def run(args: argparse.Namespace, stack: Stack, todo: Sequence[Scenario], counter: TokenCounter) -> None:
     """Every scenario's calls, one after the other; print the table."""
-    service = stack.app.compaction
+    service = stack.app.compaction.compactor
     inner = service.compact_messages
     summarising: list[float] = []
 

@@ -15,9 +15,15 @@ from typing import TYPE_CHECKING
 
 from memplane.admin.auth import Authenticator
 from memplane.admin.service import AdminService
+from memplane.compaction.check import ContextChecker
+from memplane.compaction.compactor import MessageCompactor
 from memplane.compaction.extractive import ExtractiveSummarizer
 from memplane.compaction.llm import LLMSummarizer
-from memplane.compaction.service import CompactionService
+from memplane.compaction.offload import ToolResultOffloader
+from memplane.compaction.parts import CompactionParts
+from memplane.compaction.prepare import ContextPreparer
+from memplane.compaction.session_memory import SessionSummarizer, WriteSession
+from memplane.compaction.transcript import SessionTranscript
 from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials, write_credentials
 from memplane.domain.apikeys import generate_api_key
 from memplane.embedding.base import Embedder
@@ -50,8 +56,11 @@ from memplane.storage.sweeper import Sweeper
 from memplane.storage.transcripts import TranscriptStore
 from memplane.storage.workspaces import WorkspaceStore
 from memplane.text.tokens import token_counter
+from memplane.writeback.conversation import ConversationWriter
 from memplane.writeback.jobs import ExtractionRunner
+from memplane.writeback.requests import Ledger
 from memplane.writeback.service import WriteBackService
+from memplane.writeback.session_facts import SessionFactWriter
 
 if TYPE_CHECKING:
     # Only on the embedded path, imported there: the wheel works at import (its class body asks
@@ -77,7 +86,8 @@ class App:
     retrieval: RetrievalService
     writeback: WriteBackService
     admin: AdminService
-    compaction: CompactionService
+    conversations: ConversationWriter
+    compaction: CompactionParts
     blob_cleaner: BlobCleaner
     retention_sweeper: Sweeper
     idempotency_sweeper: Sweeper
@@ -244,12 +254,22 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         limits=settings.limits,
     )
     job_listener = JobListener(dsn, on_new=extraction.wake, on_done=extraction.finished)  # started with write-back
+    ledger = Ledger(db, memories, IdempotencyStore())
     writeback = WriteBackService(
         db=db,
+        ledger=ledger,
         memories=memories,
+        jobs=jobs,
         transcripts=transcripts,
         blobs=blobs,
-        idempotency=IdempotencyStore(),
+        meter=meter,
+        limits=settings.limits,
+    )
+    conversations = ConversationWriter(
+        db=db,
+        ledger=ledger,
+        memories=memories,
+        transcripts=transcripts,
         meter=meter,
         limits=settings.limits,
         jobs=jobs,
@@ -283,15 +303,14 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
         reranker=reranker,
         writeback=writeback,
         admin=AdminService(workspaces, keys, embedder, authenticator, settings.limits),
-        compaction=CompactionService(
+        conversations=conversations,
+        compaction=build_compaction(
+            settings,
             db=db,
             blobs=blobs,
             transcripts=transcripts,
-            extractive=ExtractiveSummarizer(),
-            llm=LLMSummarizer(chat_model) if chat_model is not None else None,
-            writer=writeback,
-            settings=settings.compaction,
-            limits=settings.limits,
+            chat_model=chat_model,
+            write_session=SessionFactWriter(ledger, extraction, writeback.add).write,
         ),
         blob_cleaner=BlobCleaner(blobs, db, interval_seconds=settings.compaction.blob_cleanup_interval_seconds),
         retention_sweeper=retention_sweeper(db, settings),
@@ -305,6 +324,38 @@ async def build_app(settings: Settings, *, embedder: Embedder | None = None) -> 
     )
     await bootstrap(app, keys)
     return app
+
+
+def build_compaction(
+    settings: Settings,
+    *,
+    db: Database,
+    blobs: ToolResultBlobStore,
+    transcripts: TranscriptStore,
+    chat_model: ChatModel | None,
+    write_session: WriteSession,
+) -> CompactionParts:
+    """Compaction's parts, each built once and shared by the RPCs and PrepareContext;
+    *write_session* is the write-back path SummarizeSession writes memories through."""
+    cfg, limits = settings.compaction, settings.limits
+    llm = LLMSummarizer(chat_model) if chat_model is not None else None
+    transcript = SessionTranscript(db=db, transcripts=transcripts, limits=limits)
+    offloader = ToolResultOffloader(db=db, blobs=blobs, settings=cfg, limits=limits)
+    compactor = MessageCompactor(
+        extractive=ExtractiveSummarizer(), llm=llm, transcript=transcript, settings=cfg, limits=limits
+    )
+    sessions = SessionSummarizer(compactor=compactor, llm=llm, write=write_session, limits=limits)
+    checker = ContextChecker(settings=cfg)
+    preparer = ContextPreparer(
+        checker=checker,
+        offloader=offloader,
+        compactor=compactor,
+        sessions=sessions,
+        transcript=transcript,
+        settings=cfg,
+        limits=limits,
+    )
+    return CompactionParts(checker, compactor, offloader, transcript, sessions, preparer)
 
 
 async def build_reads(db: Database, settings: Settings) -> ReadRouter:

@@ -37,7 +37,7 @@ async def _seed(app: App, ws: Workspace, count: int, seed: int) -> list[str]:
         ],
         request_id=f"seed-{ws.name}",
     )
-    await app.writeback.write_conversation(
+    await app.conversations.write(
         principal(ws),
         ws,
         Scope(user_id="shared-user", session_id="s1"),
@@ -45,7 +45,7 @@ async def _seed(app: App, ws: Workspace, count: int, seed: int) -> list[str]:
     )
     long_output = ContextMessage(MessageRole.TOOL, (ToolResultBlock("call-1", f"{ws.name} output line\n" * 500),))
     small = ToolResultLimits(recent_max_bytes=1000, old_max_bytes=1000, keep_last_messages=3, retention_seconds=3600)
-    await app.compaction.compact_tool_results(ws, [long_output], limits=small)  # stores one tool-result blob
+    await app.compaction.offloader.compact_tool_results(ws, [long_output], limits=small)  # stores one tool-result blob
     return [m.id for m in stored]
 
 

@@ -277,7 +277,7 @@ async def test_document_frequencies_equal_a_recount_after_every_kind_of_write(
     await assert_df_exact(app, ws)
     await app.writeback.delete(principal(ws), ws, mine[1].id)
     await assert_df_exact(app, ws)
-    await app.writeback.write_conversation(
+    await app.conversations.write(
         principal(ws),
         ws,
         Scope(user_id="u2", session_id="s1"),

@@ -1,4 +1,6 @@
-"""memplane.v1.CompactionService over `memplane.compaction.service.CompactionService`."""
+"""memplane.v1.CompactionService over compaction's parts: each RPC calls the part that
+does it (`check`, `compactor`, `offload`, `transcript`, `session_memory`), PrepareContext
+the orchestration of them all (`prepare.ContextPreparer`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,13 @@ from memplane.admin.auth import Authenticator
 from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
+from memplane.compaction.check import ContextChecker
+from memplane.compaction.compactor import MessageCompactor
 from memplane.compaction.knobs import OFFLOAD_MESSAGES  # the same size moves counting off the loop
-from memplane.compaction.service import CompactionService, PrepareOptions
+from memplane.compaction.offload import ToolResultOffloader
+from memplane.compaction.prepare import ContextPreparer, PrepareOptions
+from memplane.compaction.session_memory import SessionSummarizer
+from memplane.compaction.transcript import SessionTranscript
 from memplane.domain.context import CompactionOutcome, ContextMessage, SummarizerChoice, SummaryMethod, ToolResultLimits
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.settings import LimitsSettings
@@ -56,13 +63,24 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
 
     def __init__(
         self,
-        service: CompactionService,
+        *,
+        checker: ContextChecker,
+        compactor: MessageCompactor,
+        offloader: ToolResultOffloader,
+        transcript: SessionTranscript,
+        sessions: SessionSummarizer,
+        preparer: ContextPreparer,
         authenticator: Authenticator,
         limits: LimitsSettings,
         max_messages: int,
         consistency: ReadYourWrites,
     ) -> None:
-        self._service = service
+        self._checker = checker
+        self._compactor = compactor
+        self._offloader = offloader
+        self._transcript = transcript
+        self._sessions = sessions
+        self._preparer = preparer
         self._consistency = consistency
         self._auth = authenticator
         self._limits = limits
@@ -80,7 +98,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
         )
 
     def _tool_limits(self, field: str, limits: compaction_pb2.ToolResultLimits) -> ToolResultLimits:
-        default = self._service.default_tool_limits()
+        default = self._offloader.default_limits()
         retention = default.retention_seconds
         if limits.HasField("retention"):
             retention = limits.retention.seconds + limits.retention.nanos / 1e9  # no overflow on huge values
@@ -101,7 +119,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
     ) -> compaction_pb2.CheckContextResponse:
         _, workspace = await workspace_of(self._auth, context)
         messages = await self._messages(request.messages, required=False)
-        split, encoding = await self._service.check_context(
+        split, encoding = await self._checker.check_context(
             workspace,
             messages,
             system_prompt=request.system_prompt,
@@ -118,7 +136,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
     ) -> compaction_pb2.CompactMessagesResponse:
         _, workspace = await workspace_of(self._auth, context)
         messages = await self._messages(request.messages)
-        outcome = await self._service.compact_messages(
+        outcome = await self._compactor.compact_messages(
             workspace,
             messages,
             previous_summary=request.previous_summary,
@@ -136,7 +154,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
     ) -> compaction_pb2.CompactToolResultsResponse:
         _, workspace = await workspace_of(self._auth, context)
         messages = await self._messages(request.messages)
-        done = await self._service.compact_tool_results(
+        done = await self._offloader.compact_tool_results(
             workspace,
             messages,
             limits=self._tool_limits("limits", request.limits),
@@ -153,7 +171,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
         self, request: compaction_pb2.ReadToolResultRequest, context: Context
     ) -> compaction_pb2.ReadToolResultResponse:
         _, workspace = await workspace_of(self._auth, context)
-        piece = await self._service.read_tool_result(
+        piece = await self._offloader.read_tool_result(
             workspace,
             request.ref,
             start_line=request.start_line,
@@ -191,7 +209,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
             scope=convert.scope_from_proto(request.scope),
             write_memories=request.write_memories,
         )
-        prepared = await self._service.prepare_context(principal, workspace, messages, options)
+        prepared = await self._preparer.prepare_context(principal, workspace, messages, options)
         reply = compaction_pb2.PrepareContextResponse(
             messages=[message_to_proto(m) for m in prepared.messages],
             summary=prepared.summary,
@@ -208,7 +226,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
         self, request: compaction_pb2.GetTranscriptRequest, context: Context
     ) -> compaction_pb2.GetTranscriptResponse:
         _, workspace = await workspace_of(self._auth, context)
-        entries, token = await self._service.transcript(
+        entries, token = await self._transcript.page(
             workspace, request.session_id, page_size=request.page_size, page_token=request.page_token
         )
         return compaction_pb2.GetTranscriptResponse(
@@ -225,7 +243,7 @@ class CompactionServicer(compaction_pb2_grpc.CompactionServiceServicer):
     ) -> compaction_pb2.SummarizeSessionResponse:
         principal, workspace = await workspace_of(self._auth, context)
         messages = await self._messages(request.messages, required=False)
-        written = await self._service.summarize_session(
+        written = await self._sessions.summarize_session(
             principal,
             workspace,
             convert.scope_from_proto(request.scope),

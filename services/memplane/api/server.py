@@ -130,7 +130,13 @@ async def start_server(
         )
     if "writeback" in services:
         writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
-            WriteBackServicer(app.writeback, app.authenticator, app.settings.limits.max_batch_size, consistency),
+            WriteBackServicer(
+                service=app.writeback,
+                conversations=app.conversations,
+                authenticator=app.authenticator,
+                max_batch_size=app.settings.limits.max_batch_size,
+                consistency=consistency,
+            ),
             server,
         )
         app.retention_sweeper.start()  # expired memories are erased by the servers that write them
@@ -140,11 +146,16 @@ async def start_server(
     if "compaction" in services:
         compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
             CompactionServicer(
-                app.compaction,
-                app.authenticator,
-                app.settings.limits,
-                app.settings.compaction.max_messages,
-                consistency,
+                checker=app.compaction.checker,
+                compactor=app.compaction.compactor,
+                offloader=app.compaction.offloader,
+                transcript=app.compaction.transcript,
+                sessions=app.compaction.sessions,
+                preparer=app.compaction.preparer,
+                authenticator=app.authenticator,
+                limits=app.settings.limits,
+                max_messages=app.settings.compaction.max_messages,
+                consistency=consistency,
             ),
             server,
         )

@@ -1,4 +1,5 @@
-"""memplane.v1.WriteBackService over `memplane.writeback.service.WriteBackService`."""
+"""memplane.v1.WriteBackService over `memplane.writeback.service.WriteBackService` (memories
+one by one) and `memplane.writeback.conversation.ConversationWriter` (WriteConversation)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from memplane.api.read_tokens import ReadYourWrites
 from memplane.domain.models import MemoryType, NewMemory
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.v1 import writeback_pb2, writeback_pb2_grpc
+from memplane.writeback.conversation import ConversationWriter
 from memplane.writeback.service import WriteBackService
 
 
@@ -20,12 +22,15 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
 
     def __init__(
         self,
+        *,
         service: WriteBackService,
+        conversations: ConversationWriter,
         authenticator: Authenticator,
         max_batch_size: int,
         consistency: ReadYourWrites,
     ) -> None:
         self._service = service
+        self._conversations = conversations
         self._consistency = consistency
         self._auth = authenticator
         self._max_batch = max_batch_size
@@ -55,7 +60,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         principal, workspace = await workspace_of(self._auth, context)
         self._check_batch("messages", len(request.messages))
         messages = [convert.message_from_proto(m, f"messages[{i}]") for i, m in enumerate(request.messages)]
-        result = await self._service.write_conversation(
+        result = await self._conversations.write(
             principal,
             workspace,
             convert.scope_from_proto(request.scope),

@@ -6,9 +6,8 @@ true; the message ids it came from), reconciled there with what is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from memplane.compaction.compactor import MessageCompactor
 from memplane.compaction.knobs import language_for
@@ -20,25 +19,15 @@ from memplane.errors import FailedPreconditionError
 from memplane.llm.extraction import Fact
 from memplane.settings import LimitsSettings
 
-
-class MemoryWriter(Protocol):
-    """The write-back path (`WriteBackService.write_session`), injected by the composition root so
-    compaction and write-back stay independent modules."""
-
-    async def write_session(
-        self,
-        principal: Principal,
-        workspace: Workspace,
-        summary: NewMemory,
-        facts: Sequence[NewMemory],
-        request_id: str = "",
-        *,
-        prompt_sha256: str = "",
-    ) -> tuple[list[Memory], str]:
-        """Store *summary* (a repeat is a NOOP duplicate) and reconcile *facts* with the
-        stored memories (*prompt_sha256*: the extraction prompt's, for the audit); the
-        memories written and how ("llm" or "none: <reason>")."""
-        ...
+WriteSession = Callable[
+    [Principal, Workspace, NewMemory, Sequence[NewMemory], str, str], Awaitable[tuple[list[Memory], str]]
+]
+"""The write-back path (`memplane.writeback.session_facts.SessionFactWriter.write`), injected
+by the composition root so compaction and write-back stay independent modules:
+`await write(principal, workspace, summary, facts, request_id, prompt_sha256)` stores
+*summary* (a repeat is a NOOP duplicate) and reconciles *facts* with the stored memories
+(*prompt_sha256*: the extraction prompt's, for the audit); returns the memories written
+and how ("llm" or "none: <reason>")."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +47,12 @@ class SessionSummarizer:
         *,
         compactor: MessageCompactor,
         llm: LLMSummarizer | None,
-        writer: MemoryWriter,
+        write: WriteSession,
         limits: LimitsSettings,
     ) -> None:
         self._compactor = compactor
         self._llm = llm
-        self._writer = writer
+        self._write = write
         self._limits = limits
 
     async def summarize_session(
@@ -85,9 +74,9 @@ class SessionSummarizer:
         (ReMe's summary_memory) with the extraction jobs' prompt and parser (six types;
         metadata `speaker`; `valid_from` the date the fact became true, else the span's last
         message time; provenance the message ids it came from, else the span's), reconciled
-        with the stored ones (`MemoryWriter.write_session`). Forget requests in the answer
+        with the stored ones (`WriteSession`). Forget requests in the answer
         are ignored: SummarizeSession never deletes. Raises `InvalidArgumentError` (scope.session_id,
-        messages, summary, request_id) and what `WriteBackService.add` raises (quota,
+        messages, summary, request_id) and what the write-back path raises (quota,
         embedding mismatch)."""
         v = Violations()
         check_scope(v, "scope", scope, self._limits)
@@ -128,9 +117,7 @@ class SessionSummarizer:
                 extraction = f"none: {error}"
         summary_memory = self._summary_memory(scope, messages, clipped, method, clipped=len(clipped) < len(summary))
         facts = [self._extracted_memory(scope, messages, f, model) for f in extracted]
-        stored, reconciliation = await self._writer.write_session(
-            principal, workspace, summary_memory, facts, request_id, prompt_sha256=prompt
-        )
+        stored, reconciliation = await self._write(principal, workspace, summary_memory, facts, request_id, prompt)
         if facts and reconciliation != "llm":
             extraction = f"{extraction} (not reconciled with stored memories: {reconciliation})"
         return SessionMemories(stored, method, extraction)

@@ -1,5 +1,7 @@
-"""WriteBackService: every write to a workspace's memories (conversations:
-`memplane.writeback.conversation`; request ids and preparation: `memplane.writeback.requests`).
+"""WriteBackService: the writes of a workspace's memories one by one (add, update, delete,
+erase a scope) and their history. Conversations are written by
+`memplane.writeback.conversation`, SummarizeSession's memories by
+`memplane.writeback.session_facts`; request ids and preparation: `memplane.writeback.requests`.
 
 Each write validates everything first (one INVALID_ARGUMENT naming every bad field),
 embeds outside the database transaction, then stores rows, history events, stats and
@@ -22,7 +24,6 @@ from typing import Any
 
 from memplane.domain.extraction import ExtractionJob
 from memplane.domain.models import (
-    ConversationMessage,
     Memory,
     MemoryEvent,
     NewMemory,
@@ -45,16 +46,12 @@ from memplane.quota.meter import EmbeddingMeter
 from memplane.settings import LimitsSettings
 from memplane.storage.blobs import ToolResultBlobStore
 from memplane.storage.database import Connection, Database
-from memplane.storage.idempotency import IdempotencyStore
 from memplane.storage.inserts import RequestRecord
 from memplane.storage.jobs import ExtractionJobStore
 from memplane.storage.memories import Change, MemoryStore
 from memplane.storage.transcripts import TranscriptStore
 from memplane.text.segment import segment
-from memplane.writeback.conversation import ConversationResult, ConversationWriter
-from memplane.writeback.jobs import ExtractionRunner
 from memplane.writeback.requests import Added, Ledger, WriteRequest, prepare
-from memplane.writeback.session_facts import SessionFactWriter
 from memplane.writeback.turns import merge_update
 
 # Fields UpdateMemory may change (proto names → column names).
@@ -79,39 +76,25 @@ class WriteBackService:
         self,
         *,
         db: Database,
+        ledger: Ledger,
         memories: MemoryStore,
+        jobs: ExtractionJobStore,
         transcripts: TranscriptStore,
         blobs: ToolResultBlobStore,
-        idempotency: IdempotencyStore,
         meter: EmbeddingMeter,
         limits: LimitsSettings,
-        jobs: ExtractionJobStore | None = None,
-        extraction: ExtractionRunner | None = None,
-        wait_seconds: float = 120.0,
     ) -> None:
-        """*jobs* and *extraction* (the job table and this process's runner) serve
-        WriteConversation(extract=true); *wait_seconds* bounds its `wait`."""
+        """*ledger* runs each write at most once per request id; *jobs* is the extraction
+        job table GetExtractionJob reads."""
         self._db = db
-        self._jobs = jobs or ExtractionJobStore()
+        self._jobs = jobs
         self._blobs = blobs
         self._memories = memories
         self._transcripts = transcripts
         self._meter = meter
         self._embedder = meter.embedder
         self._limits = limits
-        self._ledger = Ledger(db, memories, idempotency)
-        self._sessions = SessionFactWriter(self._ledger, extraction, self.add)
-        self._conversations = ConversationWriter(
-            db=db,
-            ledger=self._ledger,
-            memories=memories,
-            transcripts=transcripts,
-            meter=meter,
-            limits=limits,
-            jobs=self._jobs,
-            extraction=extraction,
-            wait_seconds=wait_seconds,
-        )
+        self._ledger = ledger
 
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
@@ -181,40 +164,6 @@ class WriteBackService:
             if replayed is not None:
                 return Added.replayed(*replayed)
         raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
-
-    async def write_session(
-        self,
-        principal: Principal,
-        workspace: Workspace,
-        summary: NewMemory,
-        facts: Sequence[NewMemory],
-        request_id: str = "",
-        *,
-        prompt_sha256: str = "",
-    ) -> tuple[list[Memory], str]:
-        """SummarizeSession's write (`memplane.writeback.session_facts.SessionFactWriter.write`):
-        the memories and how the facts were reconciled ("llm" or "none: <reason>")."""
-        written = await self._sessions.write(
-            principal, workspace, summary, facts, request_id, prompt_sha256=prompt_sha256
-        )
-        return written.memories, written.reconciliation
-
-    async def write_conversation(
-        self,
-        principal: Principal,
-        workspace: Workspace,
-        scope: Scope,
-        messages: Sequence[ConversationMessage],
-        request_id: str = "",
-        *,
-        extract: bool = False,
-        wait: bool = False,
-    ) -> ConversationResult:
-        """`ConversationWriter.write`: the transcript and one EPISODIC memory per message;
-        with *extract*, an extraction job (waited for with *wait*)."""
-        return await self._conversations.write(
-            principal, workspace, scope, messages, request_id, extract=extract, wait=wait
-        )
 
     async def extraction_job(self, workspace: Workspace, job_id: str) -> ExtractionJob:
         """One extraction job of the workspace. Raises `InvalidArgumentError` for a

@@ -10,7 +10,7 @@ supersedes the old one.
 DELETE is never applied here: a summary carries no explicit forget request. Without an
 LLM on this server, or when the reconciliation call fails, the extracted memories are
 added as AddMemories adds them (exact and normalised duplicates still NOOP) and the
-reply says so (`SessionWrite.reconciliation`).
+reply says so (the reconciliation `SessionFactWriter.write` returns).
 """
 
 from __future__ import annotations
@@ -33,18 +33,9 @@ from memplane.writeback.requests import Ledger, WriteRequest
 Adder = Callable[[Principal, Workspace, Sequence[NewMemory], str], Awaitable[list[Memory]]]
 
 
-@dataclasses.dataclass(frozen=True)
-class SessionWrite:
-    """The memories written (summary first, then each memory a fact added or changed,
-    or the stored memory a fact was a NOOP of) and how the facts were reconciled:
-    "llm", or "none: <reason>" when they were added without it."""
-
-    memories: list[Memory]
-    reconciliation: str
-
-
 class SessionFactWriter:
-    """Writes a summary and its extracted memories for `WriteBackService`."""
+    """Writes a summary and its extracted memories: SummarizeSession's write (compaction's
+    `WriteSession`, wired by the composition root)."""
 
     def __init__(self, ledger: Ledger, runner: ExtractionRunner | None, add: Adder) -> None:
         """*add* is `WriteBackService.add` (the summary's write and the fallback)."""
@@ -52,28 +43,30 @@ class SessionFactWriter:
         self._runner = runner
         self._add = add
 
-    async def write(
+    async def write(  # noqa: PLR0917 - positional: compaction calls it as a `WriteSession` callable
         self,
         principal: Principal,
         workspace: Workspace,
         summary: NewMemory,
         facts: Sequence[NewMemory],
         request_id: str = "",
-        *,
         prompt_sha256: str = "",
-    ) -> SessionWrite:
+    ) -> tuple[list[Memory], str]:
         """Store *summary*, then reconcile *facts* (all of *summary*'s scope) with what is
-        stored; *prompt_sha256*, the extraction prompt's hash, goes on every decision. A
+        stored; *prompt_sha256*, the extraction prompt's hash, goes on every decision.
+        Returns the memories written (summary first, then each memory a fact added or
+        changed, or the stored memory a fact was a NOOP of) and how the facts were
+        reconciled: "llm", or "none: <reason>" when they were added without it. A
         retry with *request_id* gets the first reply (the summary and the facts are
         written under request ids derived from it, `_derived`). Raises what
         `WriteBackService.add` raises; an LLM failure falls back to adding."""
         [stored_summary] = await self._add(principal, workspace, [summary], _derived(request_id, "summary"))
         chat = self._runner.chat if self._runner is not None else None
         if not facts:
-            return SessionWrite([stored_summary], "none: no memories extracted")
+            return [stored_summary], "none: no memories extracted"
         if chat is None or self._runner is None:
             added = await self._add(principal, workspace, list(facts), _derived(request_id, "facts"))
-            return SessionWrite([stored_summary, *added], "none: no LLM is configured on this server")
+            return [stored_summary, *added], "none: no LLM is configured on this server"
         request = WriteRequest.of(
             request_id,
             "SummarizeSession",
@@ -81,7 +74,7 @@ class SessionFactWriter:
         )
         replayed = await self._ledger.replay(workspace, request)
         if replayed is not None:
-            return SessionWrite([stored_summary, *replayed[1]], "llm")
+            return [stored_summary, *replayed[1]], "llm"
         runner = self._runner
         scope = summary.scope
         now = datetime.now(UTC)
@@ -92,7 +85,7 @@ class SessionFactWriter:
             steps, vectors = await runner.reconcile(chat, workspace, scope, ordered, (), audit=audit)
         except LLMError as error:
             added = await self._add(principal, workspace, list(facts), _derived(request_id, "facts"))
-            return SessionWrite([stored_summary, *added], f"none: reconciliation failed ({error.reason})")
+            return [stored_summary, *added], f"none: reconciliation failed ({error.reason})"
         at = summary.valid_from or now
 
         async def work(conn: Connection) -> dict[str, Any]:
@@ -102,7 +95,7 @@ class SessionFactWriter:
             return {"ids": ids, "operations": [d["operation"] + ": " + d["outcome"] for d in decisions]}
 
         _, stored = await self._ledger.once(workspace, request, work)
-        return SessionWrite([stored_summary, *stored], "llm")
+        return [stored_summary, *stored], "llm"
 
 
 def _derived(request_id: str, part: str) -> str:
