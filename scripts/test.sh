@@ -16,6 +16,7 @@ echo "== import-linter"; lint-imports
 echo "== buf lint";      buf lint
 echo "== generated code up to date"; python scripts/gen_proto.py --check
 echo "== generated manifests up to date"; python scripts/gen_manifests.py --check
+echo "== generated docs up to date"; python scripts/gen_docs.py --check
 echo "== docs site"; NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
 # kube-apiserver, etcd, kubectl, kube-controller-manager and helm, built from the Go module
 # proxy (~12 min cold on 2 cores, cached under ~/.cache/k8s-testenv; instant once built).
