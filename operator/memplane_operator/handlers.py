@@ -42,7 +42,7 @@ from memplane_operator.conditions import READY
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.crds import GROUP, VERSION
 from memplane_operator.kube import Kube
-from memplane_operator.sandbox_backed import SandboxUnavailableError
+from memplane_operator.sandbox.backed import SandboxUnavailableError
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync import passes
 from memplane_operator.sync.state import SyncBook

@@ -24,7 +24,7 @@ from memplane_operator.conditions import CONFLICT, DATABASE_READY, SANDBOX_READY
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError
 from memplane_operator.model import WorkspaceSpec
-from memplane_operator.sandbox_backed import SandboxUnavailableError
+from memplane_operator.sandbox.backed import SandboxUnavailableError
 
 STEPS = ("workspace", "credentials", "policy", "sandbox", "status")
 

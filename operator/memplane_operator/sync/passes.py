@@ -39,10 +39,11 @@ from memplane.filesync import SyncReport, sync_once
 from memplane.filesync.lock import DEFAULT_WAIT_SECONDS
 from memplane.sandbox import SandboxHandle
 from memplane.text.tokens import DEFAULT_ENCODING, token_counter
-from memplane_operator import backends, credentials, sandbox, sandbox_backed, steps
+from memplane_operator import backends, credentials, sandbox, steps
 from memplane_operator.conditions import CONFLICT, SANDBOX_READY, SANDBOX_SYNCED, Conditions
 from memplane_operator.context import Ctx, Runtime, StepBlocked
 from memplane_operator.kube import KubeConflictError, MemoryWorkspace
+from memplane_operator.sandbox import backed
 from memplane_operator.sync.state import SyncSlot, failure, found_edits, interval_seconds, summary
 
 WRITE_ATTEMPTS = 3  # a status write refused by a concurrent one (409) is read and tried again
@@ -81,7 +82,7 @@ async def tick(runtime: Runtime, body: kopf.Body, classes: Any, logger: Any) -> 
         state = slot.state or str(recorded.get("state") or "")
         handle = SandboxHandle(kind, ctx.spec.tenant_id, slot.ref or str(recorded.get("ref") or ""),
                                slot.root or str(recorded.get("root") or ""))  # fmt: skip
-        if state != sandbox_backed.RUNNING or not handle.ref:
+        if state != backed.RUNNING or not handle.ref:
             return interval  # not synced, and not woken
         slot.in_flight = True
     try:
@@ -123,7 +124,7 @@ async def _pass(ctx: Ctx, class_name: str, class_spec: Any, handle: SandboxHandl
     count_tokens = token_counter(DEFAULT_ENCODING).count_text  # MEMORY.md's bound, as `memplane sync` counts it
     async with (
         AsyncMemplaneClient(target, api_key, timeout=settings.rpc_timeout_seconds, targets=targets) as client,
-        sandbox_backed.open_class(ctx, class_name, class_spec) as (_params, backend),
+        backed.open_class(ctx, class_name, class_spec) as (_params, backend),
     ):
         return await sync_once(client, backend, handle, count_tokens=count_tokens, lock_wait_seconds=lock_wait)
 
@@ -135,7 +136,7 @@ def _now() -> datetime:
 async def _report(ctx: Ctx, slot: SyncSlot, handle: SandboxHandle, outcome: SyncReport | BaseException) -> None:
     """Write a pass's outcome (see the module's docstring); remember its problems and edits."""
     now = _now()
-    fields: dict[str, str] = {"lastSyncTime": sandbox_backed.stamp(now)}
+    fields: dict[str, str] = {"lastSyncTime": backed.stamp(now)}
     if isinstance(outcome, BaseException):
         if isinstance(outcome, MissingKeyError):
             found = ("NoCredentials", str(outcome))

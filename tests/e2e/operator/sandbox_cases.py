@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from memplane_operator.sandbox_backed import ACTIVITY_ANNOTATION
+from memplane_operator.sandbox.backed import ACTIVITY_ANNOTATION
 from tests.e2e.operator.kubeobjects import apply, condition, get, wait_for, wait_ready, workspace
 from tests.fix_kube import KubeCluster
 

@@ -25,7 +25,7 @@ from memplane.sandbox import SandboxFileNotFoundError, SandboxHandle
 from memplane.sandbox.docker import DockerSandboxes
 from memplane.v1 import memory_pb2
 from memplane_operator.backends.docker import CLASS_LABEL, container_prefix
-from memplane_operator.sandbox_backed import ACTIVITY_ANNOTATION
+from memplane_operator.sandbox.backed import ACTIVITY_ANNOTATION
 from memplane_operator.settings import OperatorSettings
 from tests.e2e.operator.kubeobjects import (
     apply,

@@ -22,7 +22,7 @@ from memplane_operator import steps
 from memplane_operator.backends.docker import CLASS_LABEL
 from memplane_operator.conditions import SANDBOX_READY
 from memplane_operator.context import Runtime
-from memplane_operator.sandbox_backed import ACTIVITY_ANNOTATION, stamp
+from memplane_operator.sandbox.backed import ACTIVITY_ANNOTATION, stamp
 from memplane_operator.settings import OperatorSettings
 from memplane_operator.sync.state import SyncBook
 from tests.fix_podman import SANDBOX_IMAGE, podman_socket

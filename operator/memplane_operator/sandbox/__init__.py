@@ -3,7 +3,7 @@
 Implemented here: `none` (no files) and `local` (a PersistentVolumeClaim the workspace's
 files live on). The types with an adapter in `memplane_operator.backends` (docker, pod,
 e2b) are driven through their `memplane.sandbox` backend
-(`memplane_operator.sandbox_backed`); a type with none (only one a newer CRD allows) is
+(`memplane_operator.sandbox.backed`); a type with none (only one a newer CRD allows) is
 reported as SandboxReady=False, reason Unsupported.
 
 When a live workspace moves to another SandboxClass (spec.sandbox.sandboxClassName edited,
@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memplane_operator import backends, sandbox_backed
+from memplane_operator import backends
 from memplane_operator.conditions import SANDBOX_READY
 from memplane_operator.context import Ctx, StepBlocked
 from memplane_operator.crds import DEFAULT_CLASS_ANNOTATION
 from memplane_operator.kube import KubeConflictError, Namespace, PersistentVolumeClaim, StorageClass
+from memplane_operator.sandbox import backed
 
 # SandboxClass index: class name -> (spec, annotations) of every SandboxClass.
 ClassIndex = Mapping[str, Any]
@@ -176,7 +177,7 @@ async def _claim_ready(ctx: Ctx, class_name: str, spec: Mapping[str, Any]) -> No
         ctx.conditions.set(SANDBOX_READY, False, reason, message)
         raise StepBlocked(message)
     if not ready:
-        raise sandbox_backed.retried(ctx, class_name, reason, message)
+        raise backed.retried(ctx, class_name, reason, message)
     ctx.runtime.sandbox_failures.pop(ctx.uid, None)
     ctx.conditions.set(SANDBOX_READY, True, reason, message)
 
@@ -222,7 +223,7 @@ async def ensure_sandbox(ctx: Ctx, classes: ClassIndex) -> None:
         ctx.conditions.set(SANDBOX_READY, True, "NoSandbox", f"SandboxClass {class_name!r} is of type none")
         return
     if kind != "local":
-        await sandbox_backed.ensure_backed(ctx, class_name, spec)
+        await backed.ensure_backed(ctx, class_name, spec)
         return
     ctx.status["sandbox"] = {
         **dict.fromkeys(STATUS_KEYS),
@@ -249,7 +250,7 @@ async def _release_previous(ctx: Ctx, classes: ClassIndex, current: str | None) 
         return {}
     destroy = ctx.spec.reclaim_policy == "Delete"
     if recorded.get("ref") and recorded.get("type") in backends.ADAPTERS:
-        done = await sandbox_backed.release_backed(ctx, recorded, class_spec(classes, previous), destroy=destroy)
+        done = await backed.release_backed(ctx, recorded, class_spec(classes, previous), destroy=destroy)
     elif recorded.get("claimName"):
         done = f"claim {claim_name(ctx)} " + ("deleted" if destroy and await _delete_claim(ctx) else "kept")
     else:
@@ -269,7 +270,7 @@ async def release_sandbox(ctx: Ctx, classes: ClassIndex) -> str:
     kind = str(recorded.get("type") or "")
     if kind in backends.ADAPTERS:  # a ref not recorded yet (cut short after the create): found by name
         spec = class_spec(classes, str(recorded.get("className") or ""))
-        return await sandbox_backed.release_backed(ctx, recorded, spec, destroy=destroy)
+        return await backed.release_backed(ctx, recorded, spec, destroy=destroy)
     if not destroy:
         return "sandbox claim kept"
     return f"sandbox claim deleted: {await _delete_claim(ctx)}"
