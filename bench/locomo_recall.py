@@ -136,7 +136,7 @@ async def main(args: argparse.Namespace) -> int:
         for provider in args.embedders:
             config = EvalConfig(
                 modes=args.modes,
-                fusion=args.fusion,
+                ranking={"fusion": FUSIONS[args.fusion]},
                 concurrency=args.concurrency,
                 prefix=f"bench-{provider}",
                 progress=not args.no_progress,

@@ -42,8 +42,7 @@ from _harness import bench_server, common_args, environment_banner, log
 from peers_sql import Question, seed_locomo, seed_synthetic
 
 from memplane.domain.filters import MemoryFilter
-from memplane.eval.runner import TERMS_OFF
-from memplane.retrieval.fusion import FusionMethod
+from memplane.domain.ranking import TERMS_OFF, FusionMethod, Ranking
 from memplane.retrieval.service import _hnsw_settings, _query_text
 from memplane.storage import search as search_sql
 from memplane.storage.search import SearchSpec, query_values
@@ -53,8 +52,6 @@ from memplane.text.segment import segment
 def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
     """The default hybrid search's spec, as RetrievalService.search makes it (top_k 10,
     every request field left to the server's settings)."""
-    method = FusionMethod(cfg.fusion)
-    rrf = method is FusionMethod.RRF
     return SearchSpec(
         use_vector=True,
         use_lexical=True,
@@ -65,20 +62,9 @@ def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
         prefilter=exact and narrows,
         lexical_budget=cfg.lexical_candidate_postings,
         lexical_cap=cfg.lexical_max_candidates,
-        rrf=rrf,
-        vector_weight=0.5 if rrf else cfg.vector_weight,
-        rrf_k=cfg.rrf_k,
+        ranking=Ranking.from_settings(cfg),
         k1=cfg.bm25_k1,
         b=cfg.bm25_b,
-        dbsf=method is FusionMethod.DBSF,
-        zscore=method is FusionMethod.ZSCORE,
-        neighbour_window=cfg.neighbour_window,
-        neighbour_weight=cfg.neighbour_weight,
-        speaker_weight=cfg.speaker_weight,
-        time_weight=cfg.time_weight,
-        phrase_weight=cfg.phrase_weight,
-        when_weight=cfg.when_weight,
-        prf_terms=cfg.prf_terms,
         prf_docs=cfg.prf_docs,
         prf_weight=cfg.prf_weight,
     )
@@ -145,7 +131,9 @@ async def vector_leg(stack: Any, picked: list[Question], ef_values: list[int]) -
     """recall@depth / @10 and time of the HNSW walk against the exact scan (see docstring)."""
     cfg = stack.app.settings.retrieval
     base = _spec(cfg, False, False)
-    spec = dataclasses.replace(base, use_lexical=False, top_k=base.depth, prf_terms=0)
+    spec = dataclasses.replace(
+        base, use_lexical=False, top_k=base.depth, ranking=dataclasses.replace(base.ranking, prf_terms=0)
+    )
     exact = {}
     for q in picked:
         exact[q.text], seconds = await _vector_ids(stack, q, dataclasses.replace(spec, exact=True), {})
@@ -175,8 +163,9 @@ async def terms_cost(stack: Any, picked: list[Question], per_user: bool) -> None
     cfg = stack.app.settings.retrieval
     ws = stack.workspace
     default = _spec(cfg, per_user, per_user)
-    zscore = dataclasses.replace(default, **TERMS_OFF.request_fields())
-    configs = {"off": dataclasses.replace(zscore, zscore=False, dbsf=False, rrf=False), "zscore": zscore}
+    zscore = dataclasses.replace(default, ranking=default.ranking.with_overrides(TERMS_OFF))
+    weighted = zscore.ranking.with_overrides({"fusion": FusionMethod.WEIGHTED})
+    configs = {"off": dataclasses.replace(zscore, ranking=weighted), "zscore": zscore}
     configs["default"] = default
     times: dict[str, list[float]] = {name: [] for name in configs}
     settings = {} if per_user else _hnsw_settings(cfg.hnsw_ef_search, default.depth)

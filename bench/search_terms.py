@@ -45,7 +45,7 @@ from memplane.eval.runner import TERMS_OFF, workspace_prefix
 from memplane.settings import Settings
 from memplane.v1 import retrieval_pb2
 
-OFF = TERMS_OFF.request_fields()
+OFF = TERMS_OFF
 CONFIGS: dict[str, dict[str, Any]] = {
     "off": {"fusion": retrieval_pb2.FUSION_METHOD_WEIGHTED, **OFF},
     "zscore": {"fusion": retrieval_pb2.FUSION_METHOD_ZSCORE, **OFF},

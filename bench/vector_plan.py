@@ -68,6 +68,7 @@ from _harness import (
 
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Workspace
+from memplane.domain.ranking import FusionMethod, Ranking
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
@@ -248,9 +249,7 @@ async def vector_search(
         prefilter=False,
         lexical_budget=0,
         lexical_cap=0,
-        rrf=False,
-        vector_weight=1.0,
-        rrf_k=60,
+        ranking=Ranking(fusion=FusionMethod.WEIGHTED, vector_weight=1.0, rrf_k=60),
         k1=1.2,
         b=0.75,
     )

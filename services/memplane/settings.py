@@ -285,17 +285,6 @@ and in SearchMemories requests. PostgreSQL's float8 arithmetic raises on underfl
 rounding to 0 (float8mul: "value out of range: underflow"), so a weight of 5e-324 times a
 normalised score of 0.4 failed the whole search; a weight under a millionth changes no
 ranking beyond ties."""
-REQUEST_WEIGHTS = (
-    "vector_weight",
-    "neighbour_weight",
-    "speaker_weight",
-    "time_weight",
-    "phrase_weight",
-    "when_weight",
-)
-"""The weights a SearchMemories request may set (each 0 to 1, 0 or at least MIN_WEIGHT), each
-also a RetrievalSettings default of the same name."""
-_WEIGHTS = ("zscore_vector_weight", *REQUEST_WEIGHTS, "prf_weight")
 
 
 class RetrievalSettings(BaseModel):
@@ -307,7 +296,12 @@ class RetrievalSettings(BaseModel):
         "highest LoCoMo R@10 on conversations 1-5 in both text formats; before it, WEIGHTED 0.5/0.5 .666 (all ten), "
         "RRF .608, WEIGHTED 0.7/0.3 .609, lexical alone .632. See README 'Recall without an LLM'.",
     )
-    rrf_k: int = Field(default=60, ge=1, description="RRF constant (Cormack et al., SIGIR 2009).")
+    rrf_k: int = Field(
+        default=60,
+        ge=1,
+        le=10_000,
+        description="RRF constant k of requests that leave it unset (Cormack et al., SIGIR 2009).",
+    )
     zscore_vector_weight: float = Field(
         default=0.4,
         ge=0,
@@ -423,8 +417,8 @@ class RetrievalSettings(BaseModel):
 
     @model_validator(mode="after")
     def _weights_computable(self) -> RetrievalSettings:
-        for name in _WEIGHTS:
-            if 0.0 < getattr(self, name) < MIN_WEIGHT:
+        for name in type(self).model_fields:
+            if name.endswith("_weight") and 0.0 < getattr(self, name) < MIN_WEIGHT:
                 raise ValueError(f"{name} must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows)")
         return self
 

@@ -24,7 +24,7 @@ from tests.support import cond, fields, mem, ts
 
 USER = memory_pb2.MESSAGE_ROLE_USER
 MAY, JULY = datetime(2023, 5, 8, 13, 56, tzinfo=UTC), datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
-OFF = TERMS_OFF.request_fields()
+OFF = TERMS_OFF
 SESSION_1 = [
     ("D1:1", "Caroline", "I went to an LGBTQ support group yesterday and it was powerful"),
     ("D1:2", "Melanie", "That sounds wonderful, what happened there?"),
@@ -277,17 +277,11 @@ DEFAULTS: dict[str, Any] = {}
 
 
 def _defaults() -> None:
+    from memplane.domain.ranking import TERMS, Ranking
     from memplane.settings import RetrievalSettings
 
-    r = RetrievalSettings()
-    DEFAULTS.update(
-        neighbour_window=r.neighbour_window,
-        neighbour_weight=r.neighbour_weight,
-        speaker_weight=r.speaker_weight,
-        time_weight=r.time_weight,
-        phrase_weight=r.phrase_weight,
-        when_weight=r.when_weight,
-    )
+    r = Ranking.from_settings(RetrievalSettings())
+    DEFAULTS.update({name: getattr(r, name) for name in TERMS})
 
 
 _defaults()
@@ -307,7 +301,7 @@ async def test_a_weight_too_small_to_compute_with_is_refused_naming_it(
     query = "What did Caroline feel at the support group in May 2023?"
     with pytest.raises(InvalidArgumentError) as caught:
         await workspace.client.search(query, top_k=20, **{**OFF, name: tiny})
-    assert fields(caught.value) == [name]
+    assert fields(caught.value) == [f"ranking.{name}"]
     for fine in (MIN_WEIGHT, 0.0):
         reply = await workspace.client.search(query, top_k=20, **{**OFF, name: fine})
         scores = [h.score for h in reply.hits]

@@ -20,7 +20,7 @@ from tests.e2e.test_search_terms import MAY, message
 from tests.fix_server import TestWorkspace
 from tests.support import fields, mem, ts
 
-OFF = TERMS_OFF.request_fields()
+OFF = TERMS_OFF
 DORA = filter_pb2.MemoryFilter(user_id="dora")
 TURNS = [
     ("t1", "I grow tomatoes in my garden"),

@@ -16,6 +16,7 @@ import pytest
 from memplane.app import App
 from memplane.domain.filters import Condition, MemoryFilter, Operator
 from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
+from memplane.domain.ranking import Ranking, knob_types
 from memplane.retrieval.fusion import FusionMethod, fuse
 from memplane.storage import search as search_sql
 from memplane.storage.retention import delete_expired_memories
@@ -43,6 +44,11 @@ TEXTS = [
 
 
 def spec(**overrides: object) -> SearchSpec:
+    """A spec of every statement path's defaults here; *overrides* by SearchSpec or Ranking
+    field name (rrf, dbsf, zscore: True picks that fusion; WEIGHTED otherwise)."""
+    knobs = {name: overrides.pop(name) for name in list(overrides) if name in knob_types()}
+    chosen = [FusionMethod(m) for m in ("rrf", "dbsf", "zscore") if overrides.pop(m, False)]
+    knobs = {"fusion": chosen[0] if chosen else FusionMethod.WEIGHTED, "vector_weight": 0.5, "rrf_k": 60, **knobs}
     values: dict[str, object] = {
         "use_vector": True,
         "use_lexical": True,
@@ -53,9 +59,7 @@ def spec(**overrides: object) -> SearchSpec:
         "prefilter": False,
         "lexical_budget": 20_000,
         "lexical_cap": 20_000,
-        "rrf": False,
-        "vector_weight": 0.5,
-        "rrf_k": 60,
+        "ranking": Ranking(**knobs),  # type: ignore[arg-type]
         "k1": K1,
         "b": B,
     }

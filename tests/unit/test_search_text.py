@@ -1,8 +1,8 @@
 """The search statement's text is composed once per shape (`memplane.storage.search.statement`
 caches it by `_shape(spec)` and the filter's condition): whatever a request changes, the
 cached text must be the text composed afresh for that very request. Each field of
-`SearchSpec` is varied from several bases (a field added later is varied too), so a value
-that changes the text but is left out of the cache key fails here."""
+`SearchSpec` and of its `Ranking` is varied from several bases (a field added later is varied
+too), so a value that changes the text but is left out of the cache key fails here."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from memplane.domain.filters import Condition, MemoryFilter, Operator
+from memplane.domain.ranking import FusionMethod, Ranking
 from memplane.storage import search as search_sql
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.search import SearchSpec
@@ -29,16 +30,23 @@ BASE = SearchSpec(
     prefilter=False,
     lexical_budget=20_000,
     lexical_cap=5_000,
-    rrf=False,
-    vector_weight=0.5,
-    rrf_k=60,
+    ranking=Ranking(fusion=FusionMethod.WEIGHTED, vector_weight=0.5, rrf_k=60),
     k1=1.2,
     b=0.75,
 )
 BASES = [
     BASE,
-    dataclasses.replace(BASE, exact=True, prefilter=True, zscore=True, neighbour_window=2, neighbour_weight=0.6),
-    dataclasses.replace(BASE, speaker_weight=0.4, time_weight=0.2, phrase_weight=0.2, prf_terms=10, context_turns=2),
+    dataclasses.replace(
+        BASE,
+        exact=True,
+        prefilter=True,
+        ranking=dataclasses.replace(BASE.ranking, fusion=FusionMethod.ZSCORE, neighbour_window=2, neighbour_weight=0.6),
+    ),
+    dataclasses.replace(
+        BASE,
+        context_turns=2,
+        ranking=dataclasses.replace(BASE.ranking, speaker_weight=0.4, time_weight=0.2, phrase_weight=0.2, prf_terms=10),
+    ),
 ]
 FILTERS = [
     MemoryFilter(),
@@ -50,6 +58,8 @@ FILTERS = [
 
 def variants(value: Any) -> list[Any]:
     """Values of a field's type, including its "off" value."""
+    if isinstance(value, FusionMethod):
+        return list(FusionMethod)
     if isinstance(value, bool):
         return [False, True]
     if isinstance(value, int):
@@ -61,7 +71,11 @@ def specs() -> list[SearchSpec]:
     out = []
     for base in BASES:
         for field in dataclasses.fields(SearchSpec):
-            out += [dataclasses.replace(base, **{field.name: v}) for v in variants(getattr(base, field.name))]
+            if field.name != "ranking":
+                out += [dataclasses.replace(base, **{field.name: v}) for v in variants(getattr(base, field.name))]
+        for field in dataclasses.fields(Ranking):
+            for v in variants(getattr(base.ranking, field.name)):
+                out.append(dataclasses.replace(base, ranking=dataclasses.replace(base.ranking, **{field.name: v})))
     return out
 
 

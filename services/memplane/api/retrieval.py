@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from typing import Any
+
 from memplane import convert
 from memplane.admin.auth import Authenticator
 from memplane.api.handler import Context, rpc, workspace_of
 from memplane.api.read_tokens import ReadYourWrites
+from memplane.domain.ranking import Knob, knob_types
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.retrieval.file_selection import FileSelector, SelectedFile, SelectionMethod, SelectRequest
-from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.fusion import SignalHit
 from memplane.retrieval.service import RerankStatus, RetrievalService, SearchMode, SearchRequest
 from memplane.v1 import retrieval_pb2, retrieval_pb2_grpc
 
@@ -17,13 +22,6 @@ _MODES = {
     retrieval_pb2.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
     retrieval_pb2.SEARCH_MODE_VECTOR: SearchMode.VECTOR,
     retrieval_pb2.SEARCH_MODE_LEXICAL: SearchMode.LEXICAL,
-}
-_FUSIONS = {
-    retrieval_pb2.FUSION_METHOD_UNSPECIFIED: None,  # the server's setting (retrieval.fusion)
-    retrieval_pb2.FUSION_METHOD_RRF: FusionMethod.RRF,
-    retrieval_pb2.FUSION_METHOD_WEIGHTED: FusionMethod.WEIGHTED,
-    retrieval_pb2.FUSION_METHOD_DBSF: FusionMethod.DBSF,
-    retrieval_pb2.FUSION_METHOD_ZSCORE: FusionMethod.ZSCORE,
 }
 
 _RERANK_STATUSES = {
@@ -52,6 +50,30 @@ def _selected(file: SelectedFile) -> retrieval_pb2.SelectedMemoryFile:
         type=convert.MEMORY_TYPE_VALUES[file.memory.type],  # type: ignore[arg-type]
         score=file.score,
     )
+
+
+def ranking_overrides(options: retrieval_pb2.RankingOptions) -> dict[str, Knob]:
+    """The knobs a request's RankingOptions sets, by field name (`memplane.domain.ranking.Ranking`):
+    a field with presence (`optional`) when present, 0 included; another when not 0 (0 is
+    unset, the server's default); an enum as the domain enum of the value's name without the
+    enum's prefix (FUSION_METHOD_RRF: FusionMethod.RRF). Raises `InvalidArgumentError` naming
+    "ranking.<field>" for an enum value this server does not know."""
+    kinds = knob_types()
+    out: dict[str, Knob] = {}
+    for field, set_value in options.ListFields():  # set: present (`optional`) or not 0
+        value: Any = set_value
+        if field.enum_type is not None:
+            words = re.sub(r"(?<!^)(?=[A-Z])", " ", field.enum_type.name).lower()  # FusionMethod: fusion method
+            named = field.enum_type.values_by_number.get(value)
+            try:
+                if named is None:
+                    raise ValueError(value)
+                value = kinds[field.name](named.name.removeprefix(f"{words.replace(' ', '_').upper()}_").lower())
+            except ValueError:
+                violation = FieldViolation(f"ranking.{field.name}", f"must be a known {words}")
+                raise InvalidArgumentError(violation) from None
+        out[field.name] = value
+    return out
 
 
 def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
@@ -84,8 +106,6 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         _, workspace = await workspace_of(self._auth, context)
         if request.mode not in _MODES:
             raise InvalidArgumentError(FieldViolation("mode", "must be a known search mode"))
-        if request.fusion not in _FUSIONS:
-            raise InvalidArgumentError(FieldViolation("fusion", "must be a known fusion method"))
         result = await self._service.search(
             workspace,
             SearchRequest(
@@ -94,16 +114,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 min_score=request.min_score,
                 filter=convert.filter_from_proto(request.filter),
                 mode=_MODES[request.mode],
-                fusion=_FUSIONS[request.fusion],
-                vector_weight=request.vector_weight or None,
-                rrf_k=request.rrf_k or None,
-                neighbour_window=request.neighbour_window if request.HasField("neighbour_window") else None,
-                neighbour_weight=request.neighbour_weight if request.HasField("neighbour_weight") else None,
-                speaker_weight=request.speaker_weight if request.HasField("speaker_weight") else None,
-                time_weight=request.time_weight if request.HasField("time_weight") else None,
-                phrase_weight=request.phrase_weight if request.HasField("phrase_weight") else None,
-                when_weight=request.when_weight if request.HasField("when_weight") else None,
-                prf_terms=request.prf_terms if request.HasField("prf_terms") else None,
+                ranking=ranking_overrides(request.ranking),
                 context_turns=request.context_turns,
                 context_max_tokens=request.context_max_tokens,
             ),
@@ -118,13 +129,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
-                    boosts=retrieval_pb2.ScoreBoosts(
-                        neighbour=h.boosts[0],
-                        speaker=h.boosts[1],
-                        time=h.boosts[2],
-                        phrase=h.boosts[3],
-                        when=h.boosts[4],
-                    ),
+                    boosts=retrieval_pb2.ScoreBoosts(**dataclasses.asdict(h.boosts)),
                     context=[
                         retrieval_pb2.ContextTurn(
                             offset=c.turn.offset,

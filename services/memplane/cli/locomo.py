@@ -30,32 +30,19 @@ from typing import Any
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.client.aio import AsyncMemplaneClient
+from memplane.domain.ranking import KNOB_HELP, TERMS, FusionMethod, knob_types
 from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.eval.runner import (
     FUSIONS,
     SEARCH_MODES,
     EvalConfig,
-    SearchTerms,
     ingest_locomo,
     missing_workspaces,
     run_locomo_eval,
 )
-from memplane.settings import MIN_WEIGHT, RetrievalSettings, Settings
-
-TERMS: dict[str, tuple[type, str]] = {
-    "neighbour_window": (int, "turns each side whose fused score a hit borrows, 0-10 (0 off)"),
-    "neighbour_weight": (float, "weight of the neighbourhood term, 0-1 (0 off)"),
-    "speaker_weight": (float, "boost of a hit whose speaker the question names, 0-1 (0 off)"),
-    "time_weight": (float, "boost of a hit dated in the interval the question names, 0-1 (0 off)"),
-    "phrase_weight": (float, "boost of a hit holding a phrase the question quotes, 0-1 (0 off)"),
-    "when_weight": (
-        float,
-        "boost of a hit holding a relative time expression when the question asks when, 0-1 (0 off)",
-    ),
-    "prf_terms": (int, "RM3 expansion lexemes of the lexical signal, 0-50 (0 off)"),
-}
-"""The query-aware fields of SearchMemoriesRequest `eval locomo` can set, with their help."""
+from memplane.retrieval.ranking import knob_bounds
+from memplane.settings import MIN_WEIGHT, Settings
 
 
 def _positive_int(text: str) -> int:
@@ -69,12 +56,10 @@ def _positive_int(text: str) -> int:
 
 
 def _term(name: str, kind: type) -> Callable[[str], float]:
-    """The argparse type of search field *name*: a *kind* within the bounds the server's
-    `RetrievalSettings` gives the field (SearchMemories refuses the same values), and a
+    """The argparse type of ranking knob *name*: a *kind* within the bounds the server's
+    `RetrievalSettings` gives the knob (SearchMemories refuses the same values), and a
     positive weight at least MIN_WEIGHT; checked while parsing, before anything connects."""
-    metadata = RetrievalSettings.model_fields[name].metadata  # pydantic's Field(ge=, le=)
-    low: float = next(m.ge for m in metadata if hasattr(m, "ge"))
-    high: float = next(m.le for m in metadata if hasattr(m, "le"))
+    low, high = knob_bounds(name)
 
     def parse(text: str) -> float:
         try:
@@ -149,15 +134,13 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         return 1
     config = EvalConfig(
         modes=ns.modes,
-        fusion=ns.fusion,
-        vector_weight=ns.vector_weight,
         concurrency=ns.concurrency,
         keep=ns.keep,
         progress=not ns.no_progress,
         text_format=ns.text_format,
         split=ns.split,
         reuse=ns.reuse,
-        terms=SearchTerms(**{name: getattr(ns, name) for name in TERMS}),
+        ranking=_ranking(ns),
         **({"prefix": ns.prefix} if ns.prefix else {}),
     )
     async with admin_client(ns, settings) as admin:
@@ -169,6 +152,37 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         report = await run_locomo_eval(admin, _factory(ns, settings), conversations, config)
     print(report.format())
     return 0
+
+
+def _ranking(ns: argparse.Namespace) -> dict[str, float]:
+    """The RankingOptions fields the flags set (`AsyncMemplaneClient.search` options): each
+    knob's flag given, --fusion other than "default"."""
+    chosen = {name: getattr(ns, name) for name in knob_types() if getattr(ns, name) is not None}
+    if chosen.get("fusion") == "default":
+        del chosen["fusion"]
+    if "fusion" in chosen:
+        chosen["fusion"] = FUSIONS[chosen["fusion"]]
+    return chosen
+
+
+def _ranking_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per ranking knob (`memplane.domain.ranking.Ranking`): --fusion a choice, the
+    others a number within the knob's bounds; unset (default) leaves it to the server."""
+    for name, kind in knob_types().items():
+        flag = f"--{name.replace('_', '-')}"
+        if kind is FusionMethod:
+            parser.add_argument(
+                flag, choices=sorted(FUSIONS), default="default", help=f"{KNOB_HELP[name]} (default: the server's)"
+            )
+            continue
+        low, high = knob_bounds(name)
+        off = " (0 off)" if name in TERMS else ""
+        parser.add_argument(
+            flag,
+            type=_term(name, kind),
+            default=None,
+            help=f"RankingOptions.{name}: {KNOB_HELP[name]}, {low:g}-{high:g}{off} (default: the server's)",
+        )
 
 
 def _no_workspaces(ns: argparse.Namespace, missing: Sequence[str], total: int) -> None:
@@ -214,15 +228,7 @@ def add_parsers(sub: Any, imports: Any) -> None:
         default=("hybrid", "vector", "lexical"),
         help="comma-separated search modes (default hybrid,vector,lexical)",
     )
-    q.add_argument(
-        "--fusion", choices=sorted(FUSIONS), default="default", help="fusion of hybrid mode (default: the server's)"
-    )
-    q.add_argument(
-        "--vector-weight",
-        type=_term("zscore_vector_weight", float),
-        default=0.0,
-        help="vector weight of the fusion, 0-1 (0: server default)",
-    )
+    _ranking_flags(q)
     q.add_argument(
         "--text-format",
         choices=TEXT_FORMATS,
@@ -240,13 +246,6 @@ def add_parsers(sub: Any, imports: Any) -> None:
         help="also report conversations 1-5 (tuning) and 6-10 (held out) apart, as <mode>/tuning and "
         "<mode>/held-out rows: choose weights on the tuning half, read the held-out one",
     )
-    for name, (kind, what) in TERMS.items():
-        q.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=_term(name, kind),
-            default=None,
-            help=f"SearchMemoriesRequest.{name}: {what} (default: the server's)",
-        )
     q.add_argument("--keep", action="store_true", help="keep the eval-* workspaces (default: delete them)")
     q.add_argument(
         "--prefix",

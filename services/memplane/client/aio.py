@@ -39,6 +39,26 @@ from memplane.v1 import (
 
 T = TypeVar("T")
 
+
+def ranking_options(
+    base: retrieval_pb2.RankingOptions | None, options: Mapping[str, float | None]
+) -> retrieval_pb2.RankingOptions:
+    """A copy of *base* (or an empty RankingOptions) with each of *options* not None set by
+    field name (an int for an enum: `retrieval_pb2.FUSION_METHOD_RRF`). Raises `TypeError`
+    naming an option that is not a RankingOptions field, as an unknown keyword would."""
+    fields = retrieval_pb2.RankingOptions.DESCRIPTOR.fields_by_name
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise TypeError(f"search() got unexpected ranking option(s) {', '.join(unknown)}")
+    out = retrieval_pb2.RankingOptions()
+    if base is not None:
+        out.CopyFrom(base)
+    for name, value in options.items():
+        if value is not None:
+            setattr(out, name, value)
+    return out
+
+
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
@@ -261,29 +281,17 @@ class AsyncMemplaneClient:
         min_score: float = 0.0,
         filter: filter_pb2.MemoryFilter | None = None,
         mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
-        fusion: int = retrieval_pb2.FUSION_METHOD_UNSPECIFIED,
-        vector_weight: float = 0.0,
-        neighbour_window: int | None = None,
-        neighbour_weight: float | None = None,
-        speaker_weight: float | None = None,
-        time_weight: float | None = None,
-        phrase_weight: float | None = None,
-        when_weight: float | None = None,
-        prf_terms: int | None = None,
         context_turns: int = 0,
         context_max_tokens: int = 0,
+        ranking: retrieval_pb2.RankingOptions | None = None,
+        **options: float | None,
     ) -> retrieval_pb2.SearchMemoriesResponse:
         """Hybrid search; *queries* may be one string or several (merged, de-duplicated).
-        The query-aware terms left None take the server's defaults (0 turns one off)."""
-        terms = {
-            "neighbour_window": neighbour_window,
-            "neighbour_weight": neighbour_weight,
-            "speaker_weight": speaker_weight,
-            "time_weight": time_weight,
-            "phrase_weight": phrase_weight,
-            "when_weight": when_weight,
-            "prf_terms": prf_terms,
-        }
+        *options* set fields of the request's RankingOptions by name, over *ranking*
+        (fusion, vector_weight, rrf_k, neighbour_window, neighbour_weight, speaker_weight,
+        time_weight, phrase_weight, when_weight, prf_terms: proto/memplane/v1/retrieval.proto);
+        one left None, or absent, takes the server's default (0 turns a term off). Raises
+        `TypeError` naming an option RankingOptions does not have."""
         return await self._call(
             self.retrieval.SearchMemories,
             retrieval_pb2.SearchMemoriesRequest(
@@ -292,11 +300,9 @@ class AsyncMemplaneClient:
                 min_score=min_score,
                 filter=filter,
                 mode=mode,  # type: ignore[arg-type]
-                fusion=fusion,  # type: ignore[arg-type]
-                vector_weight=vector_weight,
                 context_turns=context_turns,
                 context_max_tokens=context_max_tokens,
-                **{k: v for k, v in terms.items() if v is not None},  # type: ignore[arg-type]
+                ranking=ranking_options(ranking, options),
             ),
         )
 

@@ -17,13 +17,13 @@ import secrets
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 
 from google.protobuf import duration_pb2
 from tqdm import tqdm
 
-from memplane.client.aio import AsyncMemplaneClient
+from memplane.client.aio import AsyncMemplaneClient, ranking_options
+from memplane.domain import ranking
 from memplane.errors import NotFoundError
 from memplane.eval.concurrency import gather_bounded
 from memplane.eval.ingest import ClientFactory, TextFormat, WorkspaceSet, ingest_conversations
@@ -66,27 +66,9 @@ class IngestStats:
         return self.turns / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class SearchTerms:
-    """The query-aware fields of SearchMemoriesRequest an evaluation sets (None: unset,
-    the server's default; 0 turns a term off)."""
-
-    neighbour_window: int | None = None
-    neighbour_weight: float | None = None
-    speaker_weight: float | None = None
-    time_weight: float | None = None
-    phrase_weight: float | None = None
-    when_weight: float | None = None
-    prf_terms: int | None = None
-
-    def request_fields(self) -> dict[str, Any]:
-        """The terms as keyword arguments of `AsyncMemplaneClient.search` (None: unset), for
-        callers that vary them by name (bench/search_terms.py, the tests)."""
-        return asdict(self)
-
-
-TERMS_OFF = SearchTerms(**{f.name: 0 for f in fields(SearchTerms)})
-"""Every query-aware term and RM3 turned off: the search as before issue 14's terms."""
+TERMS_OFF: dict[str, float] = dict(ranking.TERMS_OFF)
+"""`AsyncMemplaneClient.search` options turning every query-aware term and RM3 off: the
+search as before issue 14's terms."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +79,6 @@ class EvalConfig:
     (`memplane.eval.ingest.TEXT_FORMATS`)."""
 
     modes: tuple[str, ...] = ("hybrid", "vector", "lexical")
-    fusion: str = "default"
-    vector_weight: float = 0.0  # 0: the server's default for the fusion method
     top_k: int = max(RECALL_KS)
     concurrency: int = 4
     keep: bool = False
@@ -107,7 +87,7 @@ class EvalConfig:
     text_format: TextFormat = "conversation"
     split: bool = False  # also report the tuning and held-out halves (`split_label`)
     reuse: bool = False  # take the workspaces of an earlier import ("<prefix>-<sample id>"); kept
-    terms: SearchTerms = field(default_factory=SearchTerms)
+    ranking: Mapping[str, float] = field(default_factory=dict)  # RankingOptions fields set; the rest the server's
 
 
 TUNING_CONVERSATIONS = 5
@@ -306,9 +286,7 @@ async def _ask(
         question.question,
         top_k=config.top_k,
         mode=SEARCH_MODES[mode],
-        fusion=FUSIONS[config.fusion],
-        vector_weight=config.vector_weight,
-        **config.terms.request_fields(),
+        ranking=ranking_options(None, config.ranking),
     )
     log.add(mode, time.perf_counter() - started, reply)
     ranked = [d for d in (hit_message_id(h.memory) for h in reply.hits) if d]

@@ -34,19 +34,13 @@
 
 from __future__ import annotations
 
-import enum
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from memplane.domain.ranking import FusionMethod
 
-class FusionMethod(enum.StrEnum):
-    """How signals combine."""
-
-    RRF = "rrf"
-    WEIGHTED = "weighted"
-    DBSF = "dbsf"
-    ZSCORE = "zscore"
+__all__ = ["FusedHit", "FusionMethod", "SignalHit", "fuse"]
 
 
 @dataclass(frozen=True)

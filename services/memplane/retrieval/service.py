@@ -26,31 +26,31 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import numpy as np
 
 from memplane.domain.consistency import LSN_METADATA_KEY, parse_lsn
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, Workspace
+from memplane.domain.ranking import Boosts, Knob, Ranking
 from memplane.domain.validation import Violations, check_filter, check_text, parse_memory_id
 from memplane.embedding.compat import ensure_compatible
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
 from memplane.quota.meter import EmbeddingMeter
 from memplane.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
-from memplane.retrieval.fusion import FusionMethod, SignalHit
+from memplane.retrieval.fusion import SignalHit
 from memplane.retrieval.query import asks_when, query_names, query_phrases, query_time
+from memplane.retrieval.ranking import check_ranking
 from memplane.retrieval.rerank import Reranker, RerankError
-from memplane.settings import MIN_WEIGHT, REQUEST_WEIGHTS, LimitsSettings, RetrievalSettings
+from memplane.settings import LimitsSettings, RetrievalSettings
 from memplane.storage import search as search_sql
 from memplane.storage.database import Connection
 from memplane.storage.memories import MemoryStore
 from memplane.storage.replica import ReadRouter
 from memplane.storage.search import ContextTurn, QueryText, SearchSpec
-from memplane.storage.search_boosts import Boosts
 from memplane.text.segment import segment
 
 _log = logging.getLogger(__name__)
@@ -66,26 +66,16 @@ class SearchMode:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A validated-on-use search. `fusion` None means the server's setting
-    (retrieval.fusion); `vector_weight` None means the method's default (0.5 for RRF:
-    equal weights; settings.zscore_vector_weight for ZSCORE; settings.vector_weight
-    otherwise)."""
+    """A validated-on-use search. `ranking` holds the ranking knobs the request sets
+    (`memplane.domain.ranking.Ranking` field name -> value); a knob absent is the server's
+    (`Ranking.resolve`: a fusion method without a vector weight takes that method's)."""
 
     queries: tuple[str, ...]
     top_k: int = 10
     min_score: float = 0.0
     filter: MemoryFilter = field(default_factory=MemoryFilter)
     mode: str = SearchMode.HYBRID
-    fusion: FusionMethod | None = None
-    vector_weight: float | None = None
-    rrf_k: int | None = None
-    neighbour_window: int | None = None  # None: the server's setting, as each of the three below
-    neighbour_weight: float | None = None
-    speaker_weight: float | None = None
-    time_weight: float | None = None
-    phrase_weight: float | None = None
-    when_weight: float | None = None
-    prf_terms: int | None = None
+    ranking: Mapping[str, Knob] = field(default_factory=dict)
     context_turns: int = 0  # transcript turns returned each side of a hit
     context_max_tokens: int = 0  # 0: DEFAULT_CONTEXT_TOKENS
 
@@ -102,7 +92,7 @@ class Hit:
     lexical: SignalHit | None
     query_index: int
     rerank: SignalHit | None = None
-    boosts: Boosts = (0.0, 0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase, when (weighted)
+    boosts: Boosts = field(default_factory=Boosts)  # what each query-aware term added (weighted)
     context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
 
 
@@ -176,23 +166,10 @@ class RetrievalService:
             v.add("top_k", f"must be between 1 and {self._limits.max_top_k}")
         if not 0.0 <= request.min_score <= 1.0:
             v.add("min_score", "must be between 0 and 1")
-        if request.rrf_k is not None and not 1 <= request.rrf_k <= 10_000:
-            v.add("rrf_k", "must be between 1 and 10000")
-        for name, high in (
-            ("neighbour_window", MAX_NEIGHBOUR_WINDOW),
-            ("prf_terms", MAX_PRF_TERMS),
-            ("context_turns", MAX_NEIGHBOUR_WINDOW),
-            ("context_max_tokens", MAX_CONTEXT_TOKENS),
-        ):
-            count = getattr(request, name)
-            if count is not None and not 0 <= count <= high:
+        check_ranking(v, "ranking", request.ranking)
+        for name, high in (("context_turns", MAX_CONTEXT_TURNS), ("context_max_tokens", MAX_CONTEXT_TOKENS)):
+            if not 0 <= getattr(request, name) <= high:
                 v.add(name, f"must be between 0 and {high}")
-        for name in REQUEST_WEIGHTS:
-            value = getattr(request, name)
-            if value is not None and not 0.0 <= value <= 1.0:  # NaN fails too
-                v.add(name, "must be between 0 and 1")
-            elif value is not None and 0.0 < value < MIN_WEIGHT:
-                v.add(name, f"must be 0 or at least {MIN_WEIGHT:g} (a smaller weight underflows the arithmetic)")
         check_filter(v, "filter", request.filter, self._limits)
         v.raise_if_any()
 
@@ -209,12 +186,9 @@ class RetrievalService:
         use_lexical = request.mode in (SearchMode.HYBRID, SearchMode.LEXICAL)
         depth = max(request.top_k * self._settings.candidate_multiplier, self._settings.min_candidates)
         now = datetime.now(UTC)
-        method = request.fusion or FusionMethod(self._settings.fusion)
-        weight = request.vector_weight
-        if weight is None:
-            weight = {FusionMethod.RRF: 0.5, FusionMethod.ZSCORE: self._settings.zscore_vector_weight}.get(
-                method, self._settings.vector_weight
-            )
+        ranking = Ranking.resolve(self._settings, request.ranking)
+        if not use_lexical:
+            ranking = replace(ranking, prf_terms=0)  # RM3 expands the lexical signal only
         # The scope's row count (a round trip unless cached) runs while the queries embed.
         counting = asyncio.ensure_future(self._exact(workspace, request.filter, now))
         counting.add_done_callback(_consume)
@@ -240,20 +214,9 @@ class RetrievalService:
             prefilter=exact and request.filter.narrows,
             lexical_budget=self._settings.lexical_candidate_postings,
             lexical_cap=self._settings.lexical_max_candidates,
-            rrf=method is FusionMethod.RRF,
-            vector_weight=weight,
-            rrf_k=request.rrf_k or self._settings.rrf_k,
+            ranking=ranking,
             k1=self._settings.bm25_k1,
             b=self._settings.bm25_b,
-            dbsf=method is FusionMethod.DBSF,
-            zscore=method is FusionMethod.ZSCORE,
-            neighbour_window=_pick(request.neighbour_window, self._settings.neighbour_window),
-            neighbour_weight=_pick(request.neighbour_weight, self._settings.neighbour_weight),
-            speaker_weight=_pick(request.speaker_weight, self._settings.speaker_weight),
-            time_weight=_pick(request.time_weight, self._settings.time_weight),
-            phrase_weight=_pick(request.phrase_weight, self._settings.phrase_weight),
-            when_weight=_pick(request.when_weight, self._settings.when_weight),
-            prf_terms=_pick(request.prf_terms, self._settings.prf_terms) if use_lexical else 0,
             prf_docs=self._settings.prf_docs,
             prf_weight=self._settings.prf_weight,
             context_turns=request.context_turns,
@@ -375,8 +338,8 @@ class RetrievalService:
 
 _MAX_CACHED_COUNTS = 10_000
 
-MAX_NEIGHBOUR_WINDOW = 10
-"""Turns each side of a candidate the neighbourhood term may look at."""
+MAX_CONTEXT_TURNS = 10
+"""Turns each side of a hit its context may hold."""
 
 MAX_CONTEXT_TOKENS = 10_000
 """Tokens of one hit's context a request may ask for."""
@@ -384,16 +347,6 @@ MAX_CONTEXT_TOKENS = 10_000
 
 def _approximate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
-
-
-MAX_PRF_TERMS = 50
-"""RM3 expansion lexemes a request may ask for."""
-
-_T = TypeVar("_T", int, float)
-
-
-def _pick(requested: _T | None, default: _T) -> _T:
-    return default if requested is None else requested
 
 
 def _query_text(

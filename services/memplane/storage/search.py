@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -50,10 +50,11 @@ from psycopg.raw_cursor import RawCursorMixin
 
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, MemoryType, Workspace
+from memplane.domain.ranking import BOOST_NAMES, Boosts, FusionMethod, Ranking
 from memplane.storage.database import Connection
 from memplane.storage.filters import Params, compile_filter
 from memplane.storage.rows import MEMORY_COLUMNS, memory_from_row
-from memplane.storage.search_boosts import CONTEXT_COLUMN, TIME_PATTERNS, Boosts, top_cte
+from memplane.storage.search_boosts import CONTEXT_COLUMN, boosts_from_row, term_values, top_cte
 from memplane.storage.search_rm3 import rm3_ctes
 
 Cursor = Any  # psycopg.AsyncCursor[dict[str, Any]]
@@ -64,7 +65,8 @@ MAX_QUERY_LEXEMES = 64  # lexemes of one query used for BM25 (a 4 KiB query rare
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """How to search (the same for every query of a request)."""
+    """How to search (the same for every query of a request): which signals and plans,
+    the cut, the server's BM25 and RM3 constants, and the request's `Ranking` whole."""
 
     use_vector: bool
     use_lexical: bool
@@ -75,39 +77,42 @@ class SearchSpec:
     prefilter: bool  # lexical: test @@ on the filtered rows instead of walking GIN
     lexical_budget: int  # postings the GIN candidate query may cover (see the module docstring)
     lexical_cap: int  # candidates the GIN candidate query returns at most
-    rrf: bool
-    vector_weight: float
-    rrf_k: int
+    ranking: Ranking  # fusion, its weight and k, the query-aware terms, RM3's lexemes (prf_terms)
     k1: float
     b: float
-    dbsf: bool = False  # distribution-based score fusion (ignored when rrf)
-    zscore: bool = False  # z-score fusion (ignored when rrf or dbsf)
-    neighbour_window: int = 0  # turns each side of a candidate in its session's transcript
-    neighbour_weight: float = 0.0  # 0: no neighbourhood term
-    speaker_weight: float = 0.0  # 0: no speaker term
-    time_weight: float = 0.0  # 0: no time term
-    phrase_weight: float = 0.0  # 0: no phrase term
-    when_weight: float = 0.0  # 0: no when-question term
-    prf_terms: int = 0  # RM3 expansion lexemes; 0: no pseudo-relevance feedback
     prf_docs: int = 10  # RM3 feedback memories
     prf_weight: float = 0.5  # RM3: the original query's share of the expanded query
     context_turns: int = 0  # transcript turns returned each side of a hit
 
     @property
+    def rrf(self) -> bool:
+        """Whether the fusion is RRF."""
+        return self.ranking.fusion is FusionMethod.RRF
+
+    @property
+    def dbsf(self) -> bool:
+        """Whether the fusion is DBSF."""
+        return self.ranking.fusion is FusionMethod.DBSF
+
+    @property
+    def zscore(self) -> bool:
+        """Whether the fusion is ZSCORE."""
+        return self.ranking.fusion is FusionMethod.ZSCORE
+
+    @property
+    def prf_terms(self) -> int:
+        """RM3 expansion lexemes (0: no pseudo-relevance feedback)."""
+        return self.ranking.prf_terms
+
+    @property
     def boosted(self) -> bool:
-        """Whether any query-aware term (neighbourhood, speaker, time, phrase, when) is on."""
-        return (
-            self.neighbours
-            or self.speaker_weight > 0
-            or self.time_weight > 0
-            or self.phrase_weight > 0
-            or self.when_weight > 0
-        )
+        """Whether any query-aware term (`memplane.domain.ranking.Boosts`) is on."""
+        return self.ranking.boosted
 
     @property
     def neighbours(self) -> bool:
         """Whether the neighbourhood term is on."""
-        return self.neighbour_window > 0 and self.neighbour_weight > 0
+        return self.ranking.neighbours
 
 
 @dataclass(frozen=True)
@@ -130,13 +135,13 @@ class QueryText:
 class SearchRow:
     """One fused hit: the memory, its fused score, each signal's raw score, normalised
     score and rank (None where the signal did not retrieve it), and what the neighbourhood,
-    speaker and time terms added (weighted; 0 when off)."""
+    speaker, time, phrase and when terms added (weighted; 0 when off)."""
 
     memory: Memory
     score: float
     vector: tuple[float, float, int] | None
     lexical: tuple[float, float, int] | None
-    boosts: Boosts = (0.0, 0.0, 0.0, 0.0, 0.0)  # neighbour, speaker, time, phrase, when
+    boosts: Boosts = field(default_factory=Boosts)
     context: tuple[ContextTurn, ...] = ()
 
 
@@ -313,7 +318,7 @@ def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: in
     return sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank, top.b_neighbour, top.b_speaker, top.b_time, top.b_phrase, top.b_when, {context} AS context"
+        "   top.l_rank, {boosts}, {context} AS context"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
     ).format(
@@ -321,6 +326,7 @@ def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: in
         fusion=sql.SQL(_FUSION),
         top=top_cte(spec.boosted, spec.neighbours),
         cols=sql.SQL(MEMORY_COLUMNS),
+        boosts=sql.SQL(", ".join(f"top.b_{name}" for name in BOOST_NAMES)),
         context=CONTEXT_COLUMN if spec.context_turns > 0 else sql.SQL("NULL::json"),
     )
 
@@ -336,17 +342,9 @@ def _shape(spec: SearchSpec) -> SearchSpec:
         min_score=0.0,
         lexical_budget=0,
         lexical_cap=0,
-        vector_weight=0.0,
-        rrf_k=0,
+        ranking=spec.ranking.shape(),
         k1=0.0,
         b=0.0,
-        neighbour_window=min(spec.neighbour_window, 1),
-        neighbour_weight=float(spec.neighbour_weight > 0),
-        speaker_weight=float(spec.speaker_weight > 0),
-        time_weight=float(spec.time_weight > 0),
-        phrase_weight=float(spec.phrase_weight > 0),
-        when_weight=float(spec.when_weight > 0),
-        prf_terms=min(spec.prf_terms, 1),
         prf_docs=0,
         prf_weight=0.0,
         context_turns=min(spec.context_turns, 1),
@@ -423,8 +421,8 @@ def _bound(spec: SearchSpec, flt: MemoryFilter, now: datetime) -> tuple[str, Par
         min_score=spec.min_score,
         rrf=spec.rrf,
         zscore=spec.zscore and not spec.dbsf,
-        rrf_k=spec.rrf_k,
-        vector_weight=spec.vector_weight,
+        rrf_k=spec.ranking.rrf_k,
+        vector_weight=spec.ranking.vector_weight,
         k1=spec.k1,
         b=spec.b,
         max_lexemes=MAX_QUERY_LEXEMES,
@@ -440,15 +438,7 @@ def _bound(spec: SearchSpec, flt: MemoryFilter, now: datetime) -> tuple[str, Par
     if spec.prf_terms > 0:
         params.values.update(prf_terms=spec.prf_terms, prf_docs=spec.prf_docs, prf_weight=spec.prf_weight)
     if spec.boosted:
-        params.values.update(
-            neighbour_window=spec.neighbour_window,
-            neighbour_weight=spec.neighbour_weight if spec.neighbours else 0.0,
-            speaker_weight=spec.speaker_weight,
-            time_weight=spec.time_weight,
-            phrase_weight=spec.phrase_weight,
-            when_weight=spec.when_weight,
-            **TIME_PATTERNS,
-        )
+        params.values.update(term_values(spec.ranking))
     return where, params
 
 
@@ -507,13 +497,7 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                 score=float(r["fused_score"]),
                 vector=_signal(r, "v"),
                 lexical=_signal(r, "l"),
-                boosts=(
-                    float(r["b_neighbour"]),
-                    float(r["b_speaker"]),
-                    float(r["b_time"]),
-                    float(r["b_phrase"]),
-                    float(r["b_when"]),
-                ),
+                boosts=boosts_from_row(r),
                 context=tuple(
                     ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
                     for c in r["context"] or ()

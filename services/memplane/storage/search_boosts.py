@@ -24,12 +24,13 @@ by when it was written (its first event's id); one without a session has no neig
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from psycopg import sql
 
-Boosts = tuple[float, float, float, float, float]
-"""What each query-aware term added to a hit, weighted: neighbour, speaker, time, phrase, when."""
+from memplane.domain.ranking import BOOST_NAMES, Boosts, Ranking
 
 _UNIT = r"(?:days?|weeks?|weekends?|months?|years?)"
 _NUMBER = r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple\s+of|several|[0-9]+)"
@@ -72,11 +73,22 @@ TIME_PATTERNS: dict[str, object] = {
 }
 """The statement's constant parameters of the time and when terms."""
 
+BOOST_COLUMNS = ", ".join(f"b_{name}" for name in BOOST_NAMES)
+"""The columns of what each term added (`Boosts`), in its field order: b_neighbour, ..."""
+
 _TOP = sql.SQL(
-    " top AS (SELECT *, 0::float8 AS b_neighbour, 0::float8 AS b_speaker, 0::float8 AS b_time,"
-    "   0::float8 AS b_phrase, 0::float8 AS b_when FROM fused"
-    "   WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
-)
+    " top AS (SELECT *, {zeros} FROM fused WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
+).format(zeros=sql.SQL(", ".join(f"0::float8 AS b_{name}" for name in BOOST_NAMES)))
+
+# What each term adds to a candidate (column b_<term>; every term of `Boosts` has one): over
+# CTEs fused f, ctx (the candidate's memory read against the query) and nb (its neighbours).
+_TERMS = {
+    "neighbour": "%(neighbour_weight)s::float8 * coalesce(nb.score, 0)",
+    "speaker": "CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END",
+    "time": "CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END",
+    "phrase": "CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END",
+    "when": "CASE WHEN ctx.timed THEN %(when_weight)s::float8 ELSE 0 END",
+}
 
 # The query-aware terms, over every fused candidate: its memory's speaker, time and place in
 # its session's transcript (the first source message's seq), the best fused score among the
@@ -96,15 +108,11 @@ _CONTEXT = sql.SQL(
     "   %(asks_when)s::boolean AND m.content ~* %(time_expression)s AS timed"
     "   FROM fused f JOIN memories m ON m.workspace_key = %(ws)s AND m.id = f.id {transcript}),"
     " nb AS ({neighbours}),"
-    " boosted AS (SELECT f.*, %(neighbour_weight)s::float8 * coalesce(nb.score, 0) AS b_neighbour,"
-    "   CASE WHEN ctx.named THEN %(speaker_weight)s::float8 ELSE 0 END AS b_speaker,"
-    "   CASE WHEN ctx.dated THEN %(time_weight)s::float8 ELSE 0 END AS b_time,"
-    "   CASE WHEN ctx.phrased THEN %(phrase_weight)s::float8 ELSE 0 END AS b_phrase,"
-    "   CASE WHEN ctx.timed THEN %(when_weight)s::float8 ELSE 0 END AS b_when"
+    " boosted AS (SELECT f.*, {terms}"
     "   FROM fused f JOIN ctx ON ctx.id = f.id LEFT JOIN nb ON nb.id = f.id),"
-    " summed AS (SELECT *, score + b_neighbour + b_speaker + b_time + b_phrase + b_when AS total FROM boosted),"
+    " summed AS (SELECT *, score + {sum} AS total FROM boosted),"
     " rescaled AS (SELECT id, CASE WHEN max(total) OVER () > 0 THEN total / max(total) OVER () ELSE 1 END AS score,"
-    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, b_neighbour, b_speaker, b_time, b_phrase, b_when"
+    "   v_score, v_norm, v_rank, l_score, l_norm, l_rank, {columns}"
     "   FROM summed),"
     " top AS (SELECT * FROM rescaled WHERE score >= %(min_score)s ORDER BY score DESC, id LIMIT %(top_k)s)"
 )
@@ -187,12 +195,38 @@ CONTEXT_COLUMN = sql.SQL(
 
 def top_cte(boosted: bool, neighbours: bool) -> sql.Composable:
     """CTE `top`: the fused candidates (CTE `fused`) past min_score, best first, at most
-    top_k, with what each term added (b_neighbour, b_speaker, b_time, b_phrase, b_when; all 0 unless
-    *boosted*; the transcript joined only for *neighbours*)."""
+    top_k, with what each term added (`BOOST_COLUMNS`; all 0 unless *boosted*; the
+    transcript joined only for *neighbours*)."""
     if not boosted:
         return _TOP
+    terms = sql.SQL(", ".join(f"{_TERMS[name]} AS b_{name}" for name in BOOST_NAMES))
+    parts = {
+        "terms": terms,
+        "sum": sql.SQL(" + ".join(f"b_{name}" for name in BOOST_NAMES)),
+        "columns": sql.SQL(BOOST_COLUMNS),
+    }
     if neighbours:
-        return _CONTEXT.format(session=_SESSION, seq=_POSITION, transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS)
+        return _CONTEXT.format(session=_SESSION, seq=_POSITION, transcript=_TRANSCRIPT, neighbours=_NEIGHBOURS, **parts)
     return _CONTEXT.format(
-        session=sql.SQL("NULL::text"), seq=sql.SQL("NULL::bigint"), transcript=sql.SQL(""), neighbours=_NO_NEIGHBOURS
+        session=sql.SQL("NULL::text"),
+        seq=sql.SQL("NULL::bigint"),
+        transcript=sql.SQL(""),
+        neighbours=_NO_NEIGHBOURS,
+        **parts,
     )
+
+
+def term_values(ranking: Ranking) -> dict[str, Any]:
+    """The parameters of the terms' CTEs for *ranking* (bound when any term is on): each
+    term's weight and the window by their Ranking names (the neighbourhood's weight 0
+    unless the term is on), and `TIME_PATTERNS`."""
+    values: dict[str, Any] = {f"{name}_weight": getattr(ranking, f"{name}_weight") for name in BOOST_NAMES}
+    values.update(neighbour_window=ranking.neighbour_window, **TIME_PATTERNS)
+    if not ranking.neighbours:
+        values["neighbour_weight"] = 0.0
+    return values
+
+
+def boosts_from_row(row: Mapping[str, Any]) -> Boosts:
+    """What each term added to a returned row (its b_<term> columns)."""
+    return Boosts(**{name: float(row[f"b_{name}"]) for name in BOOST_NAMES})

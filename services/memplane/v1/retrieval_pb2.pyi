@@ -185,16 +185,16 @@ SELECTION_METHOD_NONE: SelectionMethod.ValueType  # 3
 Global___SelectionMethod: _TypeAlias = SelectionMethod  # noqa: Y015
 
 @_typing.final
-class SearchMemoriesRequest(_message.Message):
-    """Request of SearchMemories."""
+class RankingOptions(_message.Message):
+    """How a search ranks its candidates: the fusion of the vector and lexical signals and the
+    query-aware terms (`memplane.domain.ranking.Ranking`; each field also a
+    `MEMPLANE_RETRIEVAL__<NAME>` setting of the same name, the default of a request that
+    leaves it unset). Weights are 0 to 1: 0, or at least 1e-6 (a smaller one underflows the
+    arithmetic and is refused).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    QUERIES_FIELD_NUMBER: _builtins.int
-    TOP_K_FIELD_NUMBER: _builtins.int
-    MIN_SCORE_FIELD_NUMBER: _builtins.int
-    FILTER_FIELD_NUMBER: _builtins.int
-    MODE_FIELD_NUMBER: _builtins.int
     FUSION_FIELD_NUMBER: _builtins.int
     VECTOR_WEIGHT_FIELD_NUMBER: _builtins.int
     RRF_K_FIELD_NUMBER: _builtins.int
@@ -205,22 +205,8 @@ class SearchMemoriesRequest(_message.Message):
     PRF_TERMS_FIELD_NUMBER: _builtins.int
     PHRASE_WEIGHT_FIELD_NUMBER: _builtins.int
     WHEN_WEIGHT_FIELD_NUMBER: _builtins.int
-    CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
-    CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
-    top_k: _builtins.int
-    """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
-    min_score: _builtins.float
-    """Drop hits whose fused score is below this value (0 to 1; 0 keeps all). Fused scores
-    are relative to the query's candidates (ZSCORE: the best scores 1; RRF: rank 1 in
-    every signal scores 1; WEIGHTED: min-max normalised signals; with a query-aware term
-    on, fusion score + boosts over the query's largest such sum: the best scores 1), so
-    min_score trims the tail of a result list; it does not judge absolute relevance. For
-    that, read SearchHit.vector.score (raw cosine similarity).
-    """
-    mode: Global___SearchMode.ValueType
-    """Signals to use."""
     fusion: Global___FusionMethod.ValueType
-    """Fusion method in HYBRID mode."""
+    """Fusion method in HYBRID mode; unset (UNSPECIFIED) means the server's `retrieval.fusion`."""
     vector_weight: _builtins.float
     """Weight of the vector signal, 0 to 1 (a positive weight at least 1e-6, as every weight
     below: a smaller one underflows the arithmetic and is refused); unset (0) means the
@@ -229,7 +215,9 @@ class SearchMemoriesRequest(_message.Message):
     lexical weight is 1 - vector_weight. Weights RRF terms too.
     """
     rrf_k: _builtins.int
-    """RRF constant k; 0 means 60 (the paper's value)."""
+    """RRF constant k, 1 to 10,000; unset (0) means the server's `retrieval.rrf_k` (60, the
+    paper's value).
+    """
     neighbour_window: _builtins.int
     """Neighbourhood scoring: turns of the same session within this many turns of a candidate
     (by transcript position: memories written by WriteConversation) lend it
@@ -279,38 +267,9 @@ class SearchMemoriesRequest(_message.Message):
     turn that dates its event relative to the session ("last Friday"); the answer's date is
     the session's date moved by that expression.
     """
-    context_turns: _builtins.int
-    """Context: return with each hit up to this many turns each side of it in its session's
-    transcript (SearchHit.context; memories written by WriteConversation): the nearest turns
-    written under the hit's own user_id and agent_id (a session id two users share is not a
-    shared context: the other's turns neither take a place nor count in the offsets) whose
-    memory is current (a turn whose memory was deleted, closed or expired is skipped, the next
-    one taking its place; a corrected one comes with its memory's text), 0 to 10; 0 (the
-    default) returns none.
-    """
-    context_max_tokens: _builtins.int
-    """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
-    first (the earlier on a tie), 1 to 10,000; 0 means 500.
-    """
-    @_builtins.property
-    def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
-        (default 4,096) bytes. Results of several queries are merged; a memory found by
-        several keeps its best score (Mem0Middleware's keyword list).
-        """
-
-    @_builtins.property
-    def filter(self) -> _filter_pb2.MemoryFilter:
-        """Filters applied before ranking."""
-
     def __init__(
         self,
         *,
-        queries: _abc.Iterable[_builtins.str] | None = ...,
-        top_k: _builtins.int = ...,
-        min_score: _builtins.float = ...,
-        filter: _filter_pb2.MemoryFilter | None = ...,
-        mode: Global___SearchMode.ValueType = ...,
         fusion: Global___FusionMethod.ValueType = ...,
         vector_weight: _builtins.float = ...,
         rrf_k: _builtins.int = ...,
@@ -321,12 +280,10 @@ class SearchMemoriesRequest(_message.Message):
         prf_terms: _builtins.int | None = ...,
         phrase_weight: _builtins.float | None = ...,
         when_weight: _builtins.float | None = ...,
-        context_turns: _builtins.int = ...,
-        context_max_tokens: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "filter", b"filter", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "when_weight", b"when_weight"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "when_weight", b"when_weight"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "fusion", b"fusion", "min_score", b"min_score", "mode", b"mode", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "queries", b"queries", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "top_k", b"top_k", "vector_weight", b"vector_weight", "when_weight", b"when_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight", "_neighbour_window", b"_neighbour_window", "_phrase_weight", b"_phrase_weight", "_prf_terms", b"_prf_terms", "_speaker_weight", b"_speaker_weight", "_time_weight", b"_time_weight", "_when_weight", b"_when_weight", "fusion", b"fusion", "neighbour_weight", b"neighbour_weight", "neighbour_window", b"neighbour_window", "phrase_weight", b"phrase_weight", "prf_terms", b"prf_terms", "rrf_k", b"rrf_k", "speaker_weight", b"speaker_weight", "time_weight", b"time_weight", "vector_weight", b"vector_weight", "when_weight", b"when_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__neighbour_weight: _TypeAlias = _typing.Literal["neighbour_weight"]  # noqa: Y015
     _WhichOneofArgType__neighbour_weight: _TypeAlias = _typing.Literal["_neighbour_weight", b"_neighbour_weight"]  # noqa: Y015
@@ -356,6 +313,82 @@ class SearchMemoriesRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__time_weight) -> _WhichOneofReturnType__time_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__when_weight) -> _WhichOneofReturnType__when_weight | None: ...
+
+Global___RankingOptions: _TypeAlias = RankingOptions  # noqa: Y015
+
+@_typing.final
+class SearchMemoriesRequest(_message.Message):
+    """Request of SearchMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERIES_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    MIN_SCORE_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    RANKING_FIELD_NUMBER: _builtins.int
+    CONTEXT_TURNS_FIELD_NUMBER: _builtins.int
+    CONTEXT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    top_k: _builtins.int
+    """Number of hits to return, 1 to `limits.max_top_k` (100); 0 means 10."""
+    min_score: _builtins.float
+    """Drop hits whose fused score is below this value (0 to 1; 0 keeps all). Fused scores
+    are relative to the query's candidates (ZSCORE: the best scores 1; RRF: rank 1 in
+    every signal scores 1; WEIGHTED: min-max normalised signals; with a query-aware term
+    on, fusion score + boosts over the query's largest such sum: the best scores 1), so
+    min_score trims the tail of a result list; it does not judge absolute relevance. For
+    that, read SearchHit.vector.score (raw cosine similarity).
+    """
+    mode: Global___SearchMode.ValueType
+    """Signals to use."""
+    context_turns: _builtins.int
+    """Context: return with each hit up to this many turns each side of it in its session's
+    transcript (SearchHit.context; memories written by WriteConversation): the nearest turns
+    written under the hit's own user_id and agent_id (a session id two users share is not a
+    shared context: the other's turns neither take a place nor count in the offsets) whose
+    memory is current (a turn whose memory was deleted, closed or expired is skipped, the next
+    one taking its place; a corrected one comes with its memory's text), 0 to 10; 0 (the
+    default) returns none.
+    """
+    context_max_tokens: _builtins.int
+    """Tokens (the workspace's token encoding) of one hit's context at most, nearest turns
+    first (the earlier on a tie), 1 to 10,000; 0 means 500.
+    """
+    @_builtins.property
+    def queries(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Queries, 1 to `limits.max_queries` (default 8), each 1 to `limits.max_query_bytes`
+        (default 4,096) bytes. Results of several queries are merged; a memory found by
+        several keeps its best score (Mem0Middleware's keyword list).
+        """
+
+    @_builtins.property
+    def filter(self) -> _filter_pb2.MemoryFilter:
+        """Filters applied before ranking."""
+
+    @_builtins.property
+    def ranking(self) -> Global___RankingOptions:
+        """How hits are ranked: the fusion and the query-aware terms. Unset (or any field of it
+        unset) means the server's defaults.
+        """
+
+    def __init__(
+        self,
+        *,
+        queries: _abc.Iterable[_builtins.str] | None = ...,
+        top_k: _builtins.int = ...,
+        min_score: _builtins.float = ...,
+        filter: _filter_pb2.MemoryFilter | None = ...,
+        mode: Global___SearchMode.ValueType = ...,
+        ranking: Global___RankingOptions | None = ...,
+        context_turns: _builtins.int = ...,
+        context_max_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "ranking", b"ranking"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "min_score", b"min_score", "mode", b"mode", "queries", b"queries", "ranking", b"ranking", "top_k", b"top_k"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SearchMemoriesRequest: _TypeAlias = SearchMemoriesRequest  # noqa: Y015
 

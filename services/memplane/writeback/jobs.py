@@ -35,6 +35,7 @@ from memplane.background import cancel
 from memplane.domain.extraction import ExtractionJob
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import ConversationMessage, Memory, MemoryType, Scope, Workspace, index_text
+from memplane.domain.ranking import FusionMethod, Ranking
 from memplane.errors import MemplaneError, NotFoundError
 from memplane.llm.chat import ChatModel, Completion, LLMError
 from memplane.llm.extraction import (
@@ -351,9 +352,7 @@ class ExtractionRunner:
             prefilter=False,
             lexical_budget=cfg.lexical_candidate_postings,
             lexical_cap=cfg.lexical_max_candidates,
-            rrf=True,
-            vector_weight=0.5,
-            rrf_k=cfg.rrf_k,
+            ranking=Ranking(fusion=FusionMethod.RRF, vector_weight=0.5, rrf_k=cfg.rrf_k),  # no query-aware terms
             k1=cfg.bm25_k1,
             b=cfg.bm25_b,
         )
