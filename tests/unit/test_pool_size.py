@@ -1,6 +1,6 @@
 """`database.pool_max_size` unset: 16 for a database at a dsn, twice the host's cores
 within 4..16 for the embedded PostgreSQL, never below pool_min_size; a set size wins, and
-a size below 1 is refused naming the field (README, "Search speed")."""
+a size below 1 is refused naming the field (docs/decisions/0005-embedded-pool-sized-to-host.md)."""
 
 from __future__ import annotations
 

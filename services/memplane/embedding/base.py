@@ -28,8 +28,8 @@ class Embedder(Protocol):
 
     def head(self, text: str, *, query: bool) -> str:
         """The part of *text* the model is given as a query or a document: *text* itself,
-        or its head when the model reads fewer tokens than the text has (README, "Long
-        memories"). What the daily embedding-token quota charges."""
+        or its head when the model reads fewer tokens than the text has
+        (docs/explanation/retrieval.md#long-memories). What the daily embedding-token quota charges."""
         ...
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

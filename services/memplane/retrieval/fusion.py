@@ -21,7 +21,7 @@
   Min-max gives every signal's best candidate 1.0, whatever the shape of its list; under
   DBSF a best candidate standing many deviations above the rest is clipped to 1.0 while
   the best of an evenly declining list gets ~0.8, so the signal that is sure of its
-  answer wins. Measured on LoCoMo: README, "Recall without an LLM".
+  answer wins. Measured on LoCoMo: docs/benchmarks/recall.md#the-query-aware-terms.
 - ZSCORE: CombSUM of z-scores (Montague & Aslam, "Relevance score normalization for
   metasearch", CIKM 2001; the z-score normalisation of Kamps et al.): each signal's score
   becomes (score - mean) / standard deviation over its candidates (0 when all tie), a

@@ -245,7 +245,7 @@ class Database:
         as one implicit transaction, committed or rolled back at the Sync (PostgreSQL
         docs, "Pipelining" in the protocol chapter): the local settings hold for every
         statement of the block and end with it (tests/integration/test_tenant_pipeline.py).
-        Two commands fewer for psycopg per search (README, "One implicit transaction").
+        Two commands fewer for psycopg per search (docs/decisions/0002-one-statement-search.md).
         `transaction_read_only` is set
         with them, so a write in the block is refused (SQLSTATE 25006). Nothing in the block
         may make psycopg send a Sync (commit, rollback, `transaction()`, a nested

@@ -130,7 +130,8 @@ _NEIGHBOURS = sql.SQL(
 # of one write are consecutive, in request order; read through memory_events_memory_idx,
 # an index-only scan). No session, no neighbours: the event is not looked up at all (a
 # NULL session joins nothing in nb), which saved ~0.15 ms of a ~3.5 ms per-user search
-# on LoCoMo's AddMemories rows (`bench/search_plan.py --terms`; README, recall "Speed").
+# on LoCoMo's AddMemories rows (`bench/search_plan.py --terms`;
+# docs/benchmarks/recall.md#cost-of-the-query-aware-terms).
 _SESSION = sql.SQL(
     "CASE WHEN t.seq IS NOT NULL THEN 't:' || m.source_session_id ELSE 'w:' || nullif(m.session_id, '') END"
 )

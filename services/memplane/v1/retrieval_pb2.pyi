@@ -30,8 +30,8 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
     """The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
-    it measured the highest LoCoMo recall on both text formats (README, "Recall without an
-    LLM").
+    it measured the highest LoCoMo recall on both text formats
+    (docs/explanation/retrieval.md#recall-without-an-llm).
     """
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
     """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
@@ -53,7 +53,7 @@ class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMe
     deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
     vector_weight, then min-max normalised over the query's candidates (best 1). No
     clipping, unlike DBSF: it keeps the top candidates apart. The server default
-    (README, "Recall without an LLM").
+    (docs/explanation/retrieval.md#recall-without-an-llm).
     """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
@@ -61,8 +61,8 @@ class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
 """The server's default (MEMPLANE_RETRIEVAL__FUSION): ZSCORE unless configured, because
-it measured the highest LoCoMo recall on both text formats (README, "Recall without an
-LLM").
+it measured the highest LoCoMo recall on both text formats
+(docs/explanation/retrieval.md#recall-without-an-llm).
 """
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
 """Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009), k = rrf_k."""
@@ -84,7 +84,7 @@ CIKM 2001): each signal's score minus its candidates' mean, over their standard
 deviation; a memory a signal did not retrieve takes that signal's lowest z; weighted by
 vector_weight, then min-max normalised over the query's candidates (best 1). No
 clipping, unlike DBSF: it keeps the top candidates apart. The server default
-(README, "Recall without an LLM").
+(docs/explanation/retrieval.md#recall-without-an-llm).
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 

@@ -164,7 +164,7 @@ async def test_uninstall_refuses_while_workspaces_exist_then_leaves_nothing(
     assert not [n for n in left if "uninstall-check" in n and not n.startswith("job.batch/")]
     # Helm records the release as `uninstalling` when the hook starts (hidden from `helm list`,
     # refused by `helm upgrade`); retrying the uninstall works from there, and keeping the
-    # release takes a rollback to its revision (README: Uninstalling).
+    # release takes a rollback to its revision (docs/operations/helm.md#uninstalling).
     [record] = json.loads(cluster.helm("history", release, "-n", namespace, "-o", "json").stdout)
     assert record["status"] == "uninstalling"
     cluster.helm("rollback", release, str(record["revision"]), "-n", namespace)

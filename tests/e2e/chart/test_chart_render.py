@@ -116,7 +116,7 @@ def _quantity(value: str | int | float) -> float:
 
 
 def test_the_default_requests_fit_a_small_node(cluster: KubeCluster) -> None:
-    """Everything the README's trial installs (the four services at their replicas, the
+    """Everything the trial of README.md#on-kubernetes installs (the four services at their replicas, the
     operator, the bundled PostgreSQL) asks at most half of a 2-core node's CPU and 2.5 GiB."""
     docs = render(cluster, MATRIX["bundled-postgresql"])
     cpu = memory = 0.0

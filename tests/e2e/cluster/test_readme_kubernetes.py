@@ -37,7 +37,7 @@ def readme_blocks() -> list[str]:
 
 
 def run_block(node: KubeCluster, block: str) -> str:
-    done = subprocess.run(  # noqa: S603 (the block is our README's)
+    done = subprocess.run(  # noqa: S603 (the block is our docs')
         ["bash", "-euo", "pipefail", "-c", block],  # noqa: S607 (bash from PATH)
         cwd=REPO,
         env=node.env(),

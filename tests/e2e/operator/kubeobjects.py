@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 
 def example(name: str) -> dict[str, Any]:
-    """A manifest of operator/examples/ (the README's samples)."""
+    """A manifest of operator/examples/ (the samples of README.md#on-kubernetes and docs/operations/operator.md)."""
     loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
     return loaded
 

@@ -40,7 +40,7 @@ def _memory(text: str) -> memory_pb2.MemoryInput:
 
 @pytest.fixture
 async def readme_sandbox_class(kube: KubeCluster) -> AsyncIterator[dict[str, Any]]:
-    """The README's SandboxClass (the cluster's default class), removed at the end: the
+    """The SandboxClass of README.md#on-kubernetes (the cluster's default class), removed at the end: the
     workspaces of later tests would get its claims, which nothing binds here."""
     sandbox_class = example("sandboxclass-local.yaml")
     await apply(kube, sandbox_class)
