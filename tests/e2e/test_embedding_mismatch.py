@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.local import UseEmbedder
 from memplane.errors import EmbeddingMismatchError, FailedPreconditionError, InvalidArgumentError
+from memplane.serving import serve
 from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, random_workspace_name, settings_for
 from tests.support import fields, list_all, mem, unit_vectors
@@ -24,7 +24,8 @@ async def use_server(pg_dsn: str, admin_key: str, tmp_path_factory: pytest.TempP
     app = await build_app(
         settings_for(tmp_path_factory.mktemp("use-server"), pg_dsn, admin_key), embedder=UseEmbedder()
     )
-    running = await start_server(app, host="127.0.0.1", port=0)
+    app.start()
+    running = await serve(app, host="127.0.0.1", port=0)
     yield f"127.0.0.1:{running.port}"
     await running.stop(0)
     await app.close()

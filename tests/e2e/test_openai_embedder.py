@@ -20,12 +20,12 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.base import normalize
 from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import FailedPreconditionError, UnavailableError
+from memplane.serving import serve
 from memplane.settings import EmbeddingSettings
 from memplane.text.tokens import token_counter
 from memplane.v1 import admin_pb2, retrieval_pb2
@@ -193,7 +193,8 @@ async def openai_server(
         provider="openai", base_url=endpoint.base_url, api_key=SecretStr("sk-test"), model="fake-embed", timeout=5.0
     )
     app = await build_app(base.model_copy(update={"embedding": embedding}))
-    running = await start_server(app, host="127.0.0.1", port=0)
+    app.start()
+    running = await serve(app, host="127.0.0.1", port=0)
     yield f"127.0.0.1:{running.port}"
     await running.stop(0)
     await app.close()

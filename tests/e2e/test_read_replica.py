@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer, start_server
+from memplane.api.server import RunningServer
 from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.errors import InvalidArgumentError, NotFoundError
+from memplane.serving import serve
 from memplane.settings import AuthSettings, DatabaseSettings, Settings
 from memplane.v1 import memory_pb2
 from tests.fix_replica import StreamingReplica
@@ -59,7 +60,8 @@ async def replicated(
         auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
     )
     app = await build_app(settings, embedder=embedder)
-    running: RunningServer = await start_server(app, host="127.0.0.1", port=0)
+    app.start()
+    running: RunningServer = await serve(app, host="127.0.0.1", port=0)
     target = f"127.0.0.1:{running.port}"
     name = random_workspace_name()
     async with AsyncMemplaneClient(target, admin_key) as admin:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
 from memplane.retrieval.rerank import Reranker, RerankError
+from memplane.serving import serve
 from memplane.settings import RerankSettings
 from memplane.v1 import retrieval_pb2
 from tests.fake_rerank import FakeReranker
@@ -64,7 +64,8 @@ async def _serve(
         }
     )
     app = await build_app(settings, embedder=embedder)
-    running = await start_server(app, host="127.0.0.1", port=0)
+    app.start()
+    running = await serve(app, host="127.0.0.1", port=0)
     try:
         yield f"127.0.0.1:{running.port}"
     finally:

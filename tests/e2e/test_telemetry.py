@@ -23,10 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from memplane.api.interceptors import server_interceptors
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.embedding.cache import CachedEmbedder
+from memplane.serving import serve
 from memplane.telemetry import setup_telemetry
 from memplane.v1 import filter_pb2
 from tests.fix_server import random_workspace_name, settings_for
@@ -73,7 +73,8 @@ async def traced(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Traced]:
     app = await build_app(settings_for(tmp_path_factory.mktemp("traced"), pg_dsn, admin_key), embedder=embedder)
-    running = await start_server(app, host="127.0.0.1", port=0, interceptors=server_interceptors())
+    app.start()
+    running = await serve(app, host="127.0.0.1", port=0, interceptors=server_interceptors())
     yield Traced(f"127.0.0.1:{running.port}", exporter)
     await running.stop(0)
     await app.close()

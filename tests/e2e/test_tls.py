@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from memplane.api.server import RunningServer, start_server
+from memplane.api.server import RunningServer
 from memplane.api.tls import TlsFiles
 from memplane.app import App
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
+from memplane.serving import serve
 from memplane.v1 import memory_pb2
 from tests.fix_process import SERVICES_START_SECONDS, free_port
 from tests.fix_server import TestWorkspace
@@ -39,7 +40,7 @@ async def tls_server(app: App) -> AsyncIterator[StartTls]:
     running: list[RunningServer] = []
 
     async def start(files: TlsFiles) -> str:
-        server = await start_server(app, host="127.0.0.1", port=0, services=("retrieval",), tls=files)
+        server = await serve(app, host="127.0.0.1", port=0, services=("retrieval",), tls=files)
         running.append(server)
         return f"127.0.0.1:{server.port}"
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from memplane.app import start_database
+from memplane.resources import start_database
 from memplane.settings import DatabaseSettings, Settings
 from memplane.storage import embedded_memory
 from memplane.storage.embedded import EmbeddedPostgresError, start_embedded

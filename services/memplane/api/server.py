@@ -1,4 +1,6 @@
-"""The grpc.aio server: memplane services + standard health checking and reflection.
+"""The grpc.aio server: the memplane handlers it is given + standard health checking and
+reflection. It only registers handlers: the composition root builds them with the parts
+they call (`memplane.serving` over a `memplane.app.App`), so the edge never imports the app.
 
 `memplane serve` runs any subset of {retrieval, writeback, compaction, admin}; the chart runs each as
 its own Deployment. Shutdown: health flips to NOT_SERVING (`enter_graceful_shutdown`),
@@ -11,9 +13,9 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -22,11 +24,10 @@ from grpc_reflection.v1alpha import reflection
 from memplane.api.admin import AdminServicer
 from memplane.api.compaction import CompactionServicer
 from memplane.api.decoding import DecodingInterceptor
-from memplane.api.read_tokens import ReadTokens, ReadYourWrites
 from memplane.api.retrieval import RetrievalServicer
 from memplane.api.tls import ReloadingCertificates, TlsFiles
 from memplane.api.writeback import WriteBackServicer
-from memplane.app import App
+from memplane.background import Listener
 from memplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -40,17 +41,45 @@ from memplane.v1 import (
 
 _log = logging.getLogger(__name__)
 
-SERVICES = ("retrieval", "writeback", "compaction", "admin")
+Servicer = RetrievalServicer | WriteBackServicer | CompactionServicer | AdminServicer
+"""A memplane handler, wired by the composition root."""
 
-_FULL_NAMES = {
-    "retrieval": retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
-    "writeback": writeback_pb2.DESCRIPTOR.services_by_name["WriteBackService"].full_name,
-    "compaction": compaction_pb2.DESCRIPTOR.services_by_name["CompactionService"].full_name,
-    "admin": admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+_REGISTRATIONS: dict[type[Any], tuple[str, Callable[[Any, grpc.aio.Server], None]]] = {
+    RetrievalServicer: (
+        retrieval_pb2.DESCRIPTOR.services_by_name["RetrievalService"].full_name,
+        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server,
+    ),
+    WriteBackServicer: (
+        writeback_pb2.DESCRIPTOR.services_by_name["WriteBackService"].full_name,
+        writeback_pb2_grpc.add_WriteBackServiceServicer_to_server,
+    ),
+    CompactionServicer: (
+        compaction_pb2.DESCRIPTOR.services_by_name["CompactionService"].full_name,
+        compaction_pb2_grpc.add_CompactionServiceServicer_to_server,
+    ),
+    AdminServicer: (
+        admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+        admin_pb2_grpc.add_AdminServiceServicer_to_server,
+    ),
 }
-EMBEDDING_SERVICES = frozenset({_FULL_NAMES["retrieval"], _FULL_NAMES["writeback"]})
+_FULL_NAMES = {servicer: name for servicer, (name, _) in _REGISTRATIONS.items()}
+EMBEDDING_SERVICES = frozenset({_FULL_NAMES[RetrievalServicer], _FULL_NAMES[WriteBackServicer]})
 """The services that cannot answer without the embedder (every search and every write
 embeds); compaction embeds only for SummarizeSession and PrepareContext's write_memories."""
+
+
+class UpDown(Protocol):
+    """An up/down state readiness follows: the database's availability
+    (`memplane.storage.availability.Availability`), an embedding endpoint's health."""
+
+    @property
+    def up(self) -> bool:
+        """Whether it is up now."""
+        ...
+
+    def listen(self, listener: Listener) -> None:
+        """Call `await listener(up)` on every change."""
+        ...
 
 
 @dataclass
@@ -92,79 +121,46 @@ def freeze_startup_heap() -> None:
 
 
 async def start_server(
-    app: App,
+    servicers: Sequence[Servicer],
     *,
+    max_message_bytes: int,
+    database: UpDown,
+    embedder: UpDown | None,
     host: str,
     port: int,
-    services: Sequence[str] = SERVICES,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     tls: TlsFiles | None = None,
 ) -> RunningServer:
-    """Build, bind and start a server on host:port (port 0 picks a free one), plaintext,
-    or TLS only with *tls*'s files, re-read when they change (`memplane.api.tls`).
+    """Register *servicers* (one per service), health and reflection on a server, bind it
+    to host:port (port 0 picks a free one), plaintext, or TLS only with *tls*'s files,
+    re-read when they change (`memplane.api.tls`), and start it. Readiness follows
+    *database* for every service and *embedder* (an embedding endpoint's health; None for
+    a local model) for EMBEDDING_SERVICES; messages are limited to *max_message_bytes*
+    each way.
 
-    Raises `ValueError` for an unknown service name or unusable TLS files and
+    Raises `ValueError` for no servicer or two of one service, or unusable TLS files, and
     `RuntimeError` if the port cannot be bound.
     """
-    unknown = set(services) - set(SERVICES)
-    if unknown:
-        raise ValueError(f"unknown services {sorted(unknown)}; choose from {SERVICES}")
-    max_bytes = app.settings.grpc.max_message_bytes
+    names = [_FULL_NAMES[type(s)] for s in servicers]
+    if not names or len(set(names)) < len(names):
+        raise ValueError(f"serve each service once, at least one: got {names}")
     server = grpc.aio.server(
         # Innermost: a request that does not decode is INVALID_ARGUMENT (not grpcio's UNKNOWN),
         # and the telemetry interceptors around it see that status.
         interceptors=[*interceptors, DecodingInterceptor()],
         options=[
-            ("grpc.max_receive_message_length", max_bytes),
-            ("grpc.max_send_message_length", max_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
             # gRPC sets SO_REUSEPORT by default: a second server on the same port would start
             # and silently share its traffic. Fail with "address in use" instead.
             ("grpc.so_reuseport", 0),
         ],
     )
-    tokens = ReadTokens(await app.db.read_token_key()) if app.reads.has_replica else None
-    consistency = ReadYourWrites(tokens, app.reads.write_position)
-    if "retrieval" in services:
-        retrieval_pb2_grpc.add_RetrievalServiceServicer_to_server(
-            RetrievalServicer(app.retrieval, app.authenticator, consistency, app.file_selector), server
-        )
-    if "writeback" in services:
-        writeback_pb2_grpc.add_WriteBackServiceServicer_to_server(
-            WriteBackServicer(
-                service=app.writeback,
-                conversations=app.conversations,
-                authenticator=app.authenticator,
-                max_batch_size=app.settings.limits.max_batch_size,
-                consistency=consistency,
-            ),
-            server,
-        )
-        app.retention_sweeper.start()  # expired memories are erased by the servers that write them
-        app.idempotency_sweeper.start()  # and request-id records past their retention deleted
-        app.extraction.start()  # extraction jobs are run by the servers that queue them
-        app.job_listener.start()
-    if "compaction" in services:
-        compaction_pb2_grpc.add_CompactionServiceServicer_to_server(
-            CompactionServicer(
-                checker=app.compaction.checker,
-                compactor=app.compaction.compactor,
-                offloader=app.compaction.offloader,
-                transcript=app.compaction.transcript,
-                sessions=app.compaction.sessions,
-                preparer=app.compaction.preparer,
-                authenticator=app.authenticator,
-                limits=app.settings.limits,
-                max_messages=app.settings.compaction.max_messages,
-                consistency=consistency,
-            ),
-            server,
-        )
-        app.blob_cleaner.start()  # expired tool outputs are deleted by the server that stores them
-    if "admin" in services:
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(app.admin, app.authenticator), server)
+    for servicer in servicers:
+        _, add = _REGISTRATIONS[type(servicer)]
+        add(servicer, server)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [_FULL_NAMES[s] for s in services]
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
@@ -180,19 +176,17 @@ async def start_server(
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
-    embedder = app.embedder_health
-
     async def follow(_: bool) -> None:
         # Readiness: each service is NOT_SERVING while its database is unreachable, and the
         # services that embed (EMBEDDING_SERVICES) while an embedding endpoint is; "" (the
         # process, liveness) stays SERVING, so an outage does not restart pods.
         for name in names:
-            up = app.db.availability.up and (name not in EMBEDDING_SERVICES or embedder is None or embedder.up)
+            up = database.up and (name not in EMBEDDING_SERVICES or embedder is None or embedder.up)
             await health_servicer.set(
                 name, health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
             )
 
-    app.db.availability.listen(follow)
+    database.listen(follow)
     if embedder is not None:
         embedder.listen(follow)
     _log.info(
@@ -200,6 +194,6 @@ async def start_server(
         host,
         bound,
         "plaintext" if tls is None else "TLS" + (", client certificates required" if tls.client_ca_file else ""),
-        ", ".join(services),
+        ", ".join(names),
     )
     return RunningServer(server=server, port=bound, health=health_servicer)

@@ -33,9 +33,10 @@ def _setup_logging(settings: Settings) -> None:
 async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
     from memplane.api.interceptors import server_interceptors
-    from memplane.api.server import freeze_startup_heap, start_server
+    from memplane.api.server import freeze_startup_heap
     from memplane.api.tls import TlsFiles
     from memplane.app import build_app
+    from memplane.serving import serve
     from memplane.telemetry import setup_telemetry
 
     if ns.no_migrate:
@@ -43,15 +44,20 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
             update={"database": settings.database.model_copy(update={"migrate_on_start": False})}
         )
     interceptors = server_interceptors() if setup_telemetry() else []
-    app = await build_app(settings)
-    running = await start_server(
-        app,
-        host=ns.host or settings.grpc.host,
-        port=settings.grpc.port if ns.port is None else ns.port,
-        services=ns.services.split(","),
-        interceptors=interceptors,
-        tls=TlsFiles.from_settings(settings.grpc),
-    )
+    tls = TlsFiles.from_settings(settings.grpc)
+    app = await build_app(settings, services=ns.services.split(","))  # only what this process serves
+    app.start()  # its background jobs
+    try:
+        running = await serve(
+            app,
+            host=ns.host or settings.grpc.host,
+            port=settings.grpc.port if ns.port is None else ns.port,
+            interceptors=interceptors,
+            tls=tls,
+        )
+    except BaseException:
+        await app.close()
+        raise
     freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -67,7 +73,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
     """Apply pending migrations under the advisory lock (the chart's migration Job); exit 0."""
-    from memplane.app import migrate
+    from memplane.resources import migrate
 
     applied = await migrate(settings)
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))

@@ -72,7 +72,7 @@ def _report_end(task: asyncio.Task[None]) -> None:
 
 class EmbeddedSupervisor:
     """Keeps the embedded PostgreSQL of *server* running for this process; `start()`,
-    then `await close()` at shutdown (which also releases *server*)."""
+    `await stop()`, then `await close()` at shutdown (which also releases *server*)."""
 
     def __init__(self, server: EmbeddedPostgres, availability: Availability) -> None:
         self._server = server
@@ -114,12 +114,16 @@ class EmbeddedSupervisor:
             _log.warning("embedded PostgreSQL running again (attempt %d)", attempt)
             return
 
-    async def close(self) -> None:
-        """Stop watching, then release the server (stopping PostgreSQL if this process
-        was its last holder). Raises `EmbeddedPostgresError` if `pg_ctl stop` fails."""
+    async def stop(self) -> None:
+        """Stop watching (the server keeps running; idempotent)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def close(self) -> None:
+        """Stop watching, then release the server (stopping PostgreSQL if this process
+        was its last holder). Raises `EmbeddedPostgresError` if `pg_ctl stop` fails."""
+        await self.stop()
         await asyncio.to_thread(self._server.release)
