@@ -103,7 +103,7 @@ def _episodic(scope: Scope, m: ConversationMessage, now: datetime) -> NewMemory:
 
 
 class ConversationWriter:
-    """Writes conversations of one workspace at a time (`WriteBackService.write_conversation`)."""
+    """Writes conversations of one workspace at a time (WriteConversation, called by the gRPC edge)."""
 
     def __init__(
         self,
