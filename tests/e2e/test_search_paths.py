@@ -93,7 +93,7 @@ def hit_fields(hit: retrieval_pb2.SearchHit) -> list[Any]:
     fields: list[Any] = [hit.memory.id, hit.score, hit.query_index]
     for name, signal in (("vector", hit.vector), ("lexical", hit.lexical)):
         fields += [hit.HasField(name), signal.score, signal.normalized_score, signal.rank]
-    fields += [hit.boosts.neighbour, hit.boosts.speaker, hit.boosts.time, hit.boosts.phrase, hit.boosts.when]
+    fields += [getattr(hit.boosts, f.name) for f in hit.boosts.DESCRIPTOR.fields]
     for c in hit.context:
         fields += [c.offset, c.message_id, c.content]
     return fields

@@ -16,10 +16,13 @@ def knob_bounds(name: str) -> tuple[float, float]:
     """The lowest and highest value of ranking knob *name*: its setting's `Field(ge=, le=)`.
     Raises `KeyError` for a knob whose setting has neither (tests/unit/test_ranking.py
     checks every knob has both)."""
-    metadata = RetrievalSettings.model_fields[name].metadata
-    low = next(m.ge for m in metadata if hasattr(m, "ge"))
-    high = next(m.le for m in metadata if hasattr(m, "le"))
-    return low, high
+    bounds = {
+        key: getattr(m, key)
+        for m in RetrievalSettings.model_fields[name].metadata
+        for key in ("ge", "le")
+        if hasattr(m, key)
+    }
+    return bounds["ge"], bounds["le"]
 
 
 def check_ranking(v: Violations, prefix: str, overrides: Mapping[str, Knob]) -> None:
