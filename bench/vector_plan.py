@@ -45,6 +45,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,11 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--k", type=int, default=10, help="recall@k")
     p.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock budget per size")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="also draw p50 latency (exact scan, HNSW) and HNSW recall by filtered-set size into this SVG or PNG",
+    )
     p.add_argument("--batch", type=int, default=256, help="memories per AddMemories call while seeding")
     p.add_argument("--seed-concurrency", type=int, default=4, help="concurrent AddMemories calls while seeding")
     return p.parse_args()
@@ -337,7 +343,36 @@ async def main() -> None:
         )
     else:
         print(f"# crossover: HNSW was not used or not faster at the largest size measured; exact_scan_max_rows {cap:,}")
+    if args.plot:
+        plot(results, args, cap=cap, ef=ef)
     closing_banner()
+
+
+def plot(results: list[SizeResult], args: argparse.Namespace, *, cap: int, ef: int) -> None:
+    """p50 latency of both paths and recall@k of the HNSW path, by filtered-set size (the
+    whole workspace left out: it has no filter)."""
+    from _plot import figure, save
+
+    rows = [r for r in results if r.label != ALL and r.exact and r.hnsw]
+    sizes = [r.size for r in rows]
+    fig, (latency, recall) = figure(2)
+    latency.plot(sizes, [ms(pct(r.exact, 50)) for r in rows], "o-", label="exact scan (btree, sort)")
+    latency.plot(sizes, [ms(pct(r.hnsw, 50)) for r in rows], "s-", label=f"HNSW (ef_search {max(ef, args.limit)})")
+    for axes in (latency, recall):
+        axes.set_xscale("log")
+        axes.axvline(cap, color="grey", linestyle="--", linewidth=1)
+        axes.set_xlabel("rows in the filtered set")
+    latency.set_yscale("log")
+    latency.set_ylabel("p50 ms per vector search")
+    latency.text(cap, latency.get_ylim()[1], f" exact_scan_max_rows {cap:,}", va="top", fontsize=8, color="grey")
+    latency.legend()
+    recall.plot(sizes, [float(np.mean(r.recall)) for r in rows], "s-", color="C1")
+    recall.set_ylim(0.8, 1.005)
+    recall.set_ylabel(f"recall@{args.k} of HNSW against exact")
+    fig.suptitle(f"Vector search, exact scan vs HNSW (limit {args.limit}, {len(rows[0].exact) if rows else 0} queries)")
+    sizes_flag = ",".join(str(s) for s in sizes)
+    command = f"python bench/vector_plan.py --sizes {sizes_flag} --queries {args.queries} --plot {args.plot}"
+    save(fig, args.plot, command)
 
 
 if __name__ == "__main__":
