@@ -79,6 +79,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -785,6 +786,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-in-process", action="store_true", help="skip part 1 (in-process tables)")
     p.add_argument("--no-grpc", action="store_true", help="skip parts 2 and 3 (no server is started)")
     p.add_argument("--no-limit-probe", action="store_true", help="skip part 3 (request size ceiling)")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        help="also draw part 1's count + split p50 against tokens (log-log, with a linear guide) into this SVG or PNG",
+    )
     p.add_argument("--grpc-repeats", type=int, default=10, help="least timed gRPC calls per size")
     p.add_argument("--grpc-min-seconds", type=float, default=2.0, help="least seconds of gRPC calls per size")
     p.add_argument("--grpc-max-seconds", type=float, default=20.0, help="no new gRPC call after this many seconds")
@@ -794,6 +800,27 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--probe-unit", type=int, default=1_000_000, help="tokens of each conversation in the size probe")
     p.add_argument("--probe-max-k", type=int, default=8, help="most conversations concatenated in the size probe")
     return p.parse_args()
+
+
+def plot(workloads: list[Workload], args: argparse.Namespace) -> None:
+    """Part 1's CheckContext in process (count + split, p50 and best) against the
+    conversation's tokens, log-log, with a line of slope 1 through the smallest p50."""
+    from _plot import figure, save
+
+    fig, axes = figure(1, width=5.5)
+    tokens = [w.tokens for w in workloads]
+    axes.plot(tokens, [ms(w.check_p50) for w in workloads], "o-", label="count + split, p50")
+    axes.plot(tokens, [ms(w.check_best) for w in workloads], "s--", label="count + split, best", alpha=0.7)
+    first = ms(workloads[0].check_p50)
+    axes.plot(tokens, [first * t / tokens[0] for t in tokens], ":", color="grey", label="linear in tokens")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel(f"tokens of the conversation ({args.encoding})")
+    axes.set_ylabel("ms, in process")
+    axes.set_title("CheckContext's work (token counts and the split)")
+    axes.legend()
+    sizes = ",".join(str(w.size) for w in workloads)
+    save(fig, args.plot, f"python bench/context_check.py --sizes {sizes} --no-grpc --plot {args.plot}")
 
 
 def main() -> None:
@@ -806,6 +833,8 @@ def main() -> None:
     workloads = [make_workload(size, args, counter, seed=args.seed) for size in sizes]
     if not args.no_in_process:
         in_process(args, counter, workloads)
+        if args.plot:
+            plot(workloads, args)
     if not args.no_grpc:
         asyncio.run(over_grpc(args, counter, workloads))
     closing_banner()
