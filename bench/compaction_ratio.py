@@ -83,8 +83,11 @@ from _harness import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from memplane.api.context_convert import message_to_proto
-from memplane.compaction.extractive import (
+from memplane.domain.context import ContextMessage, TextBlock
+from memplane.domain.models import MessageRole
+from memplane.eval.locomo import SCORED_CATEGORIES, Conversation, load_locomo
+from memplane.server.api.context_convert import message_to_proto
+from memplane.server.compaction.extractive import (
     HEADINGS,
     ExtractiveSummarizer,
     _Candidate,  # the baselines use the summariser's own sentences and bullets
@@ -92,10 +95,7 @@ from memplane.compaction.extractive import (
     _message_candidates,
     _render,
 )
-from memplane.domain.context import ContextMessage, TextBlock
-from memplane.domain.models import MessageRole
-from memplane.eval.locomo import SCORED_CATEGORIES, Conversation, load_locomo
-from memplane.settings import EmbeddingSettings
+from memplane.server.settings import EmbeddingSettings
 from memplane.text.tokens import TokenCounter, token_counter
 from memplane.v1 import compaction_pb2
 

@@ -86,12 +86,12 @@ import grpc
 from _harness import Stack, bench_server, closing_banner, environment_banner, log, ms, pct, print_table
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from memplane.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
 from memplane.client import AsyncMemplaneClient
-from memplane.compaction.split import split_context
 from memplane.domain.context import Block, ContextMessage, ContextSplit, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
 from memplane.errors import MemplaneError
+from memplane.server.api.context_convert import message_to_proto, messages_from_proto, split_to_proto
+from memplane.server.compaction.split import split_context
 from memplane.text.tokens import DEFAULT_ENCODING, TokenCounter, token_counter
 from memplane.v1 import compaction_pb2
 

@@ -50,7 +50,7 @@ from _harness import (
     run_load,
 )
 
-from memplane.settings import ExtractionSettings, LLMSettings
+from memplane.server.settings import ExtractionSettings, LLMSettings
 from memplane.text.tokens import token_counter
 from memplane.v1 import memory_pb2, writeback_pb2
 

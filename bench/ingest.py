@@ -52,7 +52,7 @@ from _harness import (
     print_table,
 )
 
-from memplane.embedding.cache import CachedEmbedder
+from memplane.server.embedding.cache import CachedEmbedder
 
 WARMUP_ITEMS = 16
 

@@ -48,8 +48,8 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
 from memplane.domain.models import NewMemory, Scope, Workspace
-from memplane.storage.binary_arrays import register_array_dumpers
-from memplane.storage.inserts import (
+from memplane.server.storage.binary_arrays import register_array_dumpers
+from memplane.server.storage.inserts import (
     INSERT_FUNCTION,
     PreparedMemory,
     RequestRecord,

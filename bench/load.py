@@ -51,10 +51,10 @@ from _harness import (
     server_process,
 )
 
-from memplane.api.errors import status_code_of
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import MemplaneError
-from memplane.settings import QuotaSettings
+from memplane.server.api.errors import status_code_of
+from memplane.server.settings import QuotaSettings
 from memplane.v1 import compaction_pb2, memory_pb2
 
 KINDS = ("search", "add", "prepare")

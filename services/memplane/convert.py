@@ -1,5 +1,5 @@
 """Conversions between generated protobuf messages and domain objects, shared by the
-gRPC edge (`memplane.api`) and the file sync (`memplane.filesync`, which the operator
+gRPC edge (`memplane.server.api`) and the file sync (`memplane.filesync`, which the operator
 runs): pure functions of the domain, the errors and the generated messages — no server,
 no grpc, no settings (an import-linter contract keeps it so).
 

@@ -1,5 +1,5 @@
 """The one exception hierarchy. Domain code raises these; the gRPC edge maps each class
-to a status code and a `google.rpc.ErrorInfo` reason (`memplane.api.errors`); the client
+to a status code and a `google.rpc.ErrorInfo` reason (`memplane.server.api.errors`); the client
 SDK turns statuses back into the same classes. Driver errors never leave storage/."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from memplane.cli.main import build_parser, main
 from memplane.client.aio import AsyncMemplaneClient
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 
 
 async def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -12,7 +12,6 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from psycopg import sql
 
-from memplane.app import App
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import (
     AlreadyExistsError,
@@ -22,6 +21,7 @@ from memplane.errors import (
     QuotaExceededError,
     UnauthenticatedError,
 )
+from memplane.server.app import App
 from memplane.v1 import admin_pb2, compaction_pb2, memory_pb2, retrieval_pb2, retrieval_pb2_grpc, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory, random_workspace_name
 from tests.support import fields, list_all, mem, tool_output, unit_vectors

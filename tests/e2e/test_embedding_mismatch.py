@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.local import UseEmbedder
 from memplane.errors import EmbeddingMismatchError, FailedPreconditionError, InvalidArgumentError
-from memplane.serving import serve
+from memplane.server.app import build_app
+from memplane.server.embedding.local import UseEmbedder
+from memplane.server.serving import serve
 from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, random_workspace_name, settings_for
 from tests.support import fields, list_all, mem, unit_vectors

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from memplane.app import App
 from memplane.errors import NotFoundError
+from memplane.server.app import App
 from memplane.v1 import compaction_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
 from tests.support import list_all, mem, tool_output

@@ -18,8 +18,8 @@ from google.protobuf import json_format
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, NotFoundError
+from memplane.server.writeback.rules_writer import RULES_METHOD
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
-from memplane.writeback.rules_writer import RULES_METHOD
 from tests.fake_llm import FakeLLM, Respond
 from tests.fix_server import TestWorkspace
 from tests.support import list_all, ts

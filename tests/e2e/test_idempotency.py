@@ -12,7 +12,7 @@ import pytest
 from memplane import convert
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import InvalidArgumentError, QuotaExceededError
-from memplane.storage.idempotency import request_hash
+from memplane.server.storage.idempotency import request_hash
 from memplane.v1 import admin_pb2, memory_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 from tests.support import fields, list_all, mem, unit_vectors

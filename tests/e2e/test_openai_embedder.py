@@ -20,13 +20,13 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.base import normalize
-from memplane.embedding.remote import OpenAIEmbedder
 from memplane.errors import FailedPreconditionError, UnavailableError
-from memplane.serving import serve
-from memplane.settings import EmbeddingSettings
+from memplane.server.app import build_app
+from memplane.server.embedding.base import normalize
+from memplane.server.embedding.remote import OpenAIEmbedder
+from memplane.server.serving import serve
+from memplane.server.settings import EmbeddingSettings
 from memplane.text.tokens import token_counter
 from memplane.v1 import admin_pb2, retrieval_pb2
 from tests.fake_llm import MAX_EMBEDDING_INPUT_TOKENS, MAX_EMBEDDING_INPUTS, MAX_EMBEDDING_REQUEST_TOKENS, FakeLLM

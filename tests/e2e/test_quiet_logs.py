@@ -27,7 +27,9 @@ RECORD = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (DEBUG|INFO|WARNING|ERROR|CRITICA
 # The server's own start-up lines: one per migration applied (a fresh database applies them
 # all), and the rest — the embedded database ready, the listener — with a little room for a
 # few more of its own. (A fixed bound over both failed at the fifteenth migration.)
-MIGRATIONS = sum(1 for f in (resources.files("memplane.storage") / "migrations").iterdir() if f.name.endswith(".sql"))
+MIGRATIONS = sum(
+    1 for f in (resources.files("memplane.server.storage") / "migrations").iterdir() if f.name.endswith(".sql")
+)
 MAX_OTHER_START_LINES = 4
 SEARCHES = 12
 
@@ -78,7 +80,7 @@ async def test_a_started_server_logs_its_start_briefly_and_no_line_per_request(
         await wait_serving(target, process, SERVICES_START_SECONDS)
         started = records(log)
         assert stray_lines(log) == []
-        migrations = [r for r in started if r == ("INFO", "memplane.storage.migrate")]
+        migrations = [r for r in started if r == ("INFO", "memplane.server.storage.migrate")]
         assert len(migrations) == MIGRATIONS, started
         assert 0 < len(started) - len(migrations) <= MAX_OTHER_START_LINES, started
         assert {name.split(".")[0] for _, name in started} == {"memplane"}, started  # no library internals

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.api.server import RunningServer
-from memplane.app import App, build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.cache import CachedEmbedder
 from memplane.errors import InvalidArgumentError, NotFoundError
-from memplane.serving import serve
-from memplane.settings import AuthSettings, DatabaseSettings, Settings
+from memplane.server.api.server import RunningServer
+from memplane.server.app import App, build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.serving import serve
+from memplane.server.settings import AuthSettings, DatabaseSettings, Settings
 from memplane.v1 import memory_pb2
 from tests.fix_replica import StreamingReplica
 from tests.fix_server import random_workspace_name

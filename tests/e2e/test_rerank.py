@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.cache import CachedEmbedder
-from memplane.retrieval.rerank import Reranker, RerankError
-from memplane.serving import serve
-from memplane.settings import RerankSettings
+from memplane.server.app import build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.retrieval.rerank import Reranker, RerankError
+from memplane.server.serving import serve
+from memplane.server.settings import RerankSettings
 from memplane.v1 import retrieval_pb2
 from tests.fake_rerank import FakeReranker
 from tests.fix_server import TestWorkspace, settings_for

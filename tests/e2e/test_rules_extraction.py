@@ -1,6 +1,6 @@
 """WriteConversation(extract=True) on a server without an LLM (the session server has
 none): the user's first-person statements become `user` memories by fixed patterns
-(`memplane.writeback.rules_writer`), method "episodic+rules", reconciled by key — the
+(`memplane.server.writeback.rules_writer`), method "episodic+rules", reconciled by key — the
 same statement again is NOOP, a move supersedes the old address (still readable), a new
 hobby retires nothing, and nothing crosses users."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from memplane.server.writeback.rules_writer import RULES_METHOD
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
-from memplane.writeback.rules_writer import RULES_METHOD
 from tests.fix_server import TestWorkspace
 from tests.support import list_all, mem, ts
 
@@ -109,7 +109,7 @@ async def test_a_retry_replays_the_first_reply_and_stores_nothing_more(workspace
 
 async def test_a_users_metadata_replace_leaves_a_statement_reconciled_by_key(workspace: TestWorkspace) -> None:
     """UpdateMemory with a `metadata` mask (a tag) keeps the keys the rules step reads back
-    (`extracted_by`, `statement`, `attribute`: `memplane.writeback.turns.RULE_KEYS`): the
+    (`extracted_by`, `statement`, `attribute`: `memplane.server.writeback.turns.RULE_KEYS`): the
     same statement again is still NOOP and a move still supersedes the tagged address.
     Before, the tag replaced them and the old home stayed current beside the new one."""
     first = await workspace.client.write_conversation(
@@ -130,7 +130,7 @@ async def test_a_users_metadata_replace_leaves_a_statement_reconciled_by_key(wor
 
 
 async def test_a_statement_made_episodic_is_still_a_statement_whose_type_may_change(workspace: TestWorkspace) -> None:
-    """A statement's type may change (`memplane.writeback.turns`), also after a user made it
+    """A statement's type may change (`memplane.server.writeback.turns`), also after a user made it
     EPISODIC: its metadata then names the message it was said in as a turn's does, yet it
     is no turn — a type mask alone is served as a type and metadata mask is, never refused
     as "conversation turn"."""

@@ -5,7 +5,7 @@ workspace with the terms off (its fused scores are the base): a boosted hit's sc
 1, as the fusions' best does), each boost is exactly its weight (speaker, time) or its
 weight x the best base score of the same session's turns within the window (neighbour),
 and with every term 0 the hits are the reference fusion of the two signals
-(`memplane.retrieval.fusion.fuse`)."""
+(`memplane.server.retrieval.fusion.fuse`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from memplane.errors import InvalidArgumentError
 from memplane.eval.runner import TERMS_OFF
-from memplane.retrieval.fusion import FusionMethod, fuse
-from memplane.settings import MIN_WEIGHT
+from memplane.server.retrieval.fusion import FusionMethod, fuse
+from memplane.server.settings import MIN_WEIGHT
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace
 from tests.support import cond, fields, mem, ts
@@ -279,7 +279,7 @@ DEFAULTS: dict[str, Any] = {}
 
 def _defaults() -> None:
     from memplane.domain.ranking import TERMS, Ranking
-    from memplane.settings import RetrievalSettings
+    from memplane.server.settings import RetrievalSettings
 
     r = Ranking.from_settings(RetrievalSettings())
     DEFAULTS.update({name: getattr(r, name) for name in TERMS})

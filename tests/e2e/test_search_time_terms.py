@@ -1,5 +1,5 @@
 """SearchMemories' when-question term and the relative expressions of the time term, over
-real gRPC (`memplane.storage.search_boosts`): a question that asks for a time boosts the
+real gRPC (`memplane.server.storage.search_boosts`): a question that asks for a time boosts the
 turns holding a relative time expression ("yesterday", "last week"), exactly by its weight,
 and nothing else; a turn's own "last month" moves the time the time term dates it at."""
 
@@ -65,7 +65,7 @@ async def test_a_relative_expression_split_by_other_whitespace_counts_as_written
     workspace: TestWorkspace,
 ) -> None:
     """A turn's text may break a line or double a space inside "last week" (the query's own
-    "last  week" is read with any whitespace, `memplane.retrieval.query`): the when term
+    "last  week" is read with any whitespace, `memplane.server.retrieval.query`): the when term
     boosts it and the time term moves its date, as for the expression written with one space."""
     july_20 = datetime(2023, 7, 20, 18, 0, tzinfo=UTC)
     turns = [

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.models import ConversationMessage, MessageRole
-from memplane.llm.extraction import extraction_prompt, prompt_sha256
+from memplane.server.llm.extraction import extraction_prompt, prompt_sha256
 from memplane.text.language import detect_language
 from memplane.v1 import memory_pb2
 from tests.e2e.test_compaction_summaries import GOOD, GOOD_ZH, T0, chinese_conversation, conversation

@@ -14,7 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from memplane.app import SERVICES
+from memplane.server.app import SERVICES
 from tests.fix_process import SERVICES_START_SECONDS, free_port, wait_serving
 
 FULL_NAMES = {

@@ -22,12 +22,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from memplane.api.interceptors import server_interceptors
-from memplane.app import build_app
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.cache import CachedEmbedder
-from memplane.serving import serve
-from memplane.telemetry import setup_telemetry
+from memplane.server.api.interceptors import server_interceptors
+from memplane.server.app import build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.serving import serve
+from memplane.server.telemetry import setup_telemetry
 from memplane.v1 import filter_pb2
 from tests.fix_server import random_workspace_name, settings_for
 from tests.support import cond, mem

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from memplane.api.server import RunningServer
-from memplane.api.tls import TlsFiles
-from memplane.app import App
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnavailableError
-from memplane.serving import serve
+from memplane.server.api.server import RunningServer
+from memplane.server.api.tls import TlsFiles
+from memplane.server.app import App
+from memplane.server.serving import serve
 from memplane.v1 import memory_pb2
 from tests.fix_process import SERVICES_START_SECONDS, free_port
 from tests.fix_server import TestWorkspace

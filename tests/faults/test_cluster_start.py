@@ -24,7 +24,7 @@ import pytest
 from memplane.client import AsyncMemplaneClient
 from memplane.domain.apikeys import generate_api_key
 from memplane.errors import UnauthenticatedError
-from memplane.storage.migrate import _migrations
+from memplane.server.storage.migrate import _migrations
 from tests.faults.conftest import KillablePostgres, ServerProcess, wait_for_sql
 from tests.fix_server import random_workspace_name
 from tests.support import mem, unit_vectors

@@ -4,7 +4,7 @@ after the pool's 30 s connection wait, so well inside a 10 s deadline — and ea
 service's health is NOT_SERVING (the process itself, "", stays SERVING: liveness); once
 it is back the server serves again by itself, with nothing stored lost.
 
-On the code before `memplane.storage.availability`, the second search after the kill
+On the code before `memplane.server.storage.availability`, the second search after the kill
 waited for a pooled connection until its deadline (DEADLINE_EXCEEDED), health stayed
 SERVING throughout, and the server only recovered once the pool's reconnect loop did."""
 

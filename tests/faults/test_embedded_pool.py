@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 
 from memplane.client import AsyncMemplaneClient
-from memplane.storage.embedded import start_embedded
+from memplane.server.storage.embedded import start_embedded
 from memplane.v1 import retrieval_pb2
 from tests.faults.conftest import ServerProcess
 from tests.support import mem

@@ -7,7 +7,7 @@ watchdog killed too) and stops it on its own clean stop.
 The outage is made to last, not hoped to be seen: a restart takes the data directory's
 lock (`<data_dir>/pgdata.lock`), which the test holds while it looks.
 
-On the code before `memplane.storage.embedded_supervisor`: nothing restarted the killed
+On the code before `memplane.server.storage.embedded_supervisor`: nothing restarted the killed
 postmaster, so health never returned to SERVING; a SIGKILLed server left its postmaster
 running; and after a restart on the same data directory the dead server's PID in
 `pgdata/.handle_pids.json` kept the clean stop from stopping PostgreSQL."""

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from memplane.client import AsyncMemplaneClient
-from memplane.storage.jobs import LOST_ATTEMPT
+from memplane.server.storage.jobs import LOST_ATTEMPT
 from memplane.v1 import memory_pb2, writeback_pb2
 from tests.fake_llm import FakeLLM, Respond
 from tests.faults.conftest import KillablePostgres, ServerProcess, wait_for_sql

@@ -2,7 +2,7 @@
 
 Two real `memplane serve` processes over one database: a key's verification is cached by
 process 2 (a search), then revoked or its workspace deleted through process 1. Process 2
-hears it from PostgreSQL (LISTEN/NOTIFY, `memplane.storage.invalidation`) and answers the
+hears it from PostgreSQL (LISTEN/NOTIFY, `memplane.server.storage.invalidation`) and answers the
 key UNAUTHENTICATED within PROPAGATION_SECONDS; every answer before that is the old one
 (OK), never another code. Also when process 2's listener connection was killed
 (pg_terminate_backend) before the revoke: it reconnects, and misses nothing.
@@ -23,7 +23,7 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import UnauthenticatedError
-from memplane.storage.invalidation import application_name
+from memplane.server.storage.invalidation import application_name
 from memplane.v1 import retrieval_pb2
 from tests.faults.conftest import ServerProcess
 from tests.fix_replica import wait_until

@@ -22,7 +22,7 @@ import pytest
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import DeadlineExceededError
-from memplane.storage.retention import SWEEP_MARKER
+from memplane.server.storage.retention import SWEEP_MARKER
 from memplane.v1 import retrieval_pb2
 from tests.faults.conftest import KillablePostgres, ServerProcess
 from tests.support import mem

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from memplane.app import App
 from memplane.domain.models import Principal, Workspace
 from memplane.errors import NotFoundError
+from memplane.server.app import App
 from tests.fix_server import random_workspace_name
 
 TenantFactory = Callable[[], Awaitable[Workspace]]

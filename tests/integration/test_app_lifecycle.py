@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from memplane.app import (
+from memplane.server.app import (
     BLOB_CLEANER,
     EXTRACTION_WORKERS,
     IDEMPOTENCY_SWEEPER,
@@ -22,8 +22,8 @@ from memplane.app import (
     SERVICES,
     build_app,
 )
-from memplane.serving import serve
-from memplane.settings import ExtractionSettings, LLMSettings, Settings
+from memplane.server.serving import serve
+from memplane.server.settings import ExtractionSettings, LLMSettings, Settings
 from tests.fake_llm import FakeLLM
 from tests.fix_server import settings_for
 

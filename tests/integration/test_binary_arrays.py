@@ -1,4 +1,4 @@
-"""The typed arrays of `memplane.storage.binary_arrays` arrive in PostgreSQL as the same
+"""The typed arrays of `memplane.server.storage.binary_arrays` arrive in PostgreSQL as the same
 values as psycopg's own dumping of the plain lists (what `memplane_insert_memories` was
 sent before), on a connection of the app's pool: NULLs, empty arrays, non-ASCII text,
 times before 2000 and out to 9999, nested JSON, vectors; a pgvector-less connection gets
@@ -15,8 +15,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from memplane.app import App
-from memplane.storage.binary_arrays import (
+from memplane.server.app import App
+from memplane.server.storage.binary_arrays import (
     Int4Array,
     JsonbArray,
     PgArray,

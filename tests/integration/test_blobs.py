@@ -18,14 +18,14 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from memplane.app import App
 from memplane.domain.blobs import StoredBlob
 from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
 from memplane.domain.models import ConversationMessage, MessageRole, Scope, Workspace
-from memplane.storage.blobs import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, BlobCleaner, ToolResultBlobStore
-from memplane.storage.database import Database
-from memplane.storage.migrate import _migrations, apply_migrations
-from memplane.storage.transcripts import TranscriptStore
+from memplane.server.app import App
+from memplane.server.storage.blobs import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, BlobCleaner, ToolResultBlobStore
+from memplane.server.storage.database import Database
+from memplane.server.storage.migrate import _migrations, apply_migrations
+from memplane.server.storage.transcripts import TranscriptStore
 from tests.integration.conftest import TenantFactory
 
 SCOPE = Scope(user_id="u1", agent_id="a1", session_id="s1")

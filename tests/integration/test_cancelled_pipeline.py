@@ -25,8 +25,8 @@ from contextlib import AbstractAsyncContextManager
 import psycopg
 import pytest
 
-from memplane.app import App
-from memplane.storage.database import CLIENT_CHECK_INTERVAL_MS, Connection
+from memplane.server.app import App
+from memplane.server.storage.database import CLIENT_CHECK_INTERVAL_MS, Connection
 from tests.integration.conftest import TenantFactory
 
 GIVE_UP_SECONDS = 10 * CLIENT_CHECK_INTERVAL_MS / 1000

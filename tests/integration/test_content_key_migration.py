@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-from memplane.storage.migrate import apply_migrations
+from memplane.server.storage.migrate import apply_migrations
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -20,10 +20,10 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
-from memplane.app import App
 from memplane.domain.models import NewMemory, Workspace
-from memplane.storage.binary_arrays import register_array_dumpers
-from memplane.storage.inserts import PreparedMemory, insert_memories, new_memories
+from memplane.server.app import App
+from memplane.server.storage.binary_arrays import register_array_dumpers
+from memplane.server.storage.inserts import PreparedMemory, insert_memories, new_memories
 from tests.integration.conftest import TenantFactory
 from tests.support import unit_vectors
 

@@ -1,7 +1,7 @@
-"""Server settings of the embedded PostgreSQL (`memplane.storage.embedded`): written to
+"""Server settings of the embedded PostgreSQL (`memplane.server.storage.embedded`): written to
 `pgdata/memplane.conf` before each start, applied to a fresh data directory too (whose
 first start is the wheel's, with PostgreSQL's defaults), and its memory settings
-(`memplane.storage.embedded_memory`) sized from the machine unless configured."""
+(`memplane.server.storage.embedded_memory`) sized from the machine unless configured."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from memplane.resources import start_database
-from memplane.settings import DatabaseSettings, Settings
-from memplane.storage import embedded_memory
-from memplane.storage.embedded import EmbeddedPostgresError, start_embedded
-from memplane.storage.embedded_memory import (
+from memplane.server.resources import start_database
+from memplane.server.settings import DatabaseSettings, Settings
+from memplane.server.storage import embedded_memory
+from memplane.server.storage.embedded import EmbeddedPostgresError, start_embedded
+from memplane.server.storage.embedded_memory import (
     EFFECTIVE_CACHE_SIZE_MAX_MB,
     SHARED_BUFFERS_MAX_MB,
     ServerMemory,

@@ -12,10 +12,10 @@ import pytest
 
 from memplane.domain.extraction import JobStatus
 from memplane.domain.models import Quotas, Retention, Scope, Workspace
-from memplane.storage.database import Database
-from memplane.storage.jobs import ExtractionJobStore, dedupe_key
-from memplane.storage.migrate import apply_migrations
-from memplane.storage.workspaces import WorkspaceStore, policy_columns
+from memplane.server.storage.database import Database
+from memplane.server.storage.jobs import ExtractionJobStore, dedupe_key
+from memplane.server.storage.migrate import apply_migrations
+from memplane.server.storage.workspaces import WorkspaceStore, policy_columns
 from tests.integration.test_migrations import empty_database  # noqa: F401 - the fixture
 
 SCOPE = Scope(user_id="ana", session_id="s1")

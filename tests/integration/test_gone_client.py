@@ -11,7 +11,7 @@ import time
 
 import psycopg
 
-from memplane.storage.database import CLIENT_CHECK_INTERVAL_MS, Database
+from memplane.server.storage.database import CLIENT_CHECK_INTERVAL_MS, Database
 
 GIVE_UP_SECONDS = 10 * CLIENT_CHECK_INTERVAL_MS / 1000
 

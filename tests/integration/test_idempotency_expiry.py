@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memplane.app import IDEMPOTENCY_SWEEPER, App
 from memplane.domain.models import NewMemory
-from memplane.storage.idempotency import delete_expired_records
+from memplane.server.app import IDEMPOTENCY_SWEEPER, App
+from memplane.server.storage.idempotency import delete_expired_records
 from tests.integration.conftest import TenantFactory, principal
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from memplane.app import App
 from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, MetadataExpr, Not, Operator
 from memplane.domain.models import NewMemory, Workspace
-from memplane.retrieval.service import SearchMode, SearchRequest
+from memplane.server.app import App
+from memplane.server.retrieval.service import SearchMode, SearchRequest
 from tests.fix_server import random_workspace_name
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors

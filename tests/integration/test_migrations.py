@@ -14,10 +14,10 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
-from memplane.app import build_app
 from memplane.errors import FailedPreconditionError
-from memplane.settings import AuthSettings, DatabaseSettings, Settings
-from memplane.storage.migrate import _migrations, apply_migrations, pending_migrations
+from memplane.server.app import build_app
+from memplane.server.settings import AuthSettings, DatabaseSettings, Settings
+from memplane.server.storage.migrate import _migrations, apply_migrations, pending_migrations
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import asyncio
 
 import psycopg
 
-from memplane.app import App
+from memplane.server.app import App
 
 
 async def test_a_connection_left_in_pipeline_mode_is_not_handed_out_again(app: App) -> None:

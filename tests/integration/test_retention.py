@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memplane.app import App
 from memplane.domain.models import EventKind, NewMemory
-from memplane.storage.retention import RETENTION_ACTOR, delete_expired_memories
+from memplane.server.app import App
+from memplane.server.storage.retention import RETENTION_ACTOR, delete_expired_memories
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
 

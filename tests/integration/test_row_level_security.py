@@ -9,10 +9,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memplane.app import App
 from memplane.domain.context import ContextMessage, ToolResultBlock, ToolResultLimits
 from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
-from memplane.storage.workspaces import partition_name
+from memplane.server.app import App
+from memplane.server.storage.workspaces import partition_name
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
 

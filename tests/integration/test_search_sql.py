@@ -1,5 +1,5 @@
-"""SearchMemories' one statement (`memplane.storage.search`) against the real database:
-its fusion is `memplane.retrieval.fusion.fuse`, its BM25 is Okapi BM25 over the stored
+"""SearchMemories' one statement (`memplane.server.storage.search`) against the real database:
+its fusion is `memplane.server.retrieval.fusion.fuse`, its BM25 is Okapi BM25 over the stored
 tsvectors, its lexical candidates stay within the postings budget, no filter value is
 written into its text, and the document frequencies it reads (`lexeme_df`) equal a
 recount after every kind of write."""
@@ -13,14 +13,14 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memplane.app import App
 from memplane.domain.filters import Condition, MemoryFilter, Operator
 from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
 from memplane.domain.ranking import Ranking, knob_types
-from memplane.retrieval.fusion import FusionMethod, fuse
-from memplane.storage import search as search_sql
-from memplane.storage.retention import delete_expired_memories
-from memplane.storage.search import SearchRow, SearchSpec
+from memplane.server.app import App
+from memplane.server.retrieval.fusion import FusionMethod, fuse
+from memplane.server.storage import search as search_sql
+from memplane.server.storage.retention import delete_expired_memories
+from memplane.server.storage.search import SearchRow, SearchSpec
 from memplane.text.segment import segment
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors

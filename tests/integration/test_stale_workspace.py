@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from memplane.app import App
 from memplane.domain.models import NewMemory, Workspace
 from memplane.errors import UnauthenticatedError
+from memplane.server.app import App
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from memplane.app import App
 from memplane.domain.models import NewMemory, Scope, Workspace
 from memplane.errors import UnauthenticatedError
-from memplane.storage.database import Database
+from memplane.server.app import App
+from memplane.server.storage.database import Database
 from tests.integration.conftest import TenantFactory, principal
 from tests.support import unit_vectors
 

@@ -11,11 +11,11 @@ import contextlib
 
 import pytest
 
-from memplane.app import App
 from memplane.domain.models import NewMemory
 from memplane.errors import NotFoundError, UnavailableError
-from memplane.storage import workspaces
-from memplane.storage.search import SearchSpec
+from memplane.server.app import App
+from memplane.server.storage import workspaces
+from memplane.server.storage.search import SearchSpec
 from tests.fix_server import random_workspace_name
 from tests.integration.conftest import TenantFactory, principal
 from tests.integration.test_search_sql import TEXTS, run, seeded, spec

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from memplane.credentials import configured_admin_key
 from memplane.errors import FailedPreconditionError
-from memplane.settings import Settings
+from memplane.server.credentials import configured_admin_key
+from memplane.server.settings import Settings
 
 KEY = "mp_unit_" + "k" * 43
 

@@ -1,4 +1,4 @@
-"""Dynamic batching of embedding calls (memplane.embedding.batching)."""
+"""Dynamic batching of embedding calls (memplane.server.embedding.batching)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memplane.embedding.batching import MAX_PASSED_OVER, BatchingEmbedder
+from memplane.server.embedding.batching import MAX_PASSED_OVER, BatchingEmbedder
 
 
 class _CountingModel:

@@ -1,4 +1,4 @@
-"""The per-workspace limit of calls in flight and waiting (memplane.quota.concurrency)."""
+"""The per-workspace limit of calls in flight and waiting (memplane.server.quota.concurrency)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from memplane.domain.models import Workspace
 from memplane.errors import QuotaExceededError
-from memplane.quota.concurrency import QUOTA_ID, ConcurrencyLimiter
+from memplane.server.quota.concurrency import QUOTA_ID, ConcurrencyLimiter
 
 _NOW = datetime(2026, 1, 1, tzinfo=UTC)
 A = Workspace(key=1, name="a", embedding_model="m", embedding_dimensions=2, created_at=_NOW)

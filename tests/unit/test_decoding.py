@@ -8,8 +8,8 @@ import struct
 import pytest
 from google.protobuf import message as pb_message
 
-from memplane.api.decoding import guarded, locate_violation
 from memplane.errors import FieldViolation
+from memplane.server.api.decoding import guarded, locate_violation
 from memplane.v1 import admin_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 
 

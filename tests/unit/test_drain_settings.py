@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 
 
 @pytest.mark.parametrize("bad", ["-1", "301", "soon"])

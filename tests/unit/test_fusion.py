@@ -1,11 +1,11 @@
-"""Rank fusion (memplane.retrieval.fusion): RRF scaled to 0..1, weighted fusion on one
+"""Rank fusion (memplane.server.retrieval.fusion): RRF scaled to 0..1, weighted fusion on one
 scale with a missing signal renormalised, deterministic ties."""
 
 from __future__ import annotations
 
 import pytest
 
-from memplane.retrieval.fusion import FusionMethod, fuse
+from memplane.server.retrieval.fusion import FusionMethod, fuse
 
 RRF_K = 60
 

@@ -1,8 +1,8 @@
-"""The head of a long text (memplane.embedding.head), with a word-counting tokenizer."""
+"""The head of a long text (memplane.server.embedding.head), with a word-counting tokenizer."""
 
 from __future__ import annotations
 
-from memplane.embedding.head import CHARS_PER_TOKEN_BOUND, head
+from memplane.server.embedding.head import CHARS_PER_TOKEN_BOUND, head
 
 
 class _Words:

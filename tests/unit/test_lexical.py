@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from memplane.compaction.lexical import SpanWords, words
-from memplane.compaction.sentences import split_sentences
+from memplane.server.compaction.lexical import SpanWords, words
+from memplane.server.compaction.sentences import split_sentences
 
 CORPUS = [
     "Alice moved to Lisbon in 2021 and loves the city.",

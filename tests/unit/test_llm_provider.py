@@ -1,4 +1,4 @@
-"""The LLM provider (memplane.llm) against the scripted OpenAI-compatible server: the
+"""The LLM provider (memplane.server.llm) against the scripted OpenAI-compatible server: the
 structured-output request and its JSON-mode fallback, retries with Retry-After, the
 per-workspace model and rate limit, and the repair of broken JSON answers as models
 really send them."""
@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memplane.compaction.llm import LLMSummarizer, SummarizerError
 from memplane.domain.models import Workspace
 from memplane.errors import QuotaExceededError
-from memplane.llm.chat import ChatModel, LLMError
-from memplane.llm.rate import LLMRateLimiter
-from memplane.llm.repair import fix_escapes, parse_object
+from memplane.server.compaction.llm import LLMSummarizer, SummarizerError
+from memplane.server.llm.chat import ChatModel, LLMError
+from memplane.server.llm.rate import LLMRateLimiter
+from memplane.server.llm.repair import fix_escapes, parse_object
 from tests.fake_llm import FakeLLM, HttpError, Respond, error_body
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}

@@ -1,4 +1,4 @@
-"""Process logging (memplane.logs): JSON lines are valid JSON whatever the message holds,
+"""Process logging (memplane.server.logs): JSON lines are valid JSON whatever the message holds,
 carry the trace and span ids inside a span, and third-party per-request INFO is muted.
 The format-string JSON before this wrote `"message":"say "hi""` — not JSON."""
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from memplane.logs import QUIET_LOGGERS, JsonFormatter, setup_logging
+from memplane.server.logs import QUIET_LOGGERS, JsonFormatter, setup_logging
 
 
 def _record(message: str, *args: object) -> logging.LogRecord:

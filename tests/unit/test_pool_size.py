@@ -7,8 +7,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from memplane import settings as settings_module
-from memplane.settings import DatabaseSettings, Settings
+from memplane.server import settings as settings_module
+from memplane.server.settings import DatabaseSettings, Settings
 
 
 @pytest.mark.parametrize(("cores", "expected"), [(1, 4), (2, 4), (3, 6), (8, 16), (64, 16)])

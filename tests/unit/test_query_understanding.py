@@ -1,4 +1,4 @@
-"""Query understanding without an LLM (memplane.retrieval.query): the names a question
+"""Query understanding without an LLM (memplane.server.retrieval.query): the names a question
 mentions and the time interval it names."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memplane.retrieval.query import (
+from memplane.server.retrieval.query import (
     MAX_NAMES,
     MAX_PHRASES,
     TimeRange,

@@ -14,14 +14,14 @@ import typing
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from memplane.api.retrieval import ranking_overrides
 from memplane.cli import locomo
 from memplane.client.aio import ranking_options
 from memplane.domain.ranking import BOOST_NAMES, TERMS, TERMS_OFF, Boosts, FusionMethod, Ranking, knob_types
-from memplane.domain.validation import Violations
 from memplane.errors import InvalidArgumentError
-from memplane.retrieval.ranking import check_ranking, knob_bounds
-from memplane.settings import MIN_WEIGHT, RetrievalSettings
+from memplane.server.api.retrieval import ranking_overrides
+from memplane.server.retrieval.ranking import check_ranking, knob_bounds
+from memplane.server.settings import MIN_WEIGHT, RetrievalSettings
+from memplane.server.validation import Violations
 from memplane.v1 import retrieval_pb2
 
 PROTO = retrieval_pb2.RankingOptions.DESCRIPTOR

@@ -9,7 +9,7 @@ import pytest
 
 from memplane.domain.models import Quotas, Workspace
 from memplane.errors import QuotaExceededError
-from memplane.quota.rate import RateLimiter
+from memplane.server.quota.rate import RateLimiter
 
 
 class Clock:

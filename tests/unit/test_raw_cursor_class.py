@@ -12,7 +12,7 @@ from typing import Any
 from psycopg import AsyncCursor, AsyncRawCursor
 from psycopg.raw_cursor import RawCursorMixin
 
-from memplane.storage.search import _raw_cursor_class
+from memplane.server.storage.search import _raw_cursor_class
 
 
 def _per_connection_class() -> type[AsyncCursor[Any]]:

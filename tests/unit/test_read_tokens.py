@@ -1,4 +1,4 @@
-"""Read-your-writes tokens: sealed WAL positions (memplane.api.read_tokens) and the
+"""Read-your-writes tokens: sealed WAL positions (memplane.server.api.read_tokens) and the
 client's choice of the newest (memplane.domain.consistency.newest_token)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from memplane.api.read_tokens import ReadTokens
 from memplane.domain.consistency import newest_token
 from memplane.errors import InvalidArgumentError
+from memplane.server.api.read_tokens import ReadTokens
 
 
 def test_a_sealed_position_opens_for_its_workspace_only() -> None:

@@ -1,4 +1,4 @@
-"""`memplane.writeback.reconcile.plan`: the model's operations checked against the facts
+"""`memplane.server.writeback.reconcile.plan`: the model's operations checked against the facts
 and memories it was shown — each fact decided once, unknown ordinals and unasked deletes
 skipped with their reason, undecided facts added — and the answers' parsing."""
 
@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 
 from memplane.domain.models import Memory, MemoryType, Provenance, Scope
-from memplane.llm.chat import LLMError
-from memplane.llm.extraction import Fact, ForgetRequest, parse_extraction
-from memplane.writeback.extraction import Operation, parse_operations
-from memplane.writeback.reconcile import plan
+from memplane.server.llm.chat import LLMError
+from memplane.server.llm.extraction import Fact, ForgetRequest, parse_extraction
+from memplane.server.writeback.extraction import Operation, parse_operations
+from memplane.server.writeback.reconcile import plan
 
 T = datetime(2026, 11, 13, tzinfo=UTC)
 LIMITS = (512, 1024, 32 * 1024)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memplane.domain.models import MemoryType, NewMemory, Provenance, Scope
-from memplane.storage.idempotency import request_hash_with_vectors
-from memplane.writeback.requests import WriteRequest, hashed_body
+from memplane.server.storage.idempotency import request_hash_with_vectors
+from memplane.server.writeback.requests import WriteRequest, hashed_body
 from tests.strategies import json_values, texts
 
 _times = st.one_of(st.none(), st.datetimes(timezones=st.just(UTC)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 
 
 def test_unset_means_no_rerank_stage() -> None:

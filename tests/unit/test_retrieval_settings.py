@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from memplane.settings import MIN_WEIGHT, RetrievalSettings
+from memplane.server.settings import MIN_WEIGHT, RetrievalSettings
 
 # Every weight the settings have, read from the model (not from the validator's own list,
 # so a weight added without the check fails here).

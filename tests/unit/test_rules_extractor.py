@@ -1,4 +1,4 @@
-"""The no-LLM extractor (`memplane.writeback.rules`): which sentences are first-person
+"""The no-LLM extractor (`memplane.server.writeback.rules`): which sentences are first-person
 statements, which attribute each one sets, and what is skipped."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from memplane.domain.models import ConversationMessage, MemoryType, MessageRole
-from memplane.writeback.rules import MAX_FACTS, statements
+from memplane.server.writeback.rules import MAX_FACTS, statements
 
 
 def user(text: str, id: str = "m1") -> ConversationMessage:

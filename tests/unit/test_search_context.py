@@ -1,10 +1,10 @@
-"""The turns returned around a hit (memplane.retrieval.context.bound_context): nearest
+"""The turns returned around a hit (memplane.server.retrieval.context.bound_context): nearest
 first within the token bound, the earlier on a tie, returned in transcript order."""
 
 from __future__ import annotations
 
-from memplane.retrieval.context import bound_context
-from memplane.storage.search import ContextTurn
+from memplane.server.retrieval.context import bound_context
+from memplane.server.storage.search import ContextTurn
 
 
 def turn(offset: int, words: int) -> ContextTurn:

@@ -1,4 +1,4 @@
-"""The search statement's text is composed once per shape (`memplane.storage.search.statement`
+"""The search statement's text is composed once per shape (`memplane.server.storage.search.statement`
 caches it by `_shape(spec)` and the filter's condition): whatever a request changes, the
 cached text must be the text composed afresh for that very request. Each field of
 `SearchSpec` and of its `Ranking` is varied from several bases (a field added later is varied
@@ -15,9 +15,9 @@ import pytest
 
 from memplane.domain.filters import Condition, MemoryFilter, Operator
 from memplane.domain.ranking import FusionMethod, Ranking
-from memplane.storage import search as search_sql
-from memplane.storage.filters import Params, compile_filter
-from memplane.storage.search import SearchSpec
+from memplane.server.storage import search as search_sql
+from memplane.server.storage.filters import Params, compile_filter
+from memplane.server.storage.search import SearchSpec
 
 NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 BASE = SearchSpec(

@@ -1,4 +1,4 @@
-"""Where CheckContext splits a context (memplane.compaction.split, ReMe's check_context).
+"""Where CheckContext splits a context (memplane.server.compaction.split, ReMe's check_context).
 
 Token counts are given directly, so each case controls exactly where the reserve walk
 stops; the counter itself is tested elsewhere."""
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from memplane.compaction.split import split_context
 from memplane.domain.context import ContextMessage, ContextSplit, TextBlock, ToolResultBlock, ToolUseBlock
 from memplane.domain.models import MessageRole
+from memplane.server.compaction.split import split_context
 
 
 # -- message builders ----------------------------------------------------------------

@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memplane.compaction.extractive import HEADINGS as EXTRACTIVE_HEADINGS
-from memplane.compaction.extractive import ExtractiveSummarizer
-from memplane.compaction.llm import ChatModel, LLMSummarizer, SummarizerError
-from memplane.compaction.sentences import split_sentences
-from memplane.compaction.summary import (
+from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
+from memplane.domain.models import MessageRole
+from memplane.server.compaction.extractive import HEADINGS as EXTRACTIVE_HEADINGS
+from memplane.server.compaction.extractive import ExtractiveSummarizer
+from memplane.server.compaction.llm import ChatModel, LLMSummarizer, SummarizerError
+from memplane.server.compaction.sentences import split_sentences
+from memplane.server.compaction.summary import (
     HEADINGS,
     StructuredSummary,
     SummaryFormatError,
@@ -23,8 +25,6 @@ from memplane.compaction.summary import (
     parse_summary_markdown,
     render,
 )
-from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock
-from memplane.domain.models import MessageRole
 from memplane.text.language import as_language, detect_language
 from memplane.text.tokens import TokenCounter, token_counter
 from tests.fake_llm import Delay, FakeLLM, HttpError

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memplane.api.tls import ReloadingCertificates, TlsFiles
 from memplane.errors import FailedPreconditionError
+from memplane.server.api.tls import ReloadingCertificates, TlsFiles
 from tests.fix_tls import TestCA
 
 
@@ -34,7 +34,7 @@ def test_a_bad_pair_is_not_loaded_and_a_warning_names_the_file(
         files.key_file.write_bytes(ca.issue("someone else").key)
     else:
         files.key_file.write_bytes(b"-----BEGIN PRIVATE KEY-----\nbm9uc2Vuc2U=\n-----END PRIVATE KEY-----\n")
-    caplog.set_level(logging.INFO, logger="memplane.api.tls")
+    caplog.set_level(logging.INFO, logger="memplane.server.api.tls")
     assert certificates.fetch() is None, f"a pair with a {damage} was handed to gRPC"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1

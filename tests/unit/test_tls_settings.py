@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from memplane.settings import GrpcSettings
+from memplane.server.settings import GrpcSettings
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Cutting tool outputs and reading them back (memplane.compaction.tool_output): byte
+"""Cutting tool outputs and reading them back (memplane.server.compaction.tool_output): byte
 limits, line / column positions, the marker, and reading that reproduces the text."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memplane.compaction.tool_output import (
+from memplane.domain.blobs import count_lines
+from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
+from memplane.domain.context_json import blocks_from_json, blocks_to_json
+from memplane.domain.models import MessageRole
+from memplane.server.compaction.tool_output import (
     Cut,
     claimed_cut,
     cut,
@@ -23,10 +27,6 @@ from memplane.compaction.tool_output import (
     split_marker,
     worth_cutting,
 )
-from memplane.domain.blobs import count_lines
-from memplane.domain.context import ContextMessage, TextBlock, ToolResultBlock, ToolUseBlock, Truncation
-from memplane.domain.context_json import blocks_from_json, blocks_to_json
-from memplane.domain.models import MessageRole
 
 UNTIL = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
 

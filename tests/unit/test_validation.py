@@ -1,4 +1,4 @@
-"""Input checks (memplane.domain.validation): each names the request field it refuses."""
+"""Input checks (memplane.server.validation): each names the request field it refuses."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 from memplane.domain.filters import All, AnyOf, Condition, MemoryFilter, Not, Operator
 from memplane.domain.models import NewMemory, Provenance, Scope
 from memplane.domain.names import WORKSPACE_NAME
-from memplane.domain.validation import (
+from memplane.errors import InvalidArgumentError
+from memplane.server.settings import LimitsSettings
+from memplane.server.validation import (
     IDENTITY_KEYS,
     Violations,
     check_filter,
@@ -18,8 +20,6 @@ from memplane.domain.validation import (
     check_text,
     parse_memory_id,
 )
-from memplane.errors import InvalidArgumentError
-from memplane.settings import LimitsSettings
 
 LIMITS = LimitsSettings()
 DIMS = 4

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from memplane.storage import embedded_supervisor
-from memplane.storage.embedded_supervisor import wait_exited
+from memplane.server.storage import embedded_supervisor
+from memplane.server.storage.embedded_supervisor import wait_exited
 
 
 async def _returns_once_killed() -> None:

@@ -21,7 +21,7 @@ from google.protobuf import timestamp_pb2
 
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.eval.locomo import Conversation, LocomoFormatError, load_locomo
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane.v1 import compaction_pb2, memory_pb2
 
 

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from memplane.client.aio import DEFAULT_TARGET, SERVICE_NAMES, AsyncMemplaneClient
-from memplane.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials
-from memplane.settings import Settings
+from memplane.server.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials
+from memplane.server.settings import Settings
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -41,8 +41,8 @@ from memplane.eval.runner import (
     missing_workspaces,
     run_locomo_eval,
 )
-from memplane.retrieval.ranking import knob_bounds
-from memplane.settings import MIN_WEIGHT, Settings
+from memplane.server.retrieval.ranking import knob_bounds
+from memplane.server.settings import MIN_WEIGHT, Settings
 
 
 def _positive_int(text: str) -> int:

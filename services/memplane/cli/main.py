@@ -1,6 +1,6 @@
 """`memplane` — serve, migrate, manage workspaces and keys, add, search, select, export, import, eval, compact.
 
-Settings come from the environment (MEMPLANE_*, see memplane.settings) and are loaded
+Settings come from the environment (MEMPLANE_*, see memplane.server.settings) and are loaded
 once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
 2 on bad usage.
 """
@@ -19,8 +19,8 @@ from google.protobuf import timestamp_pb2
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.errors import MemplaneError
-from memplane.logs import setup_logging
-from memplane.settings import Settings
+from memplane.server.logs import setup_logging
+from memplane.server.settings import Settings
 from memplane.v1 import admin_pb2, filter_pb2, memory_pb2
 
 _log = logging.getLogger("memplane")
@@ -32,12 +32,12 @@ def _setup_logging(settings: Settings) -> None:
 
 async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     """Run the server until SIGINT/SIGTERM, then shut down gracefully."""
-    from memplane.api.interceptors import server_interceptors
-    from memplane.api.server import freeze_startup_heap
-    from memplane.api.tls import TlsFiles
-    from memplane.app import build_app
-    from memplane.serving import serve
-    from memplane.telemetry import setup_telemetry
+    from memplane.server.api.interceptors import server_interceptors
+    from memplane.server.api.server import freeze_startup_heap
+    from memplane.server.api.tls import TlsFiles
+    from memplane.server.app import build_app
+    from memplane.server.serving import serve
+    from memplane.server.telemetry import setup_telemetry
 
     if ns.no_migrate:
         settings = settings.model_copy(
@@ -73,7 +73,7 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
     """Apply pending migrations under the advisory lock (the chart's migration Job); exit 0."""
-    from memplane.resources import migrate
+    from memplane.server.resources import migrate
 
     applied = await migrate(settings)
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))

@@ -17,7 +17,7 @@ from memplane.client.transfer import list_all_memories
 from memplane.filesync.convert import memory_from_proto
 from memplane.mdview import render_view
 from memplane.mdview.render import INDEX_MAX_TOKENS
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane.text.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane.v1 import filter_pb2, retrieval_pb2
 
 

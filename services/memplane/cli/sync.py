@@ -18,8 +18,8 @@ from memplane.errors import DeadlineExceededError, UnavailableError
 from memplane.filesync import SyncReport, restore_deleted, sync_once
 from memplane.mdview.render import INDEX_MAX_TOKENS
 from memplane.sandbox import LocalSandboxes
-from memplane.settings import Settings
-from memplane.telemetry import setup_telemetry
+from memplane.server.settings import Settings
+from memplane.server.telemetry import setup_telemetry
 from memplane.text.tokens import DEFAULT_ENCODING, ENCODINGS, token_counter
 from memplane.v1 import memory_pb2
 

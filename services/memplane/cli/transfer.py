@@ -11,7 +11,7 @@ from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
 from memplane.client.transfer import IMPORT_BATCH_SIZE, export_workspace, import_workspace
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 
 
 async def cmd_export_jsonl(ns: argparse.Namespace, settings: Settings) -> int:

@@ -163,7 +163,7 @@ class AsyncMemplaneClient:
         """Remember read-your-writes token *lsn* (e.g. another client's `lsn` of the same
         workspace) if it is newer than the one kept; later reads see every write up to it.
         The token is opaque: a counter of the workspace's own writes, then the WAL position
-        sealed (`memplane.api.read_tokens`). One that is not a token is ignored."""
+        sealed (`memplane.server.api.read_tokens`). One that is not a token is ignored."""
         self.lsn = newest_token(self.lsn, lsn)
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:

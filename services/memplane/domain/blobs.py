@@ -1,7 +1,7 @@
 """Stored tool outputs (ReMe's tool_result/ folder): the whole text of a tool output that
 CompactToolResults cut, kept for a retention period and read back by ReadToolResult.
 
-Lines are counted the way `memplane.compaction.tool_output` numbers them: split on "\\n"
+Lines are counted the way `memplane.server.compaction.tool_output` numbers them: split on "\\n"
 only (a "\\r\\n" ending stays one line ending; a lone "\\r", as progress bars print, does
 not start a line), so a blob's `line_count` equals the `total_lines` of its truncation
 and of every ReadToolResult answer.

@@ -4,9 +4,9 @@ that carry them sealed.
 A write RPC's response carries a token in the trailing metadata entry `memplane-lsn`
 (when the server reads from a replica, `database.read_dsn`): the primary's WAL position
 after its commit, encrypted, behind the workspace's own event counter
-(`memplane.api.read_tokens`). A client sends the newest token it has seen in the request
+(`memplane.server.api.read_tokens`). A client sends the newest token it has seen in the request
 metadata entry of the same name; a retrieval read then sees every write up to it
-(`memplane.storage.replica.ReadRouter` says how).
+(`memplane.server.storage.replica.ReadRouter` says how).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parse_lsn(text: str) -> int:
 
 def newest_token(current: str, seen: str) -> str:
     """The later of two read-your-writes tokens ("<counter>.<sealed position>", see
-    `memplane.api.read_tokens`; "" is before every token): the one with the higher counter,
+    `memplane.server.api.read_tokens`; "" is before every token): the one with the higher counter,
     *seen* on a tie (both cover the same memories). A *seen* that is not a token is
     ignored."""
     counter, dot, _ = seen.partition(".")

@@ -65,7 +65,7 @@ class Provenance:
 
 @dataclass(frozen=True)
 class NewMemory:
-    """A memory to store, validated (see `memplane.domain.validation`)."""
+    """A memory to store, validated (see `memplane.server.validation`)."""
 
     content: str
     scope: Scope = Scope()

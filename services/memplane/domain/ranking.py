@@ -6,7 +6,7 @@
 request, the client SDK's keywords, `memplane eval locomo`'s flags, the search statement's
 parameters) goes by those names, and tests/unit/test_ranking.py fails when the three drift
 apart. A new knob is a field here, in the proto message, in the settings, and the SQL that
-reads it (`memplane.storage.search_boosts` for a term).
+reads it (`memplane.server.storage.search_boosts` for a term).
 
 `Boosts` is what each query-aware term added to one hit: a field per term, whose weight is
 the Ranking field `<term>_weight` and whose SQL column is `b_<term>`.
@@ -25,7 +25,7 @@ from typing import Any
 
 
 class FusionMethod(enum.StrEnum):
-    """How signals combine (`memplane.retrieval.fusion` is the reference)."""
+    """How signals combine (`memplane.server.retrieval.fusion` is the reference)."""
 
     RRF = "rrf"
     WEIGHTED = "weighted"
@@ -49,7 +49,7 @@ def _knob(help_text: str, *, term: bool = False) -> dict[str, object]:
 @dataclass(frozen=True)
 class Ranking:
     """The ranking of one search, every knob resolved (`from_settings`, then a request's
-    `with_overrides`). Weights are 0 to 1 (0, or at least `memplane.settings.MIN_WEIGHT`);
+    `with_overrides`). Weights are 0 to 1 (0, or at least `memplane.server.settings.MIN_WEIGHT`);
     a term whose weight (or window, or lexeme count) is 0 is off and adds nothing to the
     search statement. The bounds of each knob are those of its setting."""
 
@@ -78,7 +78,7 @@ class Ranking:
     @classmethod
     def from_settings(cls, settings: Any, fusion: FusionMethod | None = None) -> Ranking:
         """The server's ranking: each field the attribute of the same name of *settings*
-        (`memplane.settings.RetrievalSettings`), for fusion method *fusion* (None: the
+        (`memplane.server.settings.RetrievalSettings`), for fusion method *fusion* (None: the
         settings' own). The vector weight is the method's default: `RRF_VECTOR_WEIGHT` for
         RRF, `zscore_vector_weight` for ZSCORE, `vector_weight` for WEIGHTED and DBSF."""
         values = {name: kind(getattr(settings, name)) for name, kind in knob_types().items()}

@@ -243,7 +243,7 @@ class RankingOptions(_message.Message):
     to 1; 0 turns it off; unset means the server's `retrieval.time_weight`.
     A turn's own relative time expression moves the time it is matched at: "last month" in a
     turn of 18 April counts as 18 March, "yesterday" as the day before, "next week" as seven
-    days after (`memplane.storage.search_boosts.TIME_SHIFTS`).
+    days after (`memplane.server.storage.search_boosts.TIME_SHIFTS`).
     """
     prf_terms: _builtins.int
     """Pseudo-relevance feedback for the lexical signal, RM3 (Abdul-Jaleel et al., TREC 2004;

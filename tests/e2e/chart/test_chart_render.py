@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from memplane.settings import Settings
+from memplane.server.settings import Settings
 from memplane_operator.rbac import cluster_rules, namespaced_rules, own_namespace_rules
 from tests.e2e.chart.helmtools import CHART, REPO, by_kind, named, pod_specs, render, set_flags
 from tests.fix_kube import KubeCluster, KubeCommandError

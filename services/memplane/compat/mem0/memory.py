@@ -265,7 +265,7 @@ class AsyncMemory:
         metadata: its role is kept unless *metadata* names it (mem0's `_update_memory`
         rule), its actor_id always (an identity key: the identity keys *metadata* names are
         dropped, actor_id among them); the server keeps a conversation turn's
-        message_id, speaker, role and turn_time the same way (`memplane.writeback.turns`).
+        message_id, speaker, role and turn_time the same way (`memplane.server.writeback.turns`).
         memplane keeps the old version in the history. Returns {"message": "Memory updated
         successfully!"}. Raises `ValueError` when neither is given or *metadata* names
         another message_id than the turn's (`ValidationError`), `MemoryNotFoundError` for

@@ -1,3 +1,0 @@
-"""Workspace quotas enforced outside the write transaction: calls per second (per server
-process) and embedding tokens per UTC day. Memory-count and byte quotas are checked in
-the write transaction itself (`memplane.storage.memories`)."""

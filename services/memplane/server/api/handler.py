@@ -1,0 +1,95 @@
+"""What every RPC handler shares: the caller's principal and error translation."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from memplane.domain.models import Principal, Workspace
+from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError
+from memplane.server.admin.auth import Authenticator
+from memplane.server.api.errors import abort_with
+
+_log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Self = TypeVar("Self")
+
+# The call slots (`Authenticator.hold`) taken by the RPC running in this task; `rpc` releases them.
+_slots: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "memplane_rpc_slots", default=None
+)
+
+
+def bearer_token(context: Context) -> str:
+    """The key of the `authorization: Bearer <key>` metadata entry ("" if absent).
+    Raises `UnauthenticatedError` for another scheme or more than one entry."""
+    values = [value for key, value in context.invocation_metadata() or () if key == "authorization"]
+    if not values:
+        return ""
+    if len(values) > 1 or not isinstance(values[0], str):
+        raise UnauthenticatedError("send exactly one 'authorization: Bearer <API key>' entry")
+    scheme, _, token = values[0].partition(" ")
+    if scheme.lower() != "bearer":
+        raise UnauthenticatedError("authorization metadata must read 'Bearer <API key>'")
+    return token.strip()
+
+
+async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:
+    """The caller and its workspace, holding one of the workspace's call slots until the
+    `rpc` handler returns. Raises `UnauthenticatedError`, `PermissionDeniedError` for the
+    admin key (it owns no memories), `QuotaExceededError` past the workspace's rate or
+    concurrency limit; `RuntimeError` outside an `rpc` handler (a bug)."""
+    slots = _slots.get()
+    if slots is None:
+        raise RuntimeError("workspace_of() must run inside an @rpc handler, which releases its call slot")
+    principal = await authenticator.authenticate(bearer_token(context))
+    if principal.workspace is None:
+        raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
+    slots.append(await authenticator.hold(principal.workspace))
+    return principal, principal.workspace
+
+
+async def require_admin(authenticator: Authenticator, context: Context) -> Principal:
+    """The caller if it holds the admin key; `PermissionDeniedError` for a workspace key."""
+    principal = await authenticator.authenticate(bearer_token(context))
+    if not principal.is_admin:
+        raise PermissionDeniedError("AdminService needs the admin key")
+    return principal
+
+
+def rpc(
+    method: Callable[[Self, Req, Context], Awaitable[Resp]],
+) -> Callable[[Self, Req, Context], Awaitable[Resp]]:
+    """Turn `MemplaneError`s into rich statuses and anything else into INTERNAL (logged
+    with its traceback, never echoed to the client). The call slots the handler took
+    are released when it ends, however it ends (a cancelled or expired RPC included)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Self, request: Req, context: Context) -> Resp:
+        slots: list[Callable[[], None]] = []
+        token = _slots.set(slots)
+        try:
+            return await method(self, request, context)
+        except MemplaneError as error:
+            await abort_with(context, error)
+            raise  # unreachable: abort raises
+        except Exception:
+            if context.code() is not None:  # already aborted by gRPC itself
+                raise
+            _log.exception("unhandled error in %s", method.__qualname__)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            raise
+        finally:
+            for release in slots:
+                release()
+            _slots.reset(token)
+
+    return wrapper

@@ -1,0 +1,299 @@
+"""Workspaces: rows, per-workspace partitions and their indexes, usage, deletion."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from memplane.domain.context import DEFAULT_TOKEN_ENCODING
+from memplane.domain.models import MemoryType, Quotas, Retention, Workspace, WorkspaceUsage
+from memplane.errors import AlreadyExistsError, NotFoundError, UnavailableError
+from memplane.server.storage.database import Connection, Database, fetch_one
+
+# Tables partitioned by workspace_key; each workspace gets "<table>_w<key>".
+PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df", "extraction_jobs")
+
+# Creating or dropping a workspace's partitions: how long one wait for the parent tables
+# may last (below PostgreSQL's deadlock_timeout, 1 s) and how many tries (~20 s in all).
+DDL_LOCK_TIMEOUT = "200ms"
+DDL_LOCK_ATTEMPTS = 25
+
+T = TypeVar("T")
+
+# HNSW build parameters: pgvector's defaults (m=16, ef_construction=64).
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+def partition_name(table: str, workspace_key: int) -> str:
+    """Name of *table*'s partition for one workspace."""
+    return f"{table}_w{workspace_key}"
+
+
+# Rows of `workspace_counters` per workspace (migration 0014: a write updates its
+# backend's, pid mod 8, so writers of one workspace on different connections lock
+# different rows; the SQL functions there hold the same number).
+COUNTER_SHARDS = 8
+
+
+def event_sequence_name(workspace_key: int) -> str:
+    """Name of the sequence a workspace's event ids come from (migration 0014)."""
+    return f"memory_events_w{workspace_key}_id_seq"
+
+
+# The workspaces columns UpdateWorkspace may set (Quotas fields keep their names).
+POLICY_COLUMNS = (
+    "max_memories",
+    "max_bytes",
+    "max_requests_per_second",
+    "max_embedding_tokens_per_day",
+    "default_ttl_seconds",
+    "type_ttl_seconds",
+    "labels",
+    "token_encoding",
+)
+
+
+def policy_columns(
+    *, quotas: Quotas, retention: Retention, labels: Mapping[str, str], token_encoding: str
+) -> dict[str, Any]:
+    """The POLICY_COLUMNS values of a workspace's quotas, retention, labels and encoding."""
+    return {
+        "max_memories": quotas.max_memories,
+        "max_bytes": quotas.max_bytes,
+        "max_requests_per_second": quotas.max_requests_per_second,
+        "max_embedding_tokens_per_day": quotas.max_embedding_tokens_per_day,
+        "default_ttl_seconds": retention.default_ttl_seconds,
+        "type_ttl_seconds": {t.value: ttl for t, ttl in retention.type_ttl_seconds.items()},
+        "labels": dict(labels),
+        "token_encoding": token_encoding,
+    }
+
+
+def _workspace(row: dict[str, Any]) -> Workspace:
+    return Workspace(
+        key=row["key"],
+        name=row["name"],
+        embedding_model=row["embedding_model"],
+        embedding_dimensions=row["embedding_dimensions"],
+        created_at=row["created_at"],
+        token_encoding=row.get("token_encoding", DEFAULT_TOKEN_ENCODING),
+        quotas=Quotas(
+            max_memories=row["max_memories"],
+            max_bytes=row["max_bytes"],
+            max_requests_per_second=row["max_requests_per_second"],
+            max_embedding_tokens_per_day=row["max_embedding_tokens_per_day"],
+        ),
+        retention=Retention(
+            default_ttl_seconds=row["default_ttl_seconds"],
+            type_ttl_seconds={MemoryType(t): int(ttl) for t, ttl in row["type_ttl_seconds"].items()},
+        ),
+        labels=dict(row["labels"]),
+        updated_at=row["updated_at"],
+    )
+
+
+def _bind(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values as bound parameters (JSON columns wrapped for psycopg)."""
+    return {k: Jsonb(v) if k in ("type_ttl_seconds", "labels") else v for k, v in columns.items()}
+
+
+class WorkspaceStore:
+    """Create, read, list and delete workspaces (admin transactions)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        name: str,
+        *,
+        embedding_model: str,
+        embedding_dimensions: int,
+        policy: Mapping[str, Any],
+    ) -> Workspace:
+        """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`), its
+        COUNTER_SHARDS counter rows and its event-id sequence, and create its partitions
+        with their own indexes: an HNSW index (cosine) on the
+        embedding cast to its recorded dimension and a CHECK that every stored vector has
+        that dimension. Raises `AlreadyExistsError`."""
+        columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
+        columns.update(_bind({k: policy[k] for k in POLICY_COLUMNS}))
+
+        async def create(conn: Connection) -> Workspace:
+            try:
+                cur = await conn.execute(
+                    sql.SQL("INSERT INTO workspaces ({}) VALUES ({}) RETURNING *").format(
+                        sql.SQL(", ").join(map(sql.Identifier, columns)),
+                        sql.SQL(", ").join(map(sql.Placeholder, columns)),
+                    ),
+                    columns,
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                raise AlreadyExistsError("workspace", name) from exc
+            row = await fetch_one(cur)
+            workspace = _workspace(row)
+            await conn.execute(
+                "INSERT INTO workspace_counters (workspace_key, shard) SELECT %s, s FROM generate_series(0, %s - 1) s",
+                (workspace.key, COUNTER_SHARDS),
+            )
+            await conn.execute(
+                sql.SQL("CREATE SEQUENCE {} AS bigint MINVALUE 1").format(
+                    sql.Identifier(event_sequence_name(workspace.key))
+                )
+            )
+            for table in PARTITIONED_TABLES:
+                await conn.execute(
+                    sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+                        sql.Identifier(partition_name(table, workspace.key)),
+                        sql.Identifier(table),
+                        sql.Literal(workspace.key),
+                    )
+                )
+            memories = sql.Identifier(partition_name("memories", workspace.key))
+            dims = sql.Literal(embedding_dimensions)
+            await conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (vector_dims(embedding) = {})").format(
+                    memories, sql.Identifier(f"memories_w{workspace.key}_dims"), dims
+                )
+            )
+            await conn.execute(
+                sql.SQL(
+                    "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
+                    " WITH (m = {}, ef_construction = {})"
+                ).format(
+                    sql.Identifier(f"memories_w{workspace.key}_hnsw"),
+                    memories,
+                    dims,
+                    sql.Literal(HNSW_M),
+                    sql.Literal(HNSW_EF_CONSTRUCTION),
+                )
+            )
+            return workspace
+
+        return await self._ddl(create)
+
+    async def get(self, name: str) -> Workspace:
+        """The workspace called *name*. Raises `NotFoundError`."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute("SELECT * FROM workspaces WHERE name = %s", (name,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", name)
+        return _workspace(row)
+
+    async def update(self, name: str, changes: Mapping[str, Any]) -> Workspace:
+        """Set the POLICY_COLUMNS in *changes* and `updated_at`; return the workspace as
+        stored. Raises `NotFoundError`, `ValueError` for another column."""
+        unknown = set(changes) - set(POLICY_COLUMNS)
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+        params = _bind(changes) | {"name": name}
+        assignments: list[sql.Composable] = [
+            sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder(k)) for k in changes
+        ]
+        assignments.append(sql.SQL("updated_at = now()"))
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                sql.SQL("UPDATE workspaces SET {} WHERE name = %(name)s RETURNING *").format(
+                    sql.SQL(", ").join(assignments)
+                ),
+                params,
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", name)
+        return _workspace(row)
+
+    async def get_by_key(self, key: int) -> Workspace:
+        """The workspace with partition key *key*. Raises `NotFoundError`."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute("SELECT * FROM workspaces WHERE key = %s", (key,))
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFoundError("workspace", str(key))
+        return _workspace(row)
+
+    async def list_page(self, *, after_name: str, limit: int) -> list[Workspace]:
+        """Up to *limit* workspaces with names after *after_name*, by name."""
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                "SELECT * FROM workspaces WHERE name > %s ORDER BY name LIMIT %s", (after_name, limit)
+            )
+            return [_workspace(r) for r in await cur.fetchall()]
+
+    async def delete(self, name: str) -> int:
+        """Drop the workspace's partitions, rows and event-id sequence; return its memory count.
+        Touches no other workspace. Raises `NotFoundError`."""
+
+        async def delete(conn: Connection) -> int:
+            cur = await conn.execute(
+                "SELECT w.key, (SELECT s.memory_count FROM workspace_stats s WHERE s.workspace_key = w.key)"
+                " AS memory_count FROM workspaces w WHERE w.name = %s FOR UPDATE OF w",
+                (name,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFoundError("workspace", name)
+            key = int(row["key"])
+            for table in PARTITIONED_TABLES:
+                await conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(partition_name(table, key)))
+                )
+            await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))  # and its counters (cascade)
+            await conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(event_sequence_name(key))))
+            return int(row["memory_count"])
+
+        return await self._ddl(delete)
+
+    async def _ddl(self, body: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run *body* in an admin transaction that first holds every partitioned parent
+        table (creating or dropping a partition locks its parent ACCESS EXCLUSIVE, which
+        every tenant statement also locks, shared, in an order of its own). Each wait is
+        bounded by DDL_LOCK_TIMEOUT, below PostgreSQL's deadlock_timeout (1 s): where the
+        DDL would close a lock cycle with a tenant's search or write, the DDL gives up
+        first and is retried, so the deadlock detector never aborts the tenant's
+        statement. Raises `UnavailableError` after DDL_LOCK_ATTEMPTS."""
+        parents = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            sql.SQL(", ").join(map(sql.Identifier, PARTITIONED_TABLES))
+        )
+        for attempt in range(DDL_LOCK_ATTEMPTS):
+            try:
+                async with self._db.admin() as conn:
+                    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (DDL_LOCK_TIMEOUT,))
+                    await conn.execute(parents)
+                    return await body(conn)
+            except UnavailableError as error:
+                if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # back off before the next try
+        raise UnavailableError("the workspace tables stayed locked by running statements; retry")
+
+    async def usage(self, name: str) -> WorkspaceUsage:
+        """Counts and sizes of one workspace. Raises `NotFoundError`."""
+        workspace = await self.get(name)
+        async with self._db.admin() as conn:
+            cur = await conn.execute(
+                "SELECT s.memory_count, s.content_bytes,"
+                " (SELECT count(*) FROM transcript_messages t WHERE t.workspace_key = s.workspace_key)"
+                "   AS transcript_message_count,"
+                " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+                "   WHERE c.relname = ANY(%s)) AS storage_bytes,"
+                " (SELECT coalesce(sum(u.tokens), 0) FROM embedding_usage u WHERE u.workspace_key = s.workspace_key"
+                "   AND u.day = (now() AT TIME ZONE 'UTC')::date) AS embedding_tokens_today"
+                " FROM workspace_stats s WHERE s.workspace_key = %s",
+                ([partition_name(t, workspace.key) for t in PARTITIONED_TABLES], workspace.key),
+            )
+            row = await fetch_one(cur)
+        return WorkspaceUsage(
+            memory_count=int(row["memory_count"]),
+            content_bytes=int(row["content_bytes"]),
+            transcript_message_count=int(row["transcript_message_count"]),
+            storage_bytes=int(row["storage_bytes"]),
+            embedding_tokens_today=int(row["embedding_tokens_today"]),
+        )

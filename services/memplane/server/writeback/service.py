@@ -1,0 +1,343 @@
+"""WriteBackService: the writes of a workspace's memories one by one (add, update, delete,
+erase a scope) and their history. Conversations are written by
+`memplane.server.writeback.conversation`, SummarizeSession's memories by
+`memplane.server.writeback.session_facts`; request ids and preparation: `memplane.server.writeback.requests`.
+
+Each write validates everything first (one INVALID_ARGUMENT naming every bad field),
+embeds outside the database transaction, then stores rows, history events, stats and
+the idempotency record in one tenant transaction: a failed request stores nothing.
+
+Idempotency (request_id): the first request's reply is kept and returned to retries; a
+reused id with another body is INVALID_ARGUMENT on `request_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import random
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memplane.domain.extraction import ExtractionJob
+from memplane.domain.models import (
+    Memory,
+    MemoryEvent,
+    NewMemory,
+    Principal,
+    Scope,
+    Workspace,
+    index_text,
+)
+from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
+from memplane.server.embedding.compat import ensure_compatible
+from memplane.server.quota.meter import EmbeddingMeter
+from memplane.server.settings import LimitsSettings
+from memplane.server.storage.blobs import ToolResultBlobStore
+from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.inserts import RequestRecord
+from memplane.server.storage.jobs import ExtractionJobStore
+from memplane.server.storage.memories import Change, MemoryStore
+from memplane.server.storage.transcripts import TranscriptStore
+from memplane.server.validation import (
+    Violations,
+    check_batch,
+    check_new_memory,
+    check_request_id,
+    check_scope,
+    parse_memory_id,
+)
+from memplane.server.writeback.requests import Added, Ledger, WriteRequest, prepare
+from memplane.server.writeback.turns import merge_update
+from memplane.text.segment import segment
+
+# Fields UpdateMemory may change (proto names → column names).
+UPDATABLE_FIELDS = {
+    "name": "name",
+    "description": "description",
+    "content": "content",
+    "type": "type",
+    "metadata": "metadata",
+    "valid_from_time": "valid_from",
+    "valid_to_time": "valid_to",
+    "expire_time": "expires_at",
+}
+_TEXT_FIELDS = {"name", "description", "content"}
+_MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
+
+
+class WriteBackService:
+    """Writes of one workspace at a time; the workspace comes from the caller's principal."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        ledger: Ledger,
+        memories: MemoryStore,
+        jobs: ExtractionJobStore,
+        transcripts: TranscriptStore,
+        blobs: ToolResultBlobStore,
+        meter: EmbeddingMeter,
+        limits: LimitsSettings,
+    ) -> None:
+        """*ledger* runs each write at most once per request id; *jobs* is the extraction
+        job table GetExtractionJob reads."""
+        self._db = db
+        self._jobs = jobs
+        self._blobs = blobs
+        self._memories = memories
+        self._transcripts = transcripts
+        self._meter = meter
+        self._embedder = meter.embedder
+        self._limits = limits
+        self._ledger = ledger
+
+    async def add(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> list[Memory]:
+        """`add_reply`'s memories: *items* stored (or the stored duplicates), in order."""
+        return (await self.add_reply(principal, workspace, items, request_id)).memories
+
+    async def add_reply(
+        self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
+    ) -> Added:
+        """Store *items* as given (no LLM); return them in order. An item whose normalised
+        content (NFKC, lower case, whitespace collapsed: `memplane_content_key`, migration
+        0013) is already a current memory of its scope, or an earlier item's, is not
+        stored: its place in the reply holds that memory, listed in `Added.duplicates`,
+        and its history gains a NOOP event.
+
+        Raises `InvalidArgumentError` (fields named `memories[i].…`), `QuotaExceededError`,
+        `EmbeddingMismatchError`.
+        """
+        now = datetime.now(UTC)  # the stored valid_from of items without one, checked against valid_to
+        v = Violations()
+        check_batch(v, "memories", len(items), self._limits)
+        check_request_id(v, "request_id", request_id, self._limits)
+        for i, item in enumerate(items[: self._limits.max_batch_size]):
+            check_new_memory(v, f"memories[{i}]", item, self._limits, workspace.embedding_dimensions, now=now)
+        v.raise_if_any()
+        ensure_compatible(workspace, self._embedder)
+        request = WriteRequest.adding(request_id, items)
+        if any(m.embedding is None for m in items):
+            # A retry is answered before the model is called; with every vector given, the
+            # write's own claim answers it (one transaction, not two).
+            replayed = await self._ledger.replay(workspace, request)
+            if replayed is not None:
+                return Added.replayed(*replayed)
+        prepared = await prepare(self._meter, workspace, items)
+        record = RequestRecord(request_id, request.method, request.digest) if request_id else None
+        for _ in range(2):  # a second pass only if the record taken was swept meanwhile
+            # One statement, committed by the server as it ends (memplane_insert_memories)
+            async with self._db.autocommit() as conn:
+                stored, pending = await self._memories.insert_once(
+                    conn,
+                    workspace,
+                    prepared,
+                    record,
+                    actor=principal.actor,
+                    request_id=request_id,
+                    now=now,
+                    dedupe=True,
+                )
+                outcome = await pending.outcome()
+            if outcome.claimed:
+                if not outcome.duplicates:
+                    return Added(stored, ())
+                async with self._db.tenant(workspace.key) as conn:
+                    found = await self._memories.get_many(conn, workspace, list(set(outcome.duplicates.values())))
+                held: list[Memory] = []
+                duplicates: list[int] = []
+                for i, memory in enumerate(stored):
+                    if i not in outcome.duplicates:
+                        held.append(memory)
+                    elif (existing := found.get(outcome.duplicates[i])) is not None:
+                        duplicates.append(len(held))
+                        held.append(existing)
+                    # else: deleted since this add saw it; absent, as from a replayed reply
+                return Added(held, tuple(duplicates))
+            replayed = await self._ledger.replay(workspace, request)
+            if replayed is not None:
+                return Added.replayed(*replayed)
+        raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
+
+    async def extraction_job(self, workspace: Workspace, job_id: str) -> ExtractionJob:
+        """One extraction job of the workspace. Raises `InvalidArgumentError` for a
+        malformed id, `NotFoundError` for a job the workspace does not have."""
+        try:
+            canonical = str(uuid.UUID(job_id))
+        except ValueError:
+            raise InvalidArgumentError(FieldViolation("id", "must be an extraction job id (UUID)")) from None
+        async with self._db.tenant(workspace.key) as conn:
+            job = await self._jobs.get(conn, workspace, canonical)
+        if job is None:
+            raise NotFoundError("extraction job", job_id)
+        return job
+
+    async def update(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        memory_id: str,
+        values: NewMemory,
+        mask: Sequence[str],
+        *,
+        expected_version: int = 0,
+        request_id: str = "",
+    ) -> Memory:
+        """Change the fields named in *mask* to their values in *values*.
+
+        Raises `InvalidArgumentError` (unknown mask path → `update_mask`, bad values →
+        `memory.<field>`, a turn's memory kept a turn: `memplane.server.writeback.turns`),
+        `NotFoundError`, `VersionConflictError` (ABORTED) when *expected_version* is stale.
+        """
+        v = Violations()
+        canonical = parse_memory_id(v, "id", memory_id)
+        check_request_id(v, "request_id", request_id, self._limits)
+        if not mask:
+            v.add("update_mask", "must name at least one field")
+        for path in mask:
+            if path not in UPDATABLE_FIELDS:
+                v.add("update_mask", f"cannot update {path!r}; updatable: {sorted(UPDATABLE_FIELDS)}")
+        if expected_version < 0:
+            v.add("expected_version", "must not be negative")
+        v.raise_if_any()
+        ensure_compatible(workspace, self._embedder)
+        for attempt in range(_MAX_UPDATE_ATTEMPTS):
+            async with self._db.tenant(workspace.key) as conn:
+                current = await self._memories.get(conn, workspace, canonical)
+            if current is None:
+                raise NotFoundError("memory", memory_id)
+            if expected_version and current.version != expected_version:
+                raise VersionConflictError(current.id, expected_version, current.version)
+            v = Violations()
+            merged = merge_update(v, "memory", current, values, mask)
+            check_new_memory(v, "memory", merged, self._limits, workspace.embedding_dimensions)
+            v.raise_if_any()
+            fields: dict[str, Any] = {
+                "name": merged.name,
+                "description": merged.description,
+                "content": merged.content,
+                "type": merged.type.value,
+                "metadata": merged.metadata,
+                "valid_from": merged.valid_from,
+                "valid_to": merged.valid_to,
+                "expires_at": merged.expires_at,
+            }
+            changed = {*mask, "metadata"} if merged.metadata != current.metadata else set(mask)  # a statement re-keyed
+            fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in changed}
+            embedding = lexical = None
+            if _TEXT_FIELDS.intersection(mask):
+                text = index_text(merged.name, merged.description, merged.content)
+                embedding = (await self._meter.for_workspace(workspace).embed_documents([text]))[0]
+                lexical = segment(text)
+                fields["content_bytes"] = len(text.encode())
+            change = Change(fields=fields, embedding=embedding, lexical_text=lexical)
+            now = datetime.now(UTC)
+            snapshot_current = current
+
+            async def work(
+                conn: Connection, current: Memory = snapshot_current, change: Change = change, now: datetime = now
+            ) -> dict[str, Any]:
+                updated = await self._memories.update(
+                    conn, workspace, current, change, actor=principal.actor, request_id=request_id, now=now
+                )
+                return {"ids": [updated.id]}
+
+            body = {
+                "id": canonical,
+                "mask": sorted(mask),
+                "values": dataclasses.asdict(values),
+                "expected_version": expected_version,
+            }
+            request = WriteRequest.of(request_id, "UpdateMemory", functools.partial(dict, body))
+            try:
+                _, found = await self._ledger.once(workspace, request, work)
+            except VersionConflictError:
+                if expected_version:
+                    raise
+                await asyncio.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 - jitter, not crypto
+                continue  # a concurrent writer won; re-read and apply on top of it
+            if not found:
+                raise NotFoundError("memory", memory_id)  # deleted since this request id's first run
+            return found[0]
+        raise VersionConflictError(canonical, 0, 0)
+
+    async def delete(
+        self,
+        principal: Principal,
+        workspace: Workspace,
+        memory_id: str,
+        *,
+        expected_version: int = 0,
+        request_id: str = "",
+    ) -> str:
+        """Delete one memory (history keeps a DELETE event with the memory as `before`).
+
+        Raises `InvalidArgumentError`, `NotFoundError`, `VersionConflictError`.
+        """
+        v = Violations()
+        canonical = parse_memory_id(v, "id", memory_id)
+        check_request_id(v, "request_id", request_id, self._limits)
+        if expected_version < 0:
+            v.add("expected_version", "must not be negative")
+        v.raise_if_any()
+        now = datetime.now(UTC)
+
+        async def work(conn: Connection) -> dict[str, Any]:
+            current = await self._memories.get(conn, workspace, canonical, lock=True)
+            if current is None:
+                raise NotFoundError("memory", memory_id)
+            if expected_version and current.version != expected_version:
+                raise VersionConflictError(current.id, expected_version, current.version)
+            await self._memories.delete(conn, workspace, current, actor=principal.actor, request_id=request_id, now=now)
+            return {"id": canonical}
+
+        body = {"id": canonical, "expected_version": expected_version}
+        result, _ = await self._ledger.once(workspace, WriteRequest.of(request_id, "DeleteMemory", lambda: body), work)
+        return str(result["id"])
+
+    async def delete_by_scope(
+        self, principal: Principal, workspace: Workspace, scope: Scope, request_id: str = ""
+    ) -> tuple[int, int]:
+        """Erase a scope (right to be forgotten): its memories, the content of their
+        history, its transcript messages and its stored tool outputs. Returns
+        (memories, messages) deleted.
+
+        Raises `InvalidArgumentError` on an empty scope (it would erase the workspace).
+        """
+        v = Violations()
+        check_scope(v, "scope", scope, self._limits)
+        check_request_id(v, "request_id", request_id, self._limits)
+        if scope.is_empty():
+            v.add("scope", "must set at least one of user_id, agent_id, session_id")
+        v.raise_if_any()
+        now = datetime.now(UTC)
+
+        async def work(conn: Connection) -> dict[str, Any]:
+            n = await self._memories.delete_by_scope(
+                conn, workspace, scope, actor=principal.actor, request_id=request_id, now=now
+            )
+            messages = await self._transcripts.delete_by_scope(conn, workspace, scope)
+            await self._blobs.delete_by_scope(conn, workspace, scope)
+            return {"memories": n, "messages": messages}
+
+        request = WriteRequest.of(request_id, "DeleteMemoriesByScope", lambda: dataclasses.asdict(scope))
+        result, _ = await self._ledger.once(workspace, request, work)
+        return int(result["memories"]), int(result["messages"])
+
+    async def history(self, workspace: Workspace, memory_id: str) -> list[MemoryEvent]:
+        """Events of one memory, oldest first. Raises `NotFoundError` when the workspace
+        never had it, `InvalidArgumentError` for a malformed id."""
+        v = Violations()
+        canonical = parse_memory_id(v, "memory_id", memory_id)
+        v.raise_if_any()
+        async with self._db.tenant(workspace.key) as conn:
+            events = await self._memories.events(conn, workspace, canonical)
+        if not events:
+            raise NotFoundError("memory", memory_id)
+        return events
