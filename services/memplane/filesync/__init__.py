@@ -1,4 +1,4 @@
-"""Two-way sync of a workspace's Markdown view with its sandbox (issue 13): `sync_once`
+"""Two-way sync of a workspace's Markdown view with its sandbox: `sync_once`
 takes the sandbox's edits in over the client SDK and renders the view again;
 `restore_deleted` brings back a memory whose file was deleted."""
 

@@ -1,4 +1,4 @@
-"""The Markdown view of a workspace, in AgentScope's Agentic Memory layout (issue 13):
+"""The Markdown view of a workspace, in AgentScope's Agentic Memory layout:
 `Memory/MEMORY.md` (an index, one line per file), one file per memory with frontmatter,
 and a daily journal of episodic memories. `render_view` builds it (pure); `write_view`
 puts it into a sandbox."""

@@ -1,4 +1,4 @@
-"""Sandboxes: where a workspace's Markdown view lives as files (issue 13). One interface,
+"""Sandboxes: where a workspace's Markdown view lives as files. One interface,
 `SandboxBackend` (lifecycle for the operator, file I/O for the services); backends:
 `LocalSandboxes` (a directory per workspace) here; `memplane.sandbox.docker.DockerSandboxes`
 (extra `sandbox-docker`) and `memplane.sandbox.e2b.E2BSandboxes` (extra `sandbox-e2b`)

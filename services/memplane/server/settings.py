@@ -42,8 +42,9 @@ class DatabaseSettings(BaseModel):
 
     dsn: str | None = Field(
         default=None,
-        description="libpq connection string of a PostgreSQL >= 16 with pgvector >= 0.7. "
-        "Unset: start the embedded PostgreSQL 18 + pgvector 0.8 under data_dir/pgdata.",
+        description="libpq connection string of a PostgreSQL >= 16 with pgvector >= 0.8 (searches set "
+        "hnsw.iterative_scan, new in 0.8). Unset: start the embedded PostgreSQL 18 + pgvector 0.8 under "
+        "data_dir/pgdata.",
     )
     pool_min_size: int = Field(default=2, ge=1, description="Connections kept open by the pool.")
     pool_max_size: int | None = Field(
