@@ -10,9 +10,11 @@ Liveness: GET http://<health_host>:<health_port>/healthz.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Sequence
 
 import kopf
 
@@ -28,8 +30,28 @@ class _QuietResync(logging.Filter):
         return not (record.levelno == logging.INFO and record.getMessage() == "Timer 'resync' succeeded.")
 
 
-def main() -> int:
-    """Entry point of the `memplane-operator` command; returns the exit status."""
+def parser() -> argparse.ArgumentParser:
+    """The command line: no options of its own (everything is configured by environment
+    variables, as a Deployment sets them); `--help` lists those variables with their
+    descriptions and defaults, from `OperatorSettings`."""
+    lines = ["environment variables (MEMPLANE_OPERATOR_<FIELD>):"]
+    for name, field in OperatorSettings.model_fields.items():
+        default = "" if field.is_required() else f" (default: {field.get_default(call_default_factory=True)!r})"
+        lines.append(f"  MEMPLANE_OPERATOR_{name.upper()}{default}\n      {field.description or ''}")
+    return argparse.ArgumentParser(
+        prog="memplane-operator",
+        description="Run memplane's Kubernetes operator (kopf): MemoryWorkspace and SandboxClass reconciled "
+        "through the AdminService. Kubernetes credentials: the in-cluster ServiceAccount, else $KUBECONFIG.",
+        epilog="\n".join(lines),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `memplane-operator` command (*argv*: the arguments, default
+    sys.argv[1:]); returns the exit status. `--help` exits 0 after printing the settings; any
+    other argument exits 2 naming it (argparse), before anything connects."""
+    parser().parse_args(argv)
     try:
         settings = OperatorSettings()
         settings.read_admin_key()
