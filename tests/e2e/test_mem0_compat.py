@@ -153,9 +153,9 @@ async def test_update_of_a_conversation_turns_metadata_keeps_it_that_turns_memor
 ) -> None:
     """A turn written by WriteConversation (an AgentScope middleware's, say) is context of
     its neighbours while its memory names the turn (metadata message_id, speaker,
-    turn_time). mem0's update(metadata=) replaces the user's metadata and keeps the
-    message's own keys it does not name, as mem0 keeps role: tagging a turn must not drop
-    it from the context of the turns around it."""
+    turn_time). mem0's update(metadata=) merges into the stored metadata, and the server
+    keeps the message's own keys it does not name, as mem0 keeps role: tagging a turn must
+    not drop it from the context of the turns around it."""
     scope = memory_pb2.Scope(user_id="dora", session_id="s-dora")
     turns = [("d1", "I grow tomatoes"), ("d2", "I saw a quokka today"), ("d3", "I sing in a choir")]
     written = await workspace.client.write_conversation(
@@ -180,11 +180,16 @@ async def test_update_of_a_conversation_turns_metadata_keeps_it_that_turns_memor
     assert reply.hits[0].memory.content == "I saw a quokka today"
     assert [(c.message_id, c.content) for c in reply.hits[0].context] == [("d1", turns[0][1]), ("d3", turns[2][1])]
     # A key the new metadata names is the user's correction, as in mem0 ("only if not
-    # provided"): the speaker changes, the turn stays d2's context.
+    # provided"): the speaker changes, the tag it does not name stays (merged), the turn
+    # stays d2's context.
     await memory.update(written.memories[0].id, metadata={"speaker": "Dorothy", "role": "assistant"})
     got = await memory.get(written.memories[0].id)
     assert got is not None
-    assert (got["role"], got["metadata"].get("speaker"), got["metadata"].get("tag")) == ("assistant", "Dorothy", None)
+    assert (got["role"], got["metadata"].get("speaker"), got["metadata"].get("tag")) == (
+        "assistant",
+        "Dorothy",
+        "garden",
+    )
     again = await workspace.client.search(
         "quokka", top_k=1, context_turns=1, filter=filter_pb2.MemoryFilter(user_id="dora")
     )

@@ -22,6 +22,11 @@ _log = logging.getLogger("memplane.compat.mem0")
 DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
 MAX_TOP_K = 100  # memplane's limits.max_top_k; larger requests are clamped to it
 LIST_PAGE_SIZE = 100
+# Messages per AddMemories call: the server's limits.max_batch_size default. add() of more
+# sends several batches (see AsyncMemory.add for what happens when one is refused).
+ADD_BATCH_SIZE = 256
+_MERGE_ATTEMPTS = 3  # update(metadata=) re-reads and merges again when the memory changed meanwhile
+_UNSET: Any = object()  # update()'s "expiration_date not given" (None clears it, as in mem0)
 PROCEDURAL = "procedural_memory"  # mem0's MemoryType.PROCEDURAL.value
 # mem0 configuration that memplane's server owns (its own embedder, store, history and,
 # once configured, LLM): accepted in a config so mem0 code keeps working, and ignored.
@@ -116,100 +121,134 @@ class AsyncMemory:
         self,
         messages: Any,
         *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
         metadata: Mapping[str, Any] | None = None,
+        timestamp: Any = None,
+        expiration_date: Any = None,
         infer: bool = True,
         memory_type: str | None = None,
         prompt: str | None = None,
     ) -> dict[str, Any]:
         """Store *messages* (a str, one message dict, or a list of {"role", "content",
-        optional "name"} dicts) in the scope of user_id / agent_id / run_id (at least one).
-        Each non-system message becomes one memory with *metadata* (identity keys
-        dropped, as mem0 does) plus "role" and, from "name", "actor_id".
+        optional "name"} dicts, any number of them) in the scope of user_id / agent_id /
+        run_id (at least one). Each non-system message becomes one memory with *metadata*
+        (identity keys dropped, as mem0 does) plus "role" and, from "name", "actor_id".
+        *expiration_date* ("YYYY-MM-DD", a date or datetime) is memplane's expire_time at
+        the end of that day (UTC): hidden from search / get_all from the next day on.
 
         *infer*: mem0 runs an LLM in the client to extract facts. memplane's client holds
         no LLM, so infer=True stores the messages as they are, typed `episodic` (raw
         turns); infer=False stores them as given, typed `user` (or `procedural` with
         memory_type="procedural_memory"). *prompt* (mem0's extraction prompt) is unused.
 
-        Returns {"results": [{"id", "memory", "event": "ADD"}...]}, with "actor_id" and
-        "role" too when infer=False (mem0's shapes); a message whose text is already a
-        memory of the scope is not stored again and not listed (mem0's NONE event). Raises `ValidationError` (a
-        ValueError) for no entity id, a bad message list, memory_type other than
-        "procedural_memory", or content the server refuses (size, count)."""
+        Messages go to the server in batches of `ADD_BATCH_SIZE` (its
+        `limits.max_batch_size`), in order, each stored atomically. When a batch is
+        refused the error is raised (its note says how many messages the earlier batches
+        stored): those stay stored, that batch and the ones after it store nothing, and
+        calling add() again with the same messages completes it — the stored ones come
+        back as NONE rows.
+
+        Returns {"results": [{"id", "memory", "event"}...]}, with "actor_id" and "role"
+        too when infer=False (mem0's shapes), in message order. A message whose text is
+        already a memory of the scope (also within the same call) is not stored again:
+        its row is that memory with event "NONE". Raises `ValidationError` (a ValueError)
+        for no entity id, a bad message list or expiration_date, memory_type other than
+        "procedural_memory", *timestamp* (Platform-only in mem0), or content the server
+        refuses (size, quota)."""
+        if timestamp is not None:
+            raise ValidationError(_platform_only("timestamp"))
         scope = shapes.scope_of(user_id, agent_id, run_id, required="add()")
+        expires = shapes.expiration_date(expiration_date)
         if memory_type is not None and memory_type != PROCEDURAL:
             raise ValidationError(f"Invalid 'memory_type'. Please pass {PROCEDURAL} to create procedural memories.")
         if memory_type == PROCEDURAL:
             mtype = memory_pb2.MEMORY_TYPE_PROCEDURAL
         else:
             mtype = memory_pb2.MEMORY_TYPE_EPISODIC if infer else memory_pb2.MEMORY_TYPE_USER
-        base = shapes.user_metadata(metadata)
-        inputs, kept = [], []
-        for message in shapes.normalize_messages(messages):
-            if not isinstance(message, Mapping) or message.get("role") is None or message.get("content") is None:
-                _log.warning("skipping a message without role or content")
-                continue
-            if message["role"] == "system":
-                continue
-            text = shapes.message_text(message["content"])
-            if not text:
-                continue
-            extra = {"role": str(message["role"])} | ({"actor_id": str(message["name"])} if message.get("name") else {})
-            inputs.append(
-                memory_pb2.MemoryInput(scope=scope, type=mtype, content=text, metadata=shapes.struct(base | extra))
-            )
-            kept.append(extra)
-        if not inputs:
-            return {"results": []}
-        with _as_mem0():
-            reply = await self._client.add_memories_reply(inputs)
+        template = memory_pb2.MemoryInput(scope=scope, type=mtype)
+        if expires is not None:
+            template.expire_time.CopyFrom(shapes.expire_time(expires))
+        inputs, kept = _inputs(messages, template, shapes.user_metadata(metadata))
         results: list[dict[str, Any]] = []
-        for i, (memory, extra) in enumerate(zip(reply.memories, kept, strict=True)):
-            if i in reply.duplicate_indexes:
-                continue  # already stored in the scope: a NOOP, which mem0 leaves out too
-            row: dict[str, Any] = {"id": memory.id, "memory": memory.content, "event": "ADD"}
-            if not infer:
-                row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
-            results.append(row)
+        for start in range(0, len(inputs), ADD_BATCH_SIZE):
+            batch = inputs[start : start + ADD_BATCH_SIZE]
+            try:
+                with _as_mem0():
+                    reply = await self._client.add_memories_reply(batch)
+            except Exception as exc:
+                if start:
+                    exc.add_note(
+                        f"add(): the first {start} of {len(inputs)} messages were stored (earlier batches); "
+                        "add() the same messages again to store the rest (the stored ones come back as NONE)"
+                    )
+                raise
+            duplicates = set(reply.duplicate_indexes)
+            for i, (memory, extra) in enumerate(zip(reply.memories, kept[start : start + len(batch)], strict=True)):
+                row: dict[str, Any] = {
+                    "id": memory.id,
+                    "memory": memory.content,
+                    "event": "NONE" if i in duplicates else "ADD",
+                }
+                if not infer:
+                    row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
+                results.append(row)
         return {"results": results}
 
     async def search(
         self,
         query: str,
         *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
         filters: Mapping[str, Any] | None = None,
         top_k: int | None = None,
         limit: int | None = None,
         threshold: float | None = None,
         rerank: bool = False,
+        explain: bool = False,
+        reference_date: Any = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """Hybrid search (vector + lexical) in the scope given by *filters* (mem0 2.x:
         filters={"user_id": ...}) or, as mem0 1.x took them, user_id / agent_id / run_id;
         other filter keys match metadata (see `shapes.memory_filter`). *top_k* (or mem0
-        1.x's *limit*) hits, default 20, at most 100. *threshold* drops hits whose fused
-        score (0 to 1, relative to the query's candidates) is below it. *rerank* is
-        accepted and unused (memplane fuses vector and lexical ranks itself).
+        1.x's *limit*) hits, default 20, at most 100. *threshold* drops hits whose
+        relevance (absolute and calibrated, 0 to 1: SearchMemories' min_relevance) is
+        below it, so an unrelated query can get no hits. *show_expired*
+        includes memories past their expiration date that memplane's retention sweep has
+        not erased yet (it erases them an hour after they expire). *rerank* is accepted
+        and unused (memplane fuses vector and lexical ranks itself).
 
         Returns {"results": [item, ...]} best first, each item with its "score" (see
         `shapes.memory_item`). Raises `ValidationError` for an empty query, no entity
-        id, a bad filter, or a threshold outside 0..1."""
+        id, a bad filter, a threshold that is no number or outside 0..1, a top_k that is
+        no non-negative int, *reference_date* (Platform-only in mem0) or *explain*
+        (mem0's score_details; memplane's breakdown is `client.search(...)`'s)."""
         del rerank
+        if reference_date is not None:
+            raise ValidationError(_platform_only("reference_date"))
+        if explain:
+            raise ValidationError(
+                "The explain parameter is not supported by memplane's mem0 facade: "
+                "memplane's score breakdown per hit is in memory.client.search(...)."
+            )
         if not isinstance(query, str) or not query.strip():
             raise ValidationError("Invalid query: cannot be empty or whitespace-only.")
         flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="search()")
-        k = _top_k(top_k, limit)
-        if threshold is not None and not 0.0 <= threshold <= 1.0:  # NaN fails too
-            raise ValidationError(f"Invalid threshold: {threshold}. Must be between 0 and 1.")
+        flt.include_expired = bool(show_expired)
+        k = min(_top_k(top_k, limit), MAX_TOP_K)
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+                raise ValidationError("threshold must be a valid number")
+            if not 0.0 <= threshold <= 1.0:  # NaN fails too
+                raise ValidationError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         if k == 0:
             return {"results": []}
         with _as_mem0():
-            reply = await self._client.search(query.strip(), top_k=k, min_score=threshold or 0.0, filter=flt)
+            reply = await self._client.search(query.strip(), top_k=k, min_relevance=threshold or 0.0, filter=flt)
         return {"results": [shapes.memory_item(hit.memory, score=hit.score) for hit in reply.hits]}
 
     async def get(self, memory_id: str) -> dict[str, Any] | None:
@@ -223,18 +262,21 @@ class AsyncMemory:
     async def get_all(
         self,
         *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
+        user_id: Any = None,
+        agent_id: Any = None,
+        run_id: Any = None,
         filters: Mapping[str, Any] | None = None,
         top_k: int | None = None,
         limit: int | None = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """The scope's memories, newest first, at most *top_k* (or *limit*; default 20,
         no upper bound: pages are read until it is reached). Scope and metadata filters as
-        in `search`. Returns {"results": [item, ...]} (items without "score")."""
+        in `search`; *show_expired* as there. Returns {"results": [item, ...]} (items
+        without "score"). Raises `ValidationError` for a top_k that is no non-negative int."""
         flt = shapes.memory_filter(filters, shapes.scope_of(user_id, agent_id, run_id), method="get_all()")
-        wanted = DEFAULT_TOP_K if top_k is None and limit is None else int(top_k if top_k is not None else limit or 0)
+        flt.include_expired = bool(show_expired)
+        wanted = _top_k(top_k, limit)
         items: list[dict[str, Any]] = []
         async for memory in self._listed(flt, wanted):
             items.append(shapes.memory_item(memory, with_score=False))
@@ -259,31 +301,58 @@ class AsyncMemory:
         memory_id: str,
         text: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        expiration_date: Any = _UNSET,
         data: str | None = None,
     ) -> dict[str, str]:
-        """Change a memory's text (*text*, or mem0's older *data*) and/or replace its
-        metadata: its role is kept unless *metadata* names it (mem0's `_update_memory`
-        rule), its actor_id always (an identity key: the identity keys *metadata* names are
-        dropped, actor_id among them); the server keeps a conversation turn's
-        message_id, speaker, role and turn_time the same way (`memplane.server.writeback.turns`).
-        memplane keeps the old version in the history. Returns {"message": "Memory updated
-        successfully!"}. Raises `ValueError` when neither is given or *metadata* names
-        another message_id than the turn's (`ValidationError`), `MemoryNotFoundError` for
-        an unknown id."""
-        text = text if text is not None else data
-        if text is None and metadata is None:
+        """Change a memory's text, metadata and/or expiration date, as mem0 does.
+
+        *metadata* is merged into the stored metadata (the keys it names are set, the
+        others kept); identity keys it names are dropped (user_id, agent_id, run_id,
+        actor_id: fixed at creation), role is the message's unless named. The server keeps
+        a conversation turn's message_id, speaker, role and turn_time the same way
+        (`memplane.server.writeback.turns`). *expiration_date* sets the expiry ("YYYY-MM-DD"
+        as in `add`) or, None, clears it. *data* is mem0's deprecated alias of *text*
+        (a warning says so; *text* wins when both are given). memplane keeps the old
+        version in the history.
+
+        Returns {"message": "Memory updated successfully!"}. Raises `ValidationError` (a
+        ValueError) when nothing is given to change, for a bad expiration_date, or when
+        *metadata* names another message_id than the turn's; `MemoryNotFoundError` for an
+        unknown id."""
+        if data is not None:
+            _log.warning(
+                "The `data` argument to update() is deprecated and will be removed in the "
+                "next major release. Use `text` instead."
+            )
+            if text is None:
+                text = data
+        if text is None and metadata is None and expiration_date is _UNSET:
             raise ValidationError("At least one of text, metadata, or expiration_date must be provided.")
         fields, new = [], memory_pb2.MemoryInput()
+        if text is not None:
+            fields.append("content")
+            new.content = text
+        if expiration_date is not _UNSET:
+            fields.append("expire_time")
+            day = shapes.expiration_date(expiration_date)
+            if day is not None:
+                new.expire_time.CopyFrom(shapes.expire_time(day))
         with _as_mem0():
-            if text is not None:
-                fields.append("content")
-                new.content = text
-            if metadata is not None:
-                current = shapes.memory_item(await self._client.get_memory(memory_id))
-                kept = {k: current[k] for k in shapes.MESSAGE_KEYS if current.get(k) is not None}
-                fields.append("metadata")
-                new.metadata.CopyFrom(shapes.struct(kept | shapes.user_metadata(metadata)))
-            await self._client.update_memory(memory_id, new, fields)
+            if metadata is None:
+                await self._client.update_memory(memory_id, new, fields)
+                return {"message": "Memory updated successfully!"}
+            fields.append("metadata")
+            for attempt in range(_MERGE_ATTEMPTS):
+                current = await self._client.get_memory(memory_id)
+                item = shapes.memory_item(current)
+                stored = (item["metadata"] or {}) | {k: item[k] for k in shapes.MESSAGE_KEYS if k in item}
+                new.metadata.CopyFrom(shapes.struct(stored | shapes.user_metadata(metadata)))
+                try:
+                    await self._client.update_memory(memory_id, new, fields, expected_version=current.version)
+                    break
+                except errors.VersionConflictError:  # changed between the read and the write: merge again
+                    if attempt == _MERGE_ATTEMPTS - 1:
+                        raise
         return {"message": "Memory updated successfully!"}
 
     async def delete(self, memory_id: str) -> dict[str, str]:
@@ -293,9 +362,7 @@ class AsyncMemory:
             await self._client.delete_memory(memory_id)
         return {"message": "Memory deleted successfully!"}
 
-    async def delete_all(
-        self, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
-    ) -> dict[str, str]:
+    async def delete_all(self, user_id: Any = None, agent_id: Any = None, run_id: Any = None) -> dict[str, str]:
         """Erase every memory of the scope (all given ids must match), and the scope's
         transcript messages with them (memplane's right to be forgotten). Returns
         {"message": "Memories deleted successfully!"}; raises `ValidationError` without
@@ -318,14 +385,12 @@ class AsyncMemory:
             events = await self._client.list_memory_events(memory_id)
         return [shapes.history_row(e) for e in events]
 
-    async def reset(
-        self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
-    ) -> None:
+    async def reset(self, *, user_id: Any = None, agent_id: Any = None, run_id: Any = None) -> None:
         """mem0's `reset()` drops every memory of the store. A workspace key cannot do
         that in memplane: without a scope this raises `ValidationError`; with one it is
         `delete_all` of that scope. (An admin deletes a whole workspace: `memplane
         workspace delete NAME`.)"""
-        if not (user_id or agent_id or run_id):
+        if user_id is None and agent_id is None and run_id is None:
             raise ValidationError(
                 "reset() without a scope would erase the whole workspace: memplane refuses it. "
                 "Call delete_all(user_id=...) (or reset(user_id=...)); an admin deletes a workspace "
@@ -339,10 +404,54 @@ def _never() -> AsyncMemplaneClient:
 
 
 def _top_k(top_k: int | None, limit: int | None) -> int:
+    """*top_k* (else mem0 1.x's *limit*, else 20), checked as mem0's `_validate_search_params`."""
     k = top_k if top_k is not None else limit if limit is not None else DEFAULT_TOP_K
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ValidationError("top_k must be a valid integer")
+    if k < 0:
         raise ValidationError(f"Invalid top_k: {k}. Must be a non-negative integer.")
-    return min(k, MAX_TOP_K)
+    return k
+
+
+def _inputs(
+    messages: Any, template: memory_pb2.MemoryInput, base: dict[str, Any]
+) -> tuple[list[memory_pb2.MemoryInput], list[dict[str, str]]]:
+    """One memory input per non-system message with text (a copy of *template* with its
+    content and *base* metadata plus "role" and, from "name", "actor_id"), and those
+    per-message keys."""
+    inputs, kept = [], []
+    for message in shapes.normalize_messages(messages):
+        if not isinstance(message, Mapping) or message.get("role") is None or message.get("content") is None:
+            _log.warning("skipping a message without role or content")
+            continue
+        if message["role"] == "system":
+            continue
+        text = shapes.message_text(message["content"])
+        if not text:
+            continue
+        extra = {"role": str(message["role"])} | ({"actor_id": str(message["name"])} if message.get("name") else {})
+        one = memory_pb2.MemoryInput()
+        one.CopyFrom(template)
+        one.content = text
+        one.metadata.CopyFrom(shapes.struct(base | extra))
+        inputs.append(one)
+        kept.append(extra)
+    return inputs, kept
+
+
+def _ignored(method: str, **given: Any) -> None:
+    """Warn, naming them, of the Platform arguments *method* accepts and does not use."""
+    named = sorted(name for name, value in given.items() if value is not None)
+    if named:
+        _log.warning("%s(): %s accepted and ignored: memplane has no counterpart", method, ", ".join(named))
+
+
+def _platform_only(name: str) -> str:
+    """mem0's refusal of a Platform-only parameter, naming it."""
+    return (
+        f"The {name} parameter is not supported by the OSS Memory SDK (it is Platform-only in mem0), "
+        "nor by memplane's mem0 facade."
+    )
 
 
 class AsyncMemoryClient(AsyncMemory):
@@ -351,9 +460,11 @@ class AsyncMemoryClient(AsyncMemory):
     mem0 code that sets that variable needs no change), *host* the server's
     "host:port" or "https://host[:port]" (default MEMPLANE_TARGET). Raises `ValueError`
     without a key, as mem0 does. Same methods as `AsyncMemory`, except that `get` raises
-    `MemoryNotFoundError` for an unknown id (the Platform answers 404) and `reset` returns
-    mem0's message dict. *org_id* / *project_id* are accepted and unused: the workspace
-    comes from the key."""
+    `MemoryNotFoundError` for an unknown id (the Platform answers 404), `get_all` answers
+    the Platform's page shape ({"count", "next", "previous", "results"}) and `reset`
+    returns mem0's message dict. *org_id* / *project_id* are accepted and unused: the
+    workspace comes from the key; so are the Platform's `app_id=`, `options=`, `page=`
+    and `delete_linked=` (a warning names them)."""
 
     def __init__(
         self,
@@ -377,13 +488,57 @@ class AsyncMemoryClient(AsyncMemory):
         else:
             super().__init__(client=client)
 
+    async def add(self, messages: Any, *, app_id: Any = None, options: Any = None, **kwargs: Any) -> dict[str, Any]:
+        """`AsyncMemory.add`; the Platform's *app_id* and *options* are accepted and
+        unused (a warning names them)."""
+        _ignored("add", app_id=app_id, options=options)
+        return await super().add(messages, **kwargs)
+
+    async def search(self, query: str, *, app_id: Any = None, options: Any = None, **kwargs: Any) -> dict[str, Any]:
+        """`AsyncMemory.search`; *app_id* and *options* accepted and unused (warned)."""
+        _ignored("search", app_id=app_id, options=options)
+        return await super().search(query, **kwargs)
+
+    async def get_all(
+        self,
+        *,
+        app_id: Any = None,
+        options: Any = None,
+        page: int | None = None,
+        page_size: int | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """`AsyncMemory.get_all` in the Platform's paginated shape: {"count": the number
+        of results, "next": None, "previous": None, "results": [...]} (one page of at most
+        *page_size*, else *top_k*, memories). *page* other than 1, *app_id* and *options*
+        are accepted and unused (warned): memplane pages by token, not by number."""
+        _ignored("get_all", app_id=app_id, options=options, page=None if page in (None, 1) else page)
+        if page_size is not None and kwargs.get("top_k") is None:
+            kwargs["top_k"] = page_size
+        results = (await super().get_all(**kwargs))["results"]
+        return {"count": len(results), "next": None, "previous": None, "results": results}
+
+    async def update(  # type: ignore[override]
+        self, memory_id: str, text: str | None = None, *, options: Any = None, **kwargs: Any
+    ) -> dict[str, str]:
+        """`AsyncMemory.update`; *options* accepted and unused (warned)."""
+        _ignored("update", options=options)
+        return await super().update(memory_id, text, **kwargs)
+
+    async def delete(self, memory_id: str, delete_linked: bool = False) -> dict[str, str]:
+        """`AsyncMemory.delete`; *delete_linked* (the Platform's "also the memories this
+        one superseded") is accepted and unused (warned): memplane keeps a superseded
+        version in the memory's own history, not as a linked memory."""
+        _ignored("delete", delete_linked=delete_linked or None)
+        return await super().delete(memory_id)
+
     async def get(self, memory_id: str) -> dict[str, Any]:
         """One memory as an item; raises `MemoryNotFoundError` for an unknown id."""
         with _as_mem0():
             return shapes.memory_item(await self._client.get_memory(memory_id))
 
     async def reset(  # type: ignore[override]
-        self, *, user_id: str | None = None, agent_id: str | None = None, run_id: str | None = None
+        self, *, user_id: Any = None, agent_id: Any = None, run_id: Any = None
     ) -> dict[str, str]:
         """As `AsyncMemory.reset`; returns {"message": "Client reset successful. ..."}."""
         await super().reset(user_id=user_id, agent_id=agent_id, run_id=run_id)

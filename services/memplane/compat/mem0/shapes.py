@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import UTC
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -113,6 +113,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def expiration_date(value: Any) -> str | None:
+    """*value* as mem0's `_normalize_expiration_date`: None, a `date`/`datetime` or a
+    "YYYY-MM-DD" string, as "YYYY-MM-DD" (None stays None). Raises `ValidationError` (a
+    ValueError, with mem0's message) for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.date().isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError as exc:
+            raise ValidationError("expiration_date must be a valid date in YYYY-MM-DD format.") from exc
+    raise ValidationError("expiration_date must be a date string in YYYY-MM-DD format.")
+
+
+def expire_time(day: str) -> timestamp_pb2.Timestamp:
+    """memplane's expire_time of mem0's expiration date *day* ("YYYY-MM-DD"): midnight UTC
+    at the end of that day. mem0 counts a memory expired once its date is before today
+    (UTC), so it stays visible for the whole of its last day, as here."""
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(), tzinfo=UTC))
+    return out
+
+
+def _expiration_date_of(ts: timestamp_pb2.Timestamp) -> str:
+    """The inverse of `expire_time`: the last UTC day a memory expiring at *ts* is
+    current (the day before a midnight; the day itself for any other moment, e.g. an
+    expiry a retention policy gave)."""
+    return (ts.ToDatetime(tzinfo=UTC) - timedelta(microseconds=1)).date().isoformat()
+
+
 def _iso(ts: timestamp_pb2.Timestamp) -> str | None:
     """mem0's timestamps: ISO 8601 with the UTC offset ("2026-12-02T03:27:07.123456+00:00")."""
     if not ts.seconds and not ts.nanos:
@@ -124,7 +158,8 @@ def memory_item(memory: memory_pb2.Memory, *, score: float | None = None, with_s
     """A memory as mem0 returns it (`MemoryItem.model_dump()` plus the promoted keys): id,
     memory, hash (MD5 of the text, as mem0's), metadata (None when empty), score (search;
     None from get; absent from get_all), created_at, updated_at, then user_id, agent_id,
-    run_id, actor_id, role when set."""
+    run_id, actor_id, role, expiration_date ("YYYY-MM-DD", from memplane's expire_time)
+    when set."""
     metadata = _plain(json_format.MessageToDict(memory.metadata)) if memory.HasField("metadata") else {}
     item: dict[str, Any] = {
         "id": memory.id,
@@ -145,6 +180,8 @@ def memory_item(memory: memory_pb2.Memory, *, score: float | None = None, with_s
     for key in MESSAGE_KEYS:
         if key in metadata:
             item[key] = metadata.pop(key)
+    if memory.HasField("expire_time"):
+        item["expiration_date"] = _expiration_date_of(memory.expire_time)
     if metadata:
         item["metadata"] = metadata
     return item
@@ -180,10 +217,11 @@ def memory_filter(
     take lists of such dicts. Raises `ValidationError` without any entity id (mem0 requires
     one) or for an operator memplane lacks ("icontains")."""
     rest = dict(filters or {})
+    given = {key: rest.pop(key, None) for key in ENTITY_KEYS}  # 0 is the id "0", as in mem0
     merged = scope_of(
-        rest.pop("user_id", None) or scope.user_id or None,
-        rest.pop("agent_id", None) or scope.agent_id or None,
-        rest.pop("run_id", None) or scope.session_id or None,
+        scope.user_id or None if given["user_id"] is None else given["user_id"],
+        scope.agent_id or None if given["agent_id"] is None else given["agent_id"],
+        scope.session_id or None if given["run_id"] is None else given["run_id"],
     )
     if not (merged.user_id or merged.agent_id or merged.session_id):
         raise ValidationError(

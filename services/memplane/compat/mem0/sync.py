@@ -60,9 +60,9 @@ class Memory:
         """`AsyncMemory.update`, blocking."""
         return self._run(self._memory.update(memory_id, text, **kwargs))  # type: ignore[no-any-return]
 
-    def delete(self, memory_id: str) -> dict[str, str]:
-        """`AsyncMemory.delete`, blocking."""
-        return self._run(self._memory.delete(memory_id))  # type: ignore[no-any-return]
+    def delete(self, memory_id: str, **kwargs: Any) -> dict[str, str]:
+        """`AsyncMemory.delete`, blocking (`MemoryClient`'s takes delete_linked=)."""
+        return self._run(self._memory.delete(memory_id, **kwargs))  # type: ignore[no-any-return]
 
     def delete_all(self, **kwargs: Any) -> dict[str, str]:
         """`AsyncMemory.delete_all`, blocking."""
