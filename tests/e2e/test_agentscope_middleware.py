@@ -40,7 +40,7 @@ from memplane.integrations.agentscope import (
     DEFAULT_TOOL_INSTRUCTIONS,
     MemplaneMiddleware,
 )
-from memplane.v1 import memory_pb2
+from memplane.v1 import memory_pb2, writeback_pb2
 from tests.docs_text import fenced, read
 from tests.fake_llm import Delay, FakeLLM, Respond, ToolCall, ToolCalls
 from tests.fix_server import TestWorkspace
@@ -175,6 +175,37 @@ async def test_static_control_writes_the_turn_back_and_the_next_session_finds_it
     assert len(injected) == 1
     assert injected[0].role == "assistant"
     assert isinstance(injected[0].content[0], HintBlock)
+
+
+TRIALS = 10
+
+
+async def test_default_arguments_inject_the_stored_fact_into_a_one_step_reply_once(
+    server: str, workspace: TestWorkspace, llm: FakeLLM
+) -> None:
+    """With no retrieval_wait given (the docs' "switching from Mem0Middleware" snippet),
+    the first reasoning step waits for the search: a one-step reply (one model call)
+    sees the user's fact in each of ten trials (a user each), on one line although it is
+    stored twice (the turn and the server's identical extracted statement). With the old
+    default (0 s: inject only if already back) it was 0 times in 10."""
+    fact = "I'm vegetarian and allergic to nuts."
+    injected = 0
+    async with AsyncMemplaneClient(server, workspace.key) as client:
+        for trial in range(TRIALS):
+            user = f"jo-{trial}"
+            said = [writeback_pb2.ConversationMessage(id="m1", role=memory_pb2.MESSAGE_ROLE_USER, content=fact)]
+            seed = memory_pb2.Scope(user_id=user, session_id=f"seed-{trial}")
+            written = await client.write_conversation(seed, said, extract=True)
+            assert [m.content for m in [*written.memories, *written.extracted_memories]] == [fact, fact]
+            mw = MemplaneMiddleware(client=client, user_id=user)
+            llm.script("Try a lentil curry.")
+            agent = await _agent(llm, mw)
+            await agent.reply(UserMsg(name=user, content="What should I cook tonight?"))
+            lines = [line for line in _text(llm.requests[trial]).splitlines() if line.startswith("- ")]
+            assert len(lines) == len(set(lines)), lines
+            injected += lines.count(f"- {fact}")
+    assert len(llm.requests) == TRIALS  # one model call per reply
+    assert injected == TRIALS
 
 
 async def test_one_middleware_writes_each_agent_into_its_own_session(

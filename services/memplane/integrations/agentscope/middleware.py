@@ -6,9 +6,11 @@ The modes, hooks and parameters are those of AgentScope 2.0.11's `Mem0Middleware
 * ``static_control`` — when ``reply`` starts, a SearchMemories call over the user's new
   message(s) runs in the background (ReMe's way, not Mem0's blocking search); before a
   reasoning step, if it has finished, the memories are appended to ``agent.state.context``
-  as ``AssistantMsg(name="memory", content=[HintBlock])`` — Mem0's and ReMe's message.
-  ``retrieval_wait`` seconds (default 0: ReMe's best effort) bound how long the first
-  reasoning step waits for it.
+  as ``AssistantMsg(name="memory", content=[HintBlock])`` — Mem0's and ReMe's message,
+  one bullet per text (a turn and its identical extracted memory are one line). The
+  first reasoning step waits for the search, as Mem0Middleware's reply waits for its
+  search, but at most ``retrieval_wait`` seconds (`DEFAULT_RETRIEVAL_WAIT`, 10 s; 0 is
+  ReMe's best effort: inject only what is already back).
 * ``agent_control`` — the tools ``search_memory(keywords, limit)`` and
   ``add_memory(thinking, content)`` (Mem0's names and schemas, `tools.py`), and
   ``tool_instructions`` appended to the system prompt.
@@ -53,6 +55,11 @@ Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 MEMORY_MSG_NAME = "memory"  # the name Mem0Middleware and ReMeMiddleware give the injected message
 MAX_QUERY_BYTES = 4096  # the server's default limits.max_query_bytes; a longer query is cut
+MAX_TOP_K = 100  # the server's limits.max_top_k
+DEFAULT_RETRIEVAL_WAIT = 10.0
+"""Seconds the first reasoning step of a reply waits for its search by default: far above
+a SearchMemories call (milliseconds), so the reply sees the memories as Mem0Middleware's
+does, yet bounded, so a slow server delays a reply by at most this much."""
 
 # Mem0Middleware's defaults, word for word, so prompts do not change on migration.
 DEFAULT_MEMORY_SECTION_HEADER = "## Relevant memories from past conversations"
@@ -98,7 +105,7 @@ class MemplaneMiddleware(MiddlewareBase):
         await_write: bool = True,
         write_back: bool = True,
         extract: bool = True,
-        retrieval_wait: float = 0.0,
+        retrieval_wait: float = DEFAULT_RETRIEVAL_WAIT,
         compact_context: bool = False,
         memory_section_header: str = DEFAULT_MEMORY_SECTION_HEADER,
         memory_section_intro: str = DEFAULT_MEMORY_SECTION_INTRO,
@@ -115,8 +122,9 @@ class MemplaneMiddleware(MiddlewareBase):
         turn inline, or in a background task. *write_back*: write each turn at all.
         *extract*: ask the server to extract memories from the turn with its LLM
         (WriteConversation ``extract``; without an LLM the turns are stored as episodic
-        memories). *retrieval_wait*: seconds the first reasoning step of a reply waits for
-        the background search (0: inject only if already done). *compact_context*:
+        memories). *retrieval_wait*: seconds the first reasoning step of a reply waits at most
+        for the background search (default 10; 0: inject only if already done; a later
+        step injects what comes back after). *compact_context*:
         delegate AgentScope's context compression to PrepareContext. The strings are
         Mem0Middleware's. Raises `ValueError` naming a bad argument."""
         if user_id is not None and not user_id.strip():
@@ -265,15 +273,19 @@ class MemplaneMiddleware(MiddlewareBase):
 
     # -- calls ------------------------------------------------------------------------
     async def search(self, queries: Sequence[str], top_k: int) -> list[str]:
-        """Memory texts for *queries*, best first: one SearchMemories call (several queries
-        merged and de-duplicated by the server), in the user's scope (and the agent's, with
-        `scope_search_by_agent`). Raises the `memplane.errors` of the call."""
+        """At most *top_k* memory texts for *queries*, best first, each text once: one
+        SearchMemories call (several queries merged and de-duplicated by the server) in
+        the user's scope (and the agent's, with `scope_search_by_agent`), asking twice
+        *top_k* so that texts said twice (a turn and its identical extracted memory: equal
+        after case folding and collapsing whitespace) leave room for others. Raises the
+        `memplane.errors` of the call."""
+        wanted, top_k = top_k, min(MAX_TOP_K, 2 * top_k)
         flt = filter_pb2.MemoryFilter(
             user_id=self.user_id, agent_id=self.agent_id if self.scope_search_by_agent else ""
         )
         clipped = [_clip(q) for q in queries]
         reply = await self.client.search(clipped, top_k=top_k, min_score=self.threshold or 0.0, filter=flt)
-        return [hit.memory.content for hit in reply.hits]
+        return _unique([hit.memory.content for hit in reply.hits])[:wanted]
 
     async def _recall(self, query: str, session_id: str) -> list[str]:
         """The static search of a reply; a failure is logged (warning) and finds nothing."""
@@ -335,6 +347,19 @@ def _user_messages(inputs: object) -> list[tuple[Msg, str]]:
     for m in msgs:
         if isinstance(m, Msg) and m.role == "user" and (text := m.get_text_content()):
             out.append((m, text))
+    return out
+
+
+def _unique(texts: Sequence[str]) -> list[str]:
+    """*texts* in order, each kept once: the first of those equal after case folding and
+    collapsing whitespace."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in texts:
+        key = " ".join(text.casefold().split())
+        if key not in seen:
+            seen.add(key)
+            out.append(text)
     return out
 
 
