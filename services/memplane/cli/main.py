@@ -141,12 +141,13 @@ async def cmd_add(ns: argparse.Namespace, settings: Settings) -> int:
 async def cmd_search(ns: argparse.Namespace, settings: Settings) -> int:
     flt = filter_pb2.MemoryFilter(user_id=ns.user_id, agent_id=ns.agent_id, session_id=ns.session_id)
     async with workspace_client(ns, settings) as client:
-        reply = await client.search(ns.query, top_k=ns.top_k, filter=flt)
+        reply = await client.search(ns.query, top_k=ns.top_k, min_relevance=ns.min_relevance, filter=flt)
     for i, hit in enumerate(reply.hits, start=1):
         text = " ".join(hit.memory.content.split())
         if hit.memory.description:  # e.g. "[8 May 2023] Caroline" for a conversation turn
             text = f"{hit.memory.description}: {text}"
-        print(f"{i:>2}. {hit.score:.3f}  {text if len(text) <= 160 else text[:157] + '...'}")
+        shown = text if len(text) <= 150 else text[:147] + "..."
+        print(f"{i:>2}. {hit.score:.3f}  relevance {hit.relevance:.2f}  {shown}")
     if not reply.hits:
         print("no memories found")
     return 0
@@ -269,6 +270,13 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
             )
         else:
             p.add_argument("--top-k", type=int, default=5)
+            p.add_argument(
+                "--min-relevance",
+                type=float,
+                default=0.0,
+                metavar="R",
+                help="only hits whose absolute relevance is at least R (0..1; 0, the default, keeps all)",
+            )
         add_connection_flags(p)
         p.set_defaults(func=func)
 

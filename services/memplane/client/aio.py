@@ -206,14 +206,21 @@ class AsyncMemplaneClient:
         request_id: str = "",
         extract: bool = False,
         wait: bool = False,
+        skip_episodic: bool = False,
     ) -> writeback_pb2.WriteConversationResponse:
         """Store a conversation's messages (transcript + one episodic memory each); with
         *extract*, queue an LLM extraction job over them (`reply.extraction_job`), and
-        with *wait* reply once it is done (`reply.extracted_memories`)."""
+        with *wait* reply once it is done (`reply.extracted_memories`); with
+        *skip_episodic* too, no episodic memory is stored: only what extraction makes."""
         return await self._call(
             self.writeback.WriteConversation,
             writeback_pb2.WriteConversationRequest(
-                scope=scope, messages=messages, request_id=request_id or new_request_id(), extract=extract, wait=wait
+                scope=scope,
+                messages=messages,
+                request_id=request_id or new_request_id(),
+                extract=extract,
+                wait=wait,
+                skip_episodic=skip_episodic,
             ),
         )
 
@@ -279,6 +286,7 @@ class AsyncMemplaneClient:
         *,
         top_k: int = 10,
         min_score: float = 0.0,
+        min_relevance: float = 0.0,
         filter: filter_pb2.MemoryFilter | None = None,
         mode: int = retrieval_pb2.SEARCH_MODE_HYBRID,
         context_turns: int = 0,
@@ -287,6 +295,10 @@ class AsyncMemplaneClient:
         **options: float | None,
     ) -> retrieval_pb2.SearchMemoriesResponse:
         """Hybrid search; *queries* may be one string or several (merged, de-duplicated).
+        *min_relevance* (0..1, 0 keeps all) drops hits whose absolute relevance
+        (`SearchHit.relevance`) is lower: an off-topic query then gets no hits; *min_score*
+        cuts the rank score, which is relative to the query's candidates (the best is 1).
+        A value outside 0..1 raises `InvalidArgumentError` naming the field.
         *options* set fields of the request's RankingOptions by name, over *ranking*
         (fusion, vector_weight, rrf_k, neighbour_window, neighbour_weight, speaker_weight,
         time_weight, phrase_weight, when_weight, prf_terms: proto/memplane/v1/retrieval.proto);
@@ -298,6 +310,7 @@ class AsyncMemplaneClient:
                 queries=[queries] if isinstance(queries, str) else list(queries),
                 top_k=top_k,
                 min_score=min_score,
+                min_relevance=min_relevance,
                 filter=filter,
                 mode=mode,  # type: ignore[arg-type]
                 context_turns=context_turns,

@@ -325,6 +325,7 @@ class SearchMemoriesRequest(_message.Message):
     QUERIES_FIELD_NUMBER: _builtins.int
     TOP_K_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     RANKING_FIELD_NUMBER: _builtins.int
@@ -337,8 +338,15 @@ class SearchMemoriesRequest(_message.Message):
     are relative to the query's candidates (ZSCORE: the best scores 1; RRF: rank 1 in
     every signal scores 1; WEIGHTED: min-max normalised signals; with a query-aware term
     on, fusion score + boosts over the query's largest such sum: the best scores 1), so
-    min_score trims the tail of a result list; it does not judge absolute relevance. For
-    that, read SearchHit.vector.score (raw cosine similarity).
+    min_score trims the tail of a result list; it does not judge absolute relevance: for
+    that, min_relevance.
+    """
+    min_relevance: _builtins.float
+    """Drop hits whose SearchHit.relevance is below this value (0 to 1; 0, the default, keeps
+    all): the absolute, calibrated cut ("nothing relevant is stored" is an empty answer),
+    mem0's and AgentScope's `threshold`. Hits stay in rank-score order; a hit dropped
+    lets the next relevant one in, up to top_k. Outside 0..1: INVALID_ARGUMENT naming
+    min_relevance.
     """
     mode: Global___SearchMode.ValueType
     """Signals to use."""
@@ -378,6 +386,7 @@ class SearchMemoriesRequest(_message.Message):
         queries: _abc.Iterable[_builtins.str] | None = ...,
         top_k: _builtins.int = ...,
         min_score: _builtins.float = ...,
+        min_relevance: _builtins.float = ...,
         filter: _filter_pb2.MemoryFilter | None = ...,
         mode: Global___SearchMode.ValueType = ...,
         ranking: Global___RankingOptions | None = ...,
@@ -386,7 +395,7 @@ class SearchMemoriesRequest(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "ranking", b"ranking"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "min_score", b"min_score", "mode", b"mode", "queries", b"queries", "ranking", b"ranking", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_max_tokens", b"context_max_tokens", "context_turns", b"context_turns", "filter", b"filter", "min_relevance", b"min_relevance", "min_score", b"min_score", "mode", b"mode", "queries", b"queries", "ranking", b"ranking", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -527,10 +536,20 @@ class SearchHit(_message.Message):
     RERANK_FIELD_NUMBER: _builtins.int
     BOOSTS_FIELD_NUMBER: _builtins.int
     CONTEXT_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
+    RELEVANCE_SIGNALS_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """Fused score, 0 to 1 (RRF is scaled so that rank 1 in every signal scores 1)."""
     query_index: _builtins.int
     """Index into `queries` of the query that gave the best score."""
+    relevance: _builtins.float
+    """How relevant the memory is to the query, 0 to 1, on one scale across queries and
+    workspaces (unlike `score`, which is relative to the query's candidates): a logistic
+    of the cosine similarity and the lexical coverage (relevance_signals) whose constants
+    were fitted once per embedding model, so that 0.5 separates a question's evidence
+    from the best matches of unrelated questions (docs/explanation/retrieval.md#relevance).
+    The best over `queries`. SearchMemoriesRequest.min_relevance cuts on it.
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """The memory."""
@@ -564,6 +583,10 @@ class SearchHit(_message.Message):
         transcript position (AddMemories).
         """
 
+    @_builtins.property
+    def relevance_signals(self) -> Global___RelevanceSignals:
+        """What relevance was computed from."""
+
     def __init__(
         self,
         *,
@@ -575,14 +598,47 @@ class SearchHit(_message.Message):
         rerank: Global___SignalScore | None = ...,
         boosts: Global___ScoreBoosts | None = ...,
         context: _abc.Iterable[Global___ContextTurn] | None = ...,
+        relevance: _builtins.float = ...,
+        relevance_signals: Global___RelevanceSignals | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "lexical", b"lexical", "memory", b"memory", "relevance_signals", b"relevance_signals", "rerank", b"rerank", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "context", b"context", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["boosts", b"boosts", "context", b"context", "lexical", b"lexical", "memory", b"memory", "query_index", b"query_index", "relevance", b"relevance", "relevance_signals", b"relevance_signals", "rerank", b"rerank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
+
+@_typing.final
+class RelevanceSignals(_message.Message):
+    """The inputs of a hit's relevance (SearchHit.relevance), for the query that gave it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COSINE_FIELD_NUMBER: _builtins.int
+    LEXICAL_COVERAGE_FIELD_NUMBER: _builtins.int
+    cosine: _builtins.float
+    """Cosine similarity of the query's and the memory's vectors (-1..1), also for a hit the
+    vector signal did not retrieve; 0 in lexical mode (no query vector).
+    """
+    lexical_coverage: _builtins.float
+    """The hit's BM25 over the BM25 of a memory of average length holding each of the
+    query's lexemes once (the sum of their IDFs), clipped to 0..1: the share of the
+    query's words, weighted by rarity, that the memory holds; 0 in vector mode.
+    """
+    def __init__(
+        self,
+        *,
+        cosine: _builtins.float = ...,
+        lexical_coverage: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cosine", b"cosine", "lexical_coverage", b"lexical_coverage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelevanceSignals: _TypeAlias = RelevanceSignals  # noqa: Y015
 
 @_typing.final
 class SearchTiming(_message.Message):

