@@ -8,6 +8,7 @@ docs/integrations/mem0.md#where-memplane-differs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from google.protobuf import timestamp_pb2
 
-from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient, ValidationError
+from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient, MemoryClient, ValidationError
 from memplane.v1 import memory_pb2
 from tests.fix_server import TestWorkspace
 
@@ -495,3 +496,20 @@ async def test_platform_search_passes_show_expired(platform: AsyncMemoryClient, 
         "expired on the platform"
     ]
     assert _memories(await platform.get_all(filters={"user_id": "p"}, show_expired=True)) == ["expired on the platform"]
+
+
+async def test_the_blocking_platform_client_takes_the_same_arguments(server: str, workspace: TestWorkspace) -> None:
+    """mem0's blocking `MemoryClient`: get_all's page shape, delete(delete_linked=),
+    expiration_date and show_expired pass through to the async client."""
+
+    def script() -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        with MemoryClient(api_key=workspace.key, host=server) as client:
+            (row,) = client.add("blocking", user_id="b", expiration_date="2999-01-01")["results"]
+            listed = client.get_all(filters={"user_id": "b"}, show_expired=True)
+            deleted = client.delete(row["id"], delete_linked=True)
+            return listed, deleted, _memories(client.get_all(filters={"user_id": "b"}))
+
+    listed, deleted, after = await asyncio.to_thread(script)
+    assert (listed["count"], listed["results"][0]["expiration_date"]) == (1, "2999-01-01")
+    assert deleted == {"message": "Memory deleted successfully!"}
+    assert after == []
