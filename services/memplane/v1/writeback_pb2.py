@@ -28,15 +28,15 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memplane.v1 import memory_pb2 as memplane_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmemplane/v1/writeback.proto\x12\x0bmemplane.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18memplane/v1/memory.proto\"T\n\x12\x41\x64\x64MemoriesRequest\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.memplane.v1.MemoryInput\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"W\n\x13\x41\x64\x64MemoriesResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12\x19\n\x11\x64uplicate_indexes\x18\x02 \x03(\x05\"\x99\x01\n\x13\x43onversationMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x04role\x18\x02 \x01(\x0e\x32\x18.memplane.v1.MessageRole\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa4\x01\n\x18WriteConversationRequest\x12!\n\x05scope\x18\x01 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x32\n\x08messages\x18\x02 \x03(\x0b\x32 .memplane.v1.ConversationMessage\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65xtract\x18\x04 \x01(\x08\x12\x0c\n\x04wait\x18\x05 \x01(\x08\"\xd9\x01\n\x19WriteConversationResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12 \n\x18transcript_message_count\x18\x02 \x01(\x05\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x32\n\x0e\x65xtraction_job\x18\x04 \x01(\x0b\x32\x1a.memplane.v1.ExtractionJob\x12/\n\x12\x65xtracted_memories\x18\x05 \x03(\x0b\x32\x13.memplane.v1.Memory\"j\n\x13\x45xtractionOperation\x12\x11\n\toperation\x18\x01 \x01(\t\x12\x0c\n\x04\x66\x61\x63t\x18\x02 \x01(\t\x12\x0e\n\x06memory\x18\x03 \x01(\t\x12\x11\n\tmemory_id\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\"\xd1\x03\n\rExtractionJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .memplane.v1.ExtractionJobStatus\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12!\n\x05scope\x18\x05 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x13\n\x0bmessage_ids\x18\x06 \x03(\t\x12\x12\n\nmemory_ids\x18\x07 \x03(\t\x12\x34\n\noperations\x18\x08 \x03(\x0b\x32 .memplane.v1.ExtractionOperation\x12\r\n\x05model\x18\t \x01(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x04\x63ost\x18\x0c \x01(\x0b\x32\x1b.memplane.v1.ExtractionCost\x12>\n\x0f\x66\x61iled_attempts\x18\r \x03(\x0b\x32%.memplane.v1.ExtractionAttemptFailure\"i\n\x18\x45xtractionAttemptFailure\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12-\n\tfail_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xab\x02\n\x0e\x45xtractionCost\x12\x16\n\x0ellm_call_count\x18\x01 \x01(\x05\x12\x15\n\rprompt_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x03\x12\x31\n\x0equeue_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cllm_duration\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12\x65mbedding_duration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11\x64\x61tabase_duration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"%\n\x17GetExtractionJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"C\n\x18GetExtractionJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x1a.memplane.v1.ExtractionJob\"\xaa\x01\n\x13UpdateMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x06memory\x18\x02 \x01(\x0b\x32\x18.memplane.v1.MemoryInput\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\x12\x12\n\nrequest_id\x18\x05 \x01(\t\";\n\x14UpdateMemoryResponse\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\"O\n\x13\x44\x65leteMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\"\n\x14\x44\x65leteMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\"U\n\x1c\x44\x65leteMemoriesByScopeRequest\x12!\n\x05scope\x18\x01 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"U\n\x1d\x44\x65leteMemoriesByScopeResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\x12\x1d\n\x15\x64\x65leted_message_count\x18\x02 \x01(\x03\",\n\x17ListMemoryEventsRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\"D\n\x18ListMemoryEventsResponse\x12(\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x18.memplane.v1.MemoryEvent*\xc3\x01\n\x13\x45xtractionJobStatus\x12%\n!EXTRACTION_JOB_STATUS_UNSPECIFIED\x10\x00\x12 \n\x1c\x45XTRACTION_JOB_STATUS_QUEUED\x10\x01\x12!\n\x1d\x45XTRACTION_JOB_STATUS_RUNNING\x10\x02\x12\x1e\n\x1a\x45XTRACTION_JOB_STATUS_DONE\x10\x03\x12 \n\x1c\x45XTRACTION_JOB_STATUS_FAILED\x10\x04\x32\xa4\x05\n\x10WriteBackService\x12P\n\x0b\x41\x64\x64Memories\x12\x1f.memplane.v1.AddMemoriesRequest\x1a .memplane.v1.AddMemoriesResponse\x12\x62\n\x11WriteConversation\x12%.memplane.v1.WriteConversationRequest\x1a&.memplane.v1.WriteConversationResponse\x12_\n\x10GetExtractionJob\x12$.memplane.v1.GetExtractionJobRequest\x1a%.memplane.v1.GetExtractionJobResponse\x12S\n\x0cUpdateMemory\x12 .memplane.v1.UpdateMemoryRequest\x1a!.memplane.v1.UpdateMemoryResponse\x12S\n\x0c\x44\x65leteMemory\x12 .memplane.v1.DeleteMemoryRequest\x1a!.memplane.v1.DeleteMemoryResponse\x12n\n\x15\x44\x65leteMemoriesByScope\x12).memplane.v1.DeleteMemoriesByScopeRequest\x1a*.memplane.v1.DeleteMemoriesByScopeResponse\x12_\n\x10ListMemoryEvents\x12$.memplane.v1.ListMemoryEventsRequest\x1a%.memplane.v1.ListMemoryEventsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmemplane/v1/writeback.proto\x12\x0bmemplane.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18memplane/v1/memory.proto\"T\n\x12\x41\x64\x64MemoriesRequest\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.memplane.v1.MemoryInput\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"W\n\x13\x41\x64\x64MemoriesResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12\x19\n\x11\x64uplicate_indexes\x18\x02 \x03(\x05\"\x99\x01\n\x13\x43onversationMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x04role\x18\x02 \x01(\x0e\x32\x18.memplane.v1.MessageRole\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xbb\x01\n\x18WriteConversationRequest\x12!\n\x05scope\x18\x01 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x32\n\x08messages\x18\x02 \x03(\x0b\x32 .memplane.v1.ConversationMessage\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65xtract\x18\x04 \x01(\x08\x12\x0c\n\x04wait\x18\x05 \x01(\x08\x12\x15\n\rskip_episodic\x18\x06 \x01(\x08\"\xd9\x01\n\x19WriteConversationResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12 \n\x18transcript_message_count\x18\x02 \x01(\x05\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x32\n\x0e\x65xtraction_job\x18\x04 \x01(\x0b\x32\x1a.memplane.v1.ExtractionJob\x12/\n\x12\x65xtracted_memories\x18\x05 \x03(\x0b\x32\x13.memplane.v1.Memory\"j\n\x13\x45xtractionOperation\x12\x11\n\toperation\x18\x01 \x01(\t\x12\x0c\n\x04\x66\x61\x63t\x18\x02 \x01(\t\x12\x0e\n\x06memory\x18\x03 \x01(\t\x12\x11\n\tmemory_id\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\"\xd1\x03\n\rExtractionJob\x12\n\n\x02id\x18\x01 \x01(\t\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .memplane.v1.ExtractionJobStatus\x12\x15\n\rattempt_count\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12!\n\x05scope\x18\x05 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x13\n\x0bmessage_ids\x18\x06 \x03(\t\x12\x12\n\nmemory_ids\x18\x07 \x03(\t\x12\x34\n\noperations\x18\x08 \x03(\x0b\x32 .memplane.v1.ExtractionOperation\x12\r\n\x05model\x18\t \x01(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x04\x63ost\x18\x0c \x01(\x0b\x32\x1b.memplane.v1.ExtractionCost\x12>\n\x0f\x66\x61iled_attempts\x18\r \x03(\x0b\x32%.memplane.v1.ExtractionAttemptFailure\"i\n\x18\x45xtractionAttemptFailure\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12-\n\tfail_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xab\x02\n\x0e\x45xtractionCost\x12\x16\n\x0ellm_call_count\x18\x01 \x01(\x05\x12\x15\n\rprompt_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x03 \x01(\x03\x12\x31\n\x0equeue_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cllm_duration\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12\x65mbedding_duration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11\x64\x61tabase_duration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"%\n\x17GetExtractionJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"C\n\x18GetExtractionJobResponse\x12\'\n\x03job\x18\x01 \x01(\x0b\x32\x1a.memplane.v1.ExtractionJob\"\xaa\x01\n\x13UpdateMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x06memory\x18\x02 \x01(\x0b\x32\x18.memplane.v1.MemoryInput\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\x12\x12\n\nrequest_id\x18\x05 \x01(\t\";\n\x14UpdateMemoryResponse\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\"O\n\x13\x44\x65leteMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x02 \x01(\x03\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\"\n\x14\x44\x65leteMemoryResponse\x12\n\n\x02id\x18\x01 \x01(\t\"U\n\x1c\x44\x65leteMemoriesByScopeRequest\x12!\n\x05scope\x18\x01 \x01(\x0b\x32\x12.memplane.v1.Scope\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"U\n\x1d\x44\x65leteMemoriesByScopeResponse\x12\x15\n\rdeleted_count\x18\x01 \x01(\x03\x12\x1d\n\x15\x64\x65leted_message_count\x18\x02 \x01(\x03\",\n\x17ListMemoryEventsRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\"D\n\x18ListMemoryEventsResponse\x12(\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x18.memplane.v1.MemoryEvent*\xc3\x01\n\x13\x45xtractionJobStatus\x12%\n!EXTRACTION_JOB_STATUS_UNSPECIFIED\x10\x00\x12 \n\x1c\x45XTRACTION_JOB_STATUS_QUEUED\x10\x01\x12!\n\x1d\x45XTRACTION_JOB_STATUS_RUNNING\x10\x02\x12\x1e\n\x1a\x45XTRACTION_JOB_STATUS_DONE\x10\x03\x12 \n\x1c\x45XTRACTION_JOB_STATUS_FAILED\x10\x04\x32\xa4\x05\n\x10WriteBackService\x12P\n\x0b\x41\x64\x64Memories\x12\x1f.memplane.v1.AddMemoriesRequest\x1a .memplane.v1.AddMemoriesResponse\x12\x62\n\x11WriteConversation\x12%.memplane.v1.WriteConversationRequest\x1a&.memplane.v1.WriteConversationResponse\x12_\n\x10GetExtractionJob\x12$.memplane.v1.GetExtractionJobRequest\x1a%.memplane.v1.GetExtractionJobResponse\x12S\n\x0cUpdateMemory\x12 .memplane.v1.UpdateMemoryRequest\x1a!.memplane.v1.UpdateMemoryResponse\x12S\n\x0c\x44\x65leteMemory\x12 .memplane.v1.DeleteMemoryRequest\x1a!.memplane.v1.DeleteMemoryResponse\x12n\n\x15\x44\x65leteMemoriesByScope\x12).memplane.v1.DeleteMemoriesByScopeRequest\x1a*.memplane.v1.DeleteMemoriesByScopeResponse\x12_\n\x10ListMemoryEvents\x12$.memplane.v1.ListMemoryEventsRequest\x1a%.memplane.v1.ListMemoryEventsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memplane.v1.writeback_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXTRACTIONJOBSTATUS']._serialized_start=2622
-  _globals['_EXTRACTIONJOBSTATUS']._serialized_end=2817
+  _globals['_EXTRACTIONJOBSTATUS']._serialized_start=2645
+  _globals['_EXTRACTIONJOBSTATUS']._serialized_end=2840
   _globals['_ADDMEMORIESREQUEST']._serialized_start=169
   _globals['_ADDMEMORIESREQUEST']._serialized_end=253
   _globals['_ADDMEMORIESRESPONSE']._serialized_start=255
@@ -44,37 +44,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONVERSATIONMESSAGE']._serialized_start=345
   _globals['_CONVERSATIONMESSAGE']._serialized_end=498
   _globals['_WRITECONVERSATIONREQUEST']._serialized_start=501
-  _globals['_WRITECONVERSATIONREQUEST']._serialized_end=665
-  _globals['_WRITECONVERSATIONRESPONSE']._serialized_start=668
-  _globals['_WRITECONVERSATIONRESPONSE']._serialized_end=885
-  _globals['_EXTRACTIONOPERATION']._serialized_start=887
-  _globals['_EXTRACTIONOPERATION']._serialized_end=993
-  _globals['_EXTRACTIONJOB']._serialized_start=996
-  _globals['_EXTRACTIONJOB']._serialized_end=1461
-  _globals['_EXTRACTIONATTEMPTFAILURE']._serialized_start=1463
-  _globals['_EXTRACTIONATTEMPTFAILURE']._serialized_end=1568
-  _globals['_EXTRACTIONCOST']._serialized_start=1571
-  _globals['_EXTRACTIONCOST']._serialized_end=1870
-  _globals['_GETEXTRACTIONJOBREQUEST']._serialized_start=1872
-  _globals['_GETEXTRACTIONJOBREQUEST']._serialized_end=1909
-  _globals['_GETEXTRACTIONJOBRESPONSE']._serialized_start=1911
-  _globals['_GETEXTRACTIONJOBRESPONSE']._serialized_end=1978
-  _globals['_UPDATEMEMORYREQUEST']._serialized_start=1981
-  _globals['_UPDATEMEMORYREQUEST']._serialized_end=2151
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=2153
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=2212
-  _globals['_DELETEMEMORYREQUEST']._serialized_start=2214
-  _globals['_DELETEMEMORYREQUEST']._serialized_end=2293
-  _globals['_DELETEMEMORYRESPONSE']._serialized_start=2295
-  _globals['_DELETEMEMORYRESPONSE']._serialized_end=2329
-  _globals['_DELETEMEMORIESBYSCOPEREQUEST']._serialized_start=2331
-  _globals['_DELETEMEMORIESBYSCOPEREQUEST']._serialized_end=2416
-  _globals['_DELETEMEMORIESBYSCOPERESPONSE']._serialized_start=2418
-  _globals['_DELETEMEMORIESBYSCOPERESPONSE']._serialized_end=2503
-  _globals['_LISTMEMORYEVENTSREQUEST']._serialized_start=2505
-  _globals['_LISTMEMORYEVENTSREQUEST']._serialized_end=2549
-  _globals['_LISTMEMORYEVENTSRESPONSE']._serialized_start=2551
-  _globals['_LISTMEMORYEVENTSRESPONSE']._serialized_end=2619
-  _globals['_WRITEBACKSERVICE']._serialized_start=2820
-  _globals['_WRITEBACKSERVICE']._serialized_end=3496
+  _globals['_WRITECONVERSATIONREQUEST']._serialized_end=688
+  _globals['_WRITECONVERSATIONRESPONSE']._serialized_start=691
+  _globals['_WRITECONVERSATIONRESPONSE']._serialized_end=908
+  _globals['_EXTRACTIONOPERATION']._serialized_start=910
+  _globals['_EXTRACTIONOPERATION']._serialized_end=1016
+  _globals['_EXTRACTIONJOB']._serialized_start=1019
+  _globals['_EXTRACTIONJOB']._serialized_end=1484
+  _globals['_EXTRACTIONATTEMPTFAILURE']._serialized_start=1486
+  _globals['_EXTRACTIONATTEMPTFAILURE']._serialized_end=1591
+  _globals['_EXTRACTIONCOST']._serialized_start=1594
+  _globals['_EXTRACTIONCOST']._serialized_end=1893
+  _globals['_GETEXTRACTIONJOBREQUEST']._serialized_start=1895
+  _globals['_GETEXTRACTIONJOBREQUEST']._serialized_end=1932
+  _globals['_GETEXTRACTIONJOBRESPONSE']._serialized_start=1934
+  _globals['_GETEXTRACTIONJOBRESPONSE']._serialized_end=2001
+  _globals['_UPDATEMEMORYREQUEST']._serialized_start=2004
+  _globals['_UPDATEMEMORYREQUEST']._serialized_end=2174
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=2176
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=2235
+  _globals['_DELETEMEMORYREQUEST']._serialized_start=2237
+  _globals['_DELETEMEMORYREQUEST']._serialized_end=2316
+  _globals['_DELETEMEMORYRESPONSE']._serialized_start=2318
+  _globals['_DELETEMEMORYRESPONSE']._serialized_end=2352
+  _globals['_DELETEMEMORIESBYSCOPEREQUEST']._serialized_start=2354
+  _globals['_DELETEMEMORIESBYSCOPEREQUEST']._serialized_end=2439
+  _globals['_DELETEMEMORIESBYSCOPERESPONSE']._serialized_start=2441
+  _globals['_DELETEMEMORIESBYSCOPERESPONSE']._serialized_end=2526
+  _globals['_LISTMEMORYEVENTSREQUEST']._serialized_start=2528
+  _globals['_LISTMEMORYEVENTSREQUEST']._serialized_end=2572
+  _globals['_LISTMEMORYEVENTSRESPONSE']._serialized_start=2574
+  _globals['_LISTMEMORYEVENTSRESPONSE']._serialized_end=2642
+  _globals['_WRITEBACKSERVICE']._serialized_start=2843
+  _globals['_WRITEBACKSERVICE']._serialized_end=3519
 # @@protoc_insertion_point(module_scope)

@@ -174,6 +174,7 @@ class WriteConversationRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     EXTRACT_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
+    SKIP_EPISODIC_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Idempotency key, at most 128 bytes."""
     extract: _builtins.bool
@@ -191,6 +192,13 @@ class WriteConversationRequest(_message.Message):
     `extraction.wait_timeout`, 120 s by default; past it the job is returned as it is,
     still queued or running). Without: reply at once with the job queued.
     """
+    skip_episodic: _builtins.bool
+    """With `extract`: the messages go to the transcript only, no EPISODIC memory per
+    message, so the memories are only what extraction makes (the user's statements
+    without an LLM, the LLM's facts with one), never a raw turn, an acknowledgement or
+    an assistant's filler; `memories` is then empty and `method` has no "episodic+"
+    (mem0's add(infer=True)). INVALID_ARGUMENT without `extract`.
+    """
     @_builtins.property
     def scope(self) -> _memory_pb2.Scope:
         """Scope; session_id is required."""
@@ -207,10 +215,11 @@ class WriteConversationRequest(_message.Message):
         request_id: _builtins.str = ...,
         extract: _builtins.bool = ...,
         wait: _builtins.bool = ...,
+        skip_episodic: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extract", b"extract", "messages", b"messages", "request_id", b"request_id", "scope", b"scope", "wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extract", b"extract", "messages", b"messages", "request_id", b"request_id", "scope", b"scope", "skip_episodic", b"skip_episodic", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -68,6 +68,7 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
             request.request_id,
             extract=request.extract,
             wait=request.wait,
+            skip_episodic=request.skip_episodic,
         )
         await self._consistency.stamp(context, workspace)
         return writeback_pb2.WriteConversationResponse(

@@ -140,6 +140,7 @@ class ConversationWriter:
         *,
         extract: bool = False,
         wait: bool = False,
+        skip_episodic: bool = False,
     ) -> ConversationResult:
         """Append *messages* to the session transcript and store one EPISODIC memory per
         message (speaker, role, message id and time in metadata; "speaker, date" as the
@@ -154,18 +155,28 @@ class ConversationWriter:
         patterns in this transaction (`memplane.server.writeback.rules_writer`; method
         `RULES_METHOD`) and returned as `extracted`.
 
-        Raises `InvalidArgumentError` (empty session_id, bad or duplicate message ids, …).
+        With *skip_episodic* (and *extract*) the messages go to the transcript only: no
+        EPISODIC memory is stored, the memories are only what extraction makes (method
+        without "episodic+"), so a raw turn, an acknowledgement or an assistant's filler
+        never becomes a memory (mem0's add(infer=True)).
+
+        Raises `InvalidArgumentError` (empty session_id, bad or duplicate message ids,
+        *skip_episodic* without *extract*, …).
         """
         check_conversation(scope, messages, request_id, self._limits)
+        if skip_episodic and not extract:
+            raise InvalidArgumentError([FieldViolation("skip_episodic", "needs extract")])
         ensure_compatible(workspace, self._meter.embedder)
         now = datetime.now(UTC)
-        items = [_episodic(scope, m, now) for m in messages]
+        items = [] if skip_episodic else [_episodic(scope, m, now) for m in messages]
         asked = extract
         extract = asked and self._extraction is not None and self._extraction.configured
         method = "episodic+llm" if extract else "episodic"
         rules = rule_memories(scope, messages, now) if asked and not extract else []
         if asked and not extract:
             method = RULES_METHOD
+        if skip_episodic:
+            method = method.removeprefix("episodic+")
 
         def body() -> dict[str, Any]:
             content: dict[str, Any] = {
@@ -174,6 +185,8 @@ class ConversationWriter:
             }
             if asked:  # absent otherwise: the digests of requests without it are unchanged
                 content["extract"] = True
+            if skip_episodic:
+                content["skip_episodic"] = True
             return content
 
         request = WriteRequest.of(request_id, "WriteConversation", body)
@@ -181,7 +194,7 @@ class ConversationWriter:
         if replayed is not None:
             first, kept = replayed
             if rules:
-                return await self._with_rules(workspace, kept, int(first["count"]), first.get("rule_ids", []))
+                return await self._with_rules(workspace, kept, int(first["count"]), first.get("rule_ids", []), method)
             return await self._result(workspace, kept, int(first["count"]), method, first.get("job_id"), wait=wait)
         prepared = await prepare(self._meter, workspace, [*items, *(r.memory for r in rules)])
         prepared, prepared_rules = prepared[: len(items)], prepared[len(items) :]
@@ -207,7 +220,7 @@ class ConversationWriter:
                         metadata={**p.memory.metadata, "message_id": mid},
                     ),
                 )
-                for p, mid in zip(prepared, ids, strict=True)
+                for p, mid in zip(prepared, ids if items else [], strict=True)
             ]
             statements = await reconcile_rules(
                 conn,
@@ -237,17 +250,17 @@ class ConversationWriter:
         written: list[Memory] = []
         result, stored = await self._ledger.once(workspace, request, work, written)
         if rules:
-            return await self._with_rules(workspace, stored, int(result["count"]), result.get("rule_ids", []))
+            return await self._with_rules(workspace, stored, int(result["count"]), result.get("rule_ids", []), method)
         return await self._result(workspace, stored, int(result["count"]), method, result.get("job_id"), wait=wait)
 
     async def _with_rules(
-        self, workspace: Workspace, stored: list[Memory], count: int, rule_ids: list[str]
+        self, workspace: Workspace, stored: list[Memory], count: int, rule_ids: list[str], method: str
     ) -> ConversationResult:
         """The reply of a write whose statements the no-LLM extractor stored: the turns and,
         as `extracted`, those statement memories as they are now."""
         async with self._db.tenant(workspace.key) as conn:
             extracted = await self._ledger.memories_of(conn, workspace, {"ids": rule_ids})
-        return ConversationResult(stored, count, RULES_METHOD, None, extracted)
+        return ConversationResult(stored, count, method, None, extracted)
 
     async def _result(
         self,

@@ -1,0 +1,81 @@
+"""WriteConversation(extract=True, skip_episodic=True): the messages go to the transcript
+only and the memories are what extraction makes — without an LLM the user's statements
+(rules), with one the LLM's facts — never a raw turn: five sessions of a user's facts
+between acknowledgements and an assistant's filler store the facts and none of the filler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memplane.client import AsyncMemplaneClient
+from memplane.errors import InvalidArgumentError
+from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
+from tests.e2e.test_extraction import answer, fact
+from tests.fake_llm import FakeLLM
+from tests.fix_server import TestWorkspace
+from tests.support import list_all
+
+USER, ASSISTANT = memory_pb2.MESSAGE_ROLE_USER, memory_pb2.MESSAGE_ROLE_ASSISTANT
+# (the user's message, the assistant's reply) per session
+SESSIONS = (
+    ("I'm vegetarian and allergic to nuts.", "ok"),
+    ("I moved to Lisbon in March.", "Saved."),
+    ("What did I cook last week?", "A mushroom risotto."),
+    ("ok", "Noted!"),
+    ("I love spicy food.", "Got it, I'll remember that."),
+)
+FACTS = {"I'm vegetarian and allergic to nuts.", "I moved to Lisbon in March.", "I love spicy food."}
+FILLER = {"ok", "Saved.", "A mushroom risotto.", "Noted!", "Got it, I'll remember that.", "What did I cook last week?"}
+
+
+def _turn(session: int, said: str, reply: str) -> list[Any]:
+    return [
+        writeback_pb2.ConversationMessage(id=f"u{session}", role=USER, content=said),
+        writeback_pb2.ConversationMessage(id=f"a{session}", role=ASSISTANT, content=reply),
+    ]
+
+
+async def test_without_an_llm_five_sessions_store_the_users_statements_and_no_filler(
+    workspace: TestWorkspace,
+) -> None:
+    methods = set()
+    for i, (said, reply) in enumerate(SESSIONS):
+        scope = memory_pb2.Scope(user_id="rita", session_id=f"s{i}")
+        written = await workspace.client.write_conversation(
+            scope, _turn(i, said, reply), extract=True, skip_episodic=True
+        )
+        assert list(written.memories) == []  # no episodic memory per turn
+        assert written.transcript_message_count == 2  # the transcript keeps every word
+        methods.add(written.method)
+    stored = await list_all(workspace.client, filter_pb2.MemoryFilter(user_id="rita"))
+    assert {m.content for m in stored} == FACTS
+    assert not {m.content for m in stored} & FILLER
+    assert {m.type for m in stored} == {memory_pb2.MEMORY_TYPE_USER}
+    assert methods == {"rules (no LLM is configured on this server: first-person statements only)"}
+    transcript = await workspace.client.get_transcript("s3")
+    assert [t.message.id for t in transcript.messages] == ["u3", "a3"]
+
+
+async def test_skip_episodic_needs_extract(workspace: TestWorkspace) -> None:
+    scope = memory_pb2.Scope(user_id="rita", session_id="s")
+    with pytest.raises(InvalidArgumentError, match="skip_episodic"):
+        await workspace.client.write_conversation(scope, _turn(0, "I like tea.", "ok"), skip_episodic=True)
+
+
+async def test_with_an_llm_only_its_facts_are_stored(llm: FakeLLM, llm_client: AsyncMemplaneClient) -> None:
+    llm.script(answer(fact("user", "Diet", "Rita is vegetarian and allergic to nuts.", ids=["u0"])))
+    scope = memory_pb2.Scope(user_id="rita", session_id="s0")
+    said, reply = SESSIONS[0]
+
+    written = await llm_client.write_conversation(
+        scope, _turn(0, said, reply), extract=True, wait=True, skip_episodic=True
+    )
+
+    assert written.method == "llm"
+    assert list(written.memories) == []
+    assert written.extraction_job.status == writeback_pb2.EXTRACTION_JOB_STATUS_DONE, written.extraction_job.error
+    stored = await list_all(llm_client, filter_pb2.MemoryFilter(user_id="rita"))
+    assert [m.content for m in stored] == ["Rita is vegetarian and allergic to nuts."]
+    assert [m.id for m in written.extracted_memories] == [m.id for m in stored]
