@@ -18,7 +18,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient, MemoryClient, ValidationError
-from memplane.v1 import memory_pb2
+from memplane.v1 import filter_pb2, memory_pb2
 from tests.fix_server import TestWorkspace
 
 MISSING_ID = "00000000-0000-4000-8000-000000000000"
@@ -224,6 +224,23 @@ async def test_search_can_show_expired_memories(memory: AsyncMemory, workspace: 
     await _expire_now(workspace, gone["id"])
     result = await memory.search("memory", filters={"user_id": "test_user"}, show_expired=True)
     assert sorted(_memories(result)) == ["Active memory", "Expired memory"]
+
+
+async def test_search_default_threshold_is_mem0s_on_the_relevance(
+    memory: AsyncMemory, workspace: TestWorkspace
+) -> None:
+    """mem0's search(threshold=0.1) default: hits under it are left out. memplane's cut is
+    on the absolute relevance (SearchHit.relevance); threshold=None keeps every hit."""
+    for text in ("I love gardening tomatoes", "My sister lives in Lisbon", "I play the cello on Sundays"):
+        await memory.add(text, user_id="d", infer=False)
+    query = "What is the airspeed of an unladen swallow?"
+    every = (await memory.search(query, filters={"user_id": "d"}, threshold=None))["results"]
+    assert len(every) == 3
+    reply = await workspace.client.search(query, top_k=20, filter=filter_pb2.MemoryFilter(user_id="d"))
+    kept = [hit.memory.content for hit in reply.hits if hit.relevance >= 0.1]
+    assert len(kept) < len(every)  # the off-topic question's hits are under mem0's 0.1
+    assert _memories(await memory.search(query, filters={"user_id": "d"})) == kept
+    assert _memories(await memory.search(query, filters={"user_id": "d"}, threshold=0.1)) == kept
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])

@@ -41,8 +41,9 @@ async def test_mem0_facade_threshold_rejects_an_off_topic_query_and_keeps_a_rele
     assert (await memory.search(OFF_TOPIC, user_id="ana", threshold=0.5))["results"] == []
     hits = (await memory.search("Which vegetables do I grow in my garden?", user_id="ana", threshold=0.5))["results"]
     assert [h["memory"] for h in hits] == ["I love gardening tomatoes"]
-    # Without a threshold both come back: the rank score alone cannot say "nothing relevant".
-    assert len((await memory.search(OFF_TOPIC, user_id="ana"))["results"]) == 2
+    # Without a threshold (None: the facade's default is mem0's 0.1) both come back: the
+    # rank score alone cannot say "nothing relevant".
+    assert len((await memory.search(OFF_TOPIC, user_id="ana", threshold=None))["results"]) == 2
 
 
 async def test_every_hit_has_a_relevance_and_min_relevance_filters_on_it(workspace: TestWorkspace) -> None:

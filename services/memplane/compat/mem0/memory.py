@@ -20,6 +20,7 @@ from memplane.v1 import memory_pb2
 _log = logging.getLogger("memplane.compat.mem0")
 
 DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
+DEFAULT_THRESHOLD = 0.1  # mem0 2.2.1's search() default, on memplane's relevance (SearchHit.relevance)
 MAX_TOP_K = 100  # memplane's limits.max_top_k; larger requests are clamped to it
 LIST_PAGE_SIZE = 100
 # Messages per AddMemories call: the server's limits.max_batch_size default. add() of more
@@ -206,7 +207,7 @@ class AsyncMemory:
         filters: Mapping[str, Any] | None = None,
         top_k: int | None = None,
         limit: int | None = None,
-        threshold: float | None = None,
+        threshold: float | None = DEFAULT_THRESHOLD,
         rerank: bool = False,
         explain: bool = False,
         reference_date: Any = None,
@@ -215,9 +216,10 @@ class AsyncMemory:
         """Hybrid search (vector + lexical) in the scope given by *filters* (mem0 2.x:
         filters={"user_id": ...}) or, as mem0 1.x took them, user_id / agent_id / run_id;
         other filter keys match metadata (see `shapes.memory_filter`). *top_k* (or mem0
-        1.x's *limit*) hits, default 20, at most 100. *threshold* drops hits whose
-        relevance (absolute and calibrated, 0 to 1: SearchMemories' min_relevance) is
-        below it, so an unrelated query can get no hits. *show_expired*
+        1.x's *limit*) hits, default 20, at most 100. *threshold* (default 0.1, as
+        mem0's; None or 0 keeps every hit) drops hits whose relevance (absolute and
+        calibrated, 0 to 1: SearchMemories' min_relevance) is below it, so an unrelated
+        query can get no hits. *show_expired*
         includes memories past their expiration date that memplane's retention sweep has
         not erased yet (it erases them an hour after they expire). *rerank* is accepted
         and unused (memplane fuses vector and lexical ranks itself).
