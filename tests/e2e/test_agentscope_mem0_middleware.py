@@ -1,10 +1,14 @@
 """AgentScope 2.0.11's own `Mem0Middleware(user_id=..., client=AsyncMemoryClient(...))`
 takes memplane's mem0 facade unchanged: a real AgentScope `Agent` whose OpenAI chat model
 is a scripted OpenAI-compatible server on loopback. The first session's turn is written
-back through the facade; the next session (a new agent) finds it before reasoning and
-the model's prompt carries it."""
+back through the facade (add(infer=True): the server keeps the user's statements, never
+the turns); the next session (a new agent) finds it before reasoning and the model's
+prompt carries it; five sessions of facts between filler replies store the facts and
+none of the filler."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from agentscope.agent import Agent
@@ -30,6 +34,16 @@ def _prompt_text(request: dict[str, object]) -> str:
     return "\n".join(str(m.get("content", "")) for m in request["messages"])  # type: ignore[attr-defined]
 
 
+def _parts_text(request: dict[str, Any]) -> str:
+    """The text of every message of an OpenAI request (string contents and text parts)."""
+    out = []
+    for message in request["messages"]:
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [{"text": content or ""}]
+        out.extend(str(part.get("text", "")) for part in parts)
+    return "\n".join(out)
+
+
 async def test_mem0_middleware_writes_back_and_the_next_session_recalls(
     server: str, workspace: TestWorkspace, llm: FakeLLM
 ) -> None:
@@ -46,12 +60,40 @@ async def test_mem0_middleware_writes_back_and_the_next_session_recalls(
     assert "## Relevant memories from past conversations" in recalled
     assert "- I'm vegetarian and allergic to nuts." in recalled
     stored = (await workspace.client.list_memories()).memories
-    assert {(m.scope.user_id, m.content) for m in stored} == {
-        ("alice", "I'm vegetarian and allergic to nuts."),
-        ("alice", "Noted: no meat, no nuts."),
-        ("alice", "What should I cook tonight?"),
-        ("alice", "Try a lentil curry."),
-    }
+    assert {(m.scope.user_id, m.content) for m in stored} == {("alice", "I'm vegetarian and allergic to nuts.")}
+    await client.close()
+
+
+# (what the user says, the model's reply) in each of five sessions: three facts, and
+# replies and chatter that are nobody's memory (what raw turns left: "ok", "Saved.", ...)
+SESSIONS = (
+    ("I'm vegetarian and allergic to nuts.", "ok"),
+    ("I moved to Lisbon in March.", "Saved."),
+    ("What did I cook last week?", "A mushroom risotto."),
+    ("ok", "Noted!"),
+    ("I love spicy food.", "Got it, I'll remember that."),
+)
+FACTS = {"I'm vegetarian and allergic to nuts.", "I moved to Lisbon in March.", "I love spicy food."}
+FILLER = {"ok", "Saved.", "A mushroom risotto.", "Noted!", "Got it, I'll remember that.", "What did I cook last week?"}
+
+
+async def test_five_sessions_store_the_users_facts_and_none_of_the_filler(
+    server: str, workspace: TestWorkspace, llm: FakeLLM
+) -> None:
+    client = AsyncMemoryClient(api_key=workspace.key, host=server)
+    middleware = Mem0Middleware(user_id="rita", client=client, mode="static_control", top_k=10)
+    llm.script(*(reply for _, reply in SESSIONS), "Try a spicy lentil curry.")
+
+    for said, _ in SESSIONS:
+        await _agent(llm, middleware).reply(UserMsg(name="rita", content=said))
+    await _agent(llm, middleware).reply(UserMsg(name="rita", content="What should I cook tonight?"))
+
+    stored = {m.content for m in (await workspace.client.list_memories()).memories}
+    assert stored == FACTS
+    assert not stored & FILLER
+    recalled = [line for line in _parts_text(llm.requests[-1]).splitlines() if line.startswith("- ")]
+    assert not {line.removeprefix("- ") for line in recalled} & FILLER
+    assert "- I'm vegetarian and allergic to nuts." in recalled
     await client.close()
 
 

@@ -61,9 +61,12 @@ async def test_threshold_keeps_the_exact_match_under_the_servers_default_terms(m
     assert [(h["memory"], h["score"]) for h in hits] == [("I drink oolong tea every morning", 1.0)]
 
 
-async def test_infer_true_stores_the_turns_as_episodic_and_skips_system(
+async def test_infer_true_of_a_conversation_stores_its_facts_and_of_a_text_the_text(
     memory: AsyncMemory, workspace: TestWorkspace
 ) -> None:
+    """A conversation (an assistant turn among the messages) is extracted by the server
+    (without an LLM: the user's statements), never stored turn by turn; a text is stored
+    as it is (episodic)."""
     result = await memory.add(
         [
             {"role": "system", "content": "be brief"},
@@ -71,11 +74,15 @@ async def test_infer_true_stores_the_turns_as_episodic_and_skips_system(
             {"role": "assistant", "content": [{"type": "text", "text": "Hi Tom's owner"}]},
         ],
         user_id="u",
+        metadata={"topic": "pets"},
     )
-    assert [set(r) for r in result["results"]] == [{"id", "memory", "event"}] * 2
+    (row,) = result["results"]
+    assert {k: row[k] for k in ("memory", "event")} == {"memory": "my cat is Tom", "event": "ADD"}
     stored = (await workspace.client.list_memories()).memories
-    assert sorted(m.content for m in stored) == ["Hi Tom's owner", "my cat is Tom"]
-    assert {m.type for m in stored} == {7}  # MEMORY_TYPE_EPISODIC
+    assert [(m.content, m.type, m.metadata["topic"]) for m in stored] == [("my cat is Tom", 1, "pets")]  # USER
+    await memory.add("hello there", user_id="u")
+    stored = (await workspace.client.list_memories()).memories
+    assert sorted((m.content, m.type) for m in stored) == [("hello there", 7), ("my cat is Tom", 1)]  # 7: EPISODIC
 
 
 async def test_filters_map_to_memplane_metadata_filters(memory: AsyncMemory) -> None:

@@ -7,17 +7,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Any
+
+from google.protobuf import json_format
 
 from memplane import errors
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.compat.mem0 import shapes
 from memplane.compat.mem0.errors import MemoryNotFoundError, ValidationError
-from memplane.v1 import memory_pb2
+from memplane.v1 import memory_pb2, writeback_pb2
 
 _log = logging.getLogger("memplane.compat.mem0")
+
+# add(infer=True) of a conversation: the roles WriteConversation takes, and the rows of
+# what its extraction did (an LLM's SUPERSEDE adds the new fact: mem0's ADD).
+ROLES = {"user": memory_pb2.MESSAGE_ROLE_USER, "assistant": memory_pb2.MESSAGE_ROLE_ASSISTANT}
+EVENTS = {"ADD": "ADD", "SUPERSEDE": "ADD", "UPDATE": "UPDATE"}
 
 DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
 DEFAULT_THRESHOLD = 0.1  # mem0 2.2.1's search() default, on memplane's relevance (SearchHit.relevance)
@@ -140,9 +148,14 @@ class AsyncMemory:
         the end of that day (UTC): hidden from search / get_all from the next day on.
 
         *infer*: mem0 runs an LLM in the client to extract facts. memplane's client holds
-        no LLM, so infer=True stores the messages as they are, typed `episodic` (raw
-        turns); infer=False stores them as given, typed `user` (or `procedural` with
-        memory_type="procedural_memory"). *prompt* (mem0's extraction prompt) is unused.
+        no LLM: infer=True over a conversation (messages with an assistant turn, as
+        AgentScope's Mem0Middleware writes each exchange) is answered by the write-back
+        server's extraction (`_extract`): only the facts are stored — the server's LLM's,
+        or without one the user's first-person statements — never a turn, an
+        acknowledgement or an assistant's filler; infer=True over a text or user messages
+        only stores them as they are, typed `episodic`. infer=False stores them as given,
+        typed `user` (or `procedural` with memory_type="procedural_memory"). *prompt*
+        (mem0's extraction prompt) is unused.
 
         Messages go to the server in batches of `ADD_BATCH_SIZE` (its
         `limits.max_batch_size`), in order, each stored atomically. When a batch is
@@ -164,6 +177,8 @@ class AsyncMemory:
         expires = shapes.expiration_date(expiration_date)
         if memory_type is not None and memory_type != PROCEDURAL:
             raise ValidationError(f"Invalid 'memory_type'. Please pass {PROCEDURAL} to create procedural memories.")
+        if infer and memory_type is None and _is_conversation(messages):
+            return await self._extract(messages, scope, shapes.user_metadata(metadata), expires)
         if memory_type == PROCEDURAL:
             mtype = memory_pb2.MEMORY_TYPE_PROCEDURAL
         else:
@@ -196,6 +211,57 @@ class AsyncMemory:
                     row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
                 results.append(row)
         return {"results": results}
+
+    async def _extract(
+        self, messages: Any, scope: memory_pb2.Scope, base: dict[str, Any], expires: str | None
+    ) -> dict[str, Any]:
+        """add(infer=True) of a conversation: WriteConversation with extract, wait and
+        skip_episodic (the messages kept in the transcript, no memory per turn), in the
+        session *run_id* or, without one, a session of this call ("mem0-<hex>"), in
+        batches of `ADD_BATCH_SIZE`. The memories extraction added come back as "ADD"
+        rows (an LLM's UPDATE as "UPDATE"), with *base* metadata merged into theirs and
+        *expires* set when given; a statement already stored is no row (mem0 leaves out
+        what its LLM found nothing new in)."""
+        turns = [
+            writeback_pb2.ConversationMessage(
+                role=ROLES[str(m["role"])], name=str(m.get("name") or ""), content=shapes.message_text(m["content"])
+            )
+            for m in shapes.normalize_messages(messages)
+            if isinstance(m, Mapping)
+            and str(m.get("role")) in ROLES
+            and m.get("content") is not None
+            and shapes.message_text(m["content"])
+        ]
+        session = memory_pb2.Scope()
+        session.CopyFrom(scope)
+        session.session_id = scope.session_id or f"mem0-{uuid.uuid4().hex}"
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(turns), ADD_BATCH_SIZE):
+            with _as_mem0():
+                reply = await self._client.write_conversation(
+                    session, turns[start : start + ADD_BATCH_SIZE], extract=True, wait=True, skip_episodic=True
+                )
+            events = {op.memory_id: op.operation for op in reply.extraction_job.operations if op.outcome == "applied"}
+            for memory in reply.extracted_memories:
+                results.append(
+                    {"id": memory.id, "memory": memory.content, "event": EVENTS.get(events.get(memory.id, ""), "ADD")}
+                )
+                await self._annotate(memory, base, expires)
+        return {"results": results}
+
+    async def _annotate(self, memory: memory_pb2.Memory, base: dict[str, Any], expires: str | None) -> None:
+        """*base* merged into an extracted memory's metadata, and its expiry, when given."""
+        if not base and expires is None:
+            return
+        new, fields = memory_pb2.MemoryInput(), []
+        if base:
+            new.metadata.CopyFrom(shapes.struct(json_format.MessageToDict(memory.metadata) | base))
+            fields.append("metadata")
+        if expires is not None:
+            new.expire_time.CopyFrom(shapes.expire_time(expires))
+            fields.append("expire_time")
+        with _as_mem0():
+            await self._client.update_memory(memory.id, new, fields)
 
     async def search(
         self,
@@ -439,6 +505,11 @@ def _inputs(
         inputs.append(one)
         kept.append(extra)
     return inputs, kept
+
+
+def _is_conversation(messages: Any) -> bool:
+    """Whether *messages* is a list of message dicts with an assistant turn among them."""
+    return isinstance(messages, list) and any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in messages)
 
 
 def _ignored(method: str, **given: Any) -> None:
