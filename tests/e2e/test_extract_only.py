@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from memplane.client import AsyncMemplaneClient
+from memplane.compat.mem0 import AsyncMemory
 from memplane.errors import InvalidArgumentError
 from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 from tests.e2e.test_extraction import answer, fact
@@ -79,3 +80,21 @@ async def test_with_an_llm_only_its_facts_are_stored(llm: FakeLLM, llm_client: A
     stored = await list_all(llm_client, filter_pb2.MemoryFilter(user_id="rita"))
     assert [m.content for m in stored] == ["Rita is vegetarian and allergic to nuts."]
     assert [m.id for m in written.extracted_memories] == [m.id for m in stored]
+
+
+async def test_the_mem0_facade_keeps_the_llms_facts_of_a_conversation(
+    llm: FakeLLM, llm_client: AsyncMemplaneClient
+) -> None:
+    """add(infer=True) of a conversation on a server with an LLM: its facts, not the turns."""
+    llm.script(answer(fact("user", "Diet", "Rita is vegetarian and allergic to nuts.", ids=[])))
+    memory = AsyncMemory(client=llm_client)
+    said, reply = SESSIONS[0]
+
+    added = await memory.add(
+        [{"role": "user", "content": said}, {"role": "assistant", "content": reply}], user_id="rita"
+    )
+
+    (row,) = added["results"]
+    assert (row["memory"], row["event"]) == ("Rita is vegetarian and allergic to nuts.", "ADD")
+    stored = await list_all(llm_client, filter_pb2.MemoryFilter(user_id="rita"))
+    assert [m.id for m in stored] == [row["id"]]
