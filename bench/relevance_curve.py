@@ -23,7 +23,9 @@ categories 1-4 among the top 30 and negatives = every top-30 hit of the off-topi
 questions on the even lines of the file, on conversations 1-5 only (the tuning half of
 `memplane eval locomo --split`); the curve is then also printed for the held-out half
 (conversations 6-10, off-topic questions on odd lines). --dump FILE keeps the hits as
-JSON and --load FILE reads them instead of asking the server.
+JSON and --load FILE reads them instead of asking the server. --forms prints, for other ways
+of combining the two signals (cosine alone, a max, other weights), the share of off-topic
+questions answered empty at the highest threshold that keeps R@10 within 1 point.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +213,43 @@ def fit(asked: Sequence[Asked]) -> RelevanceCalibration:
     )
 
 
+FORMS: dict[str, Callable[[float, float], float]] = {
+    "cosine alone": lambda c, v: c,
+    "max((cosine - 0.78) / 0.1, coverage)": lambda c, v: max((c - 0.78) / 0.1, v),
+    **{f"cosine + {lam} x coverage": (lambda c, v, lam=lam: c + lam * v) for lam in (0.05, 0.1, 0.125, 0.2, 0.5)},
+}
+"""Other ways to combine the two signals (each monotone, so a threshold on it is one on a
+calibration of it), for --forms; 0.125 is the fitted logistic's ratio (13.7 / 109.24)."""
+
+
+def best_within(asked: Sequence[Asked], form: Callable[[float, float], float], points: float = 0.01) -> str:
+    """The share of off-topic questions answered empty at the highest threshold on *form*
+    whose R@10 of categories 1-4 stays within *points* of the unfiltered one."""
+    values = [[form(h[2], h[3]) for h in a.hits] for a in asked]
+    base = curve_of(asked, values, -math.inf)
+    found = base
+    for t in np.quantile([v for vs in values for v in vs], np.linspace(0, 1, 400)):
+        point = curve_of(asked, values, float(t))
+        if point[1] < base[1] - points:
+            break
+        found = point
+    return f"off-topic empty {found[0]:.3f} at R@10 {found[1]:.3f} (unfiltered {base[1]:.3f})"
+
+
+def curve_of(asked: Sequence[Asked], values: Sequence[Sequence[float]], t: float) -> tuple[float, float]:
+    """(share of off-topic questions answered empty, R@10 of categories 1-4) when hits
+    whose *values* are below *t* are dropped."""
+    off: list[bool] = []
+    recalls: list[float] = []
+    for a, vs in zip(asked, values, strict=True):
+        kept = [h[0] for h, v in zip(a.hits, vs, strict=True) if v >= t][:TOP_K]
+        if a.kind == "off":
+            off.append(not kept)
+        elif a.kind != "5":
+            recalls.append(recall_at_k([d for d in kept if d], a.evidence, TOP_K))
+    return _mean(off), _mean(recalls)
+
+
 def print_curve(title: str, points: Sequence[Point], counts: dict[str, int]) -> None:
     """The curve as a table."""
     print(f"\n## {title}")
@@ -261,6 +300,10 @@ def main(args: argparse.Namespace) -> None:
             "held out (conversations 6-10, odd off-topic lines), fitted", curve(held, fitted, thresholds), _counts(held)
         )
         print_curve("all conversations, fitted", curve(asked, fitted, thresholds), _counts(asked))
+    if args.forms:
+        print("\n## other forms of the relevance: the highest threshold within 1 point of R@10")
+        for name, form in FORMS.items():
+            print(f"{name:<40} {best_within(asked, form)}")
     print(f"# load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
@@ -274,6 +317,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--thresholds", type=float, nargs="*", help="thresholds besides the default list")
     parser.add_argument("--fit", action="store_true", help="fit the calibration too (see above)")
+    parser.add_argument("--forms", action="store_true", help="compare other forms of the relevance (see FORMS)")
     parser.add_argument("--dump", type=Path, help="write the hits as JSON")
     parser.add_argument("--load", type=Path, help="read the hits from --dump's JSON instead of asking")
     main(parser.parse_args())
