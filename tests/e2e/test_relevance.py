@@ -7,6 +7,7 @@ INVALID_ARGUMENT naming the field. Issue 27's example: the rank score alone retu
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -16,6 +17,8 @@ from agentscope.message import UserMsg
 from agentscope.middleware import Mem0Middleware
 from agentscope.model import OpenAIChatModel
 
+from memplane.cli.main import main as cli_main
+from memplane.client import MemplaneClient
 from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient
 from memplane.errors import InvalidArgumentError
 from memplane.integrations.agentscope import MemplaneMiddleware
@@ -65,6 +68,30 @@ async def test_every_hit_has_a_relevance_and_min_relevance_filters_on_it(workspa
     (hit,) = relevant.hits
     assert hit.relevance >= 0.5
     assert 0.0 < hit.relevance_signals.lexical_coverage <= 1.0  # "sister", "live"
+
+
+def _sync_search(target: str, key: str, query: str) -> list[str]:
+    with MemplaneClient(target, key) as client:
+        reply = client.search(query, min_relevance=0.5, filter=filter_pb2.MemoryFilter(user_id="bo"))
+        return [h.memory.content for h in reply.hits]
+
+
+async def test_sync_client_and_cli_take_min_relevance(
+    server: str, workspace: TestWorkspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _two_memories(AsyncMemory(client=workspace.client), "bo")
+    assert await asyncio.to_thread(_sync_search, server, workspace.key, OFF_TOPIC) == []
+    assert await asyncio.to_thread(_sync_search, server, workspace.key, "Where does my sister live?") == [UNRELATED[1]]
+
+    monkeypatch.setenv("MEMPLANE_API_KEY", workspace.key)
+    argv = ["search", OFF_TOPIC, "--user-id", "bo", "--target", server]
+    assert await asyncio.to_thread(cli_main, [*argv, "--min-relevance", "0.5"]) == 0
+    assert capsys.readouterr().out.strip() == "no memories found"
+    assert await asyncio.to_thread(cli_main, argv) == 0
+    shown = capsys.readouterr().out
+    assert "1.000  relevance 0.0" in shown  # the rank score says 1, the relevance says nothing relevant
+    assert await asyncio.to_thread(cli_main, [*argv, "--min-relevance", "2"]) != 0
+    assert "min_relevance" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.5, math.nan, math.inf])
