@@ -119,6 +119,7 @@ async def test_tools_add_search_get_list_delete(server: str, workspace: TestWork
         assert set(tools["search_memories"].input_schema["properties"]) == {
             "query",
             "top_k",
+            "min_relevance",
             "user_id",
             "agent_id",
             "session_id",
@@ -140,6 +141,9 @@ async def test_tools_add_search_get_list_delete(server: str, workspace: TestWork
         hits = (await _call(session, "search_memories", query="what does Ana drink?", user_id="ana"))["hits"]
         assert [h["id"] for h in hits] == [memory["id"]]
         assert hits[0]["score"] > 0
+        assert 0.25 <= hits[0]["relevance"] <= 1
+        unrelated = "What is the airspeed of an unladen swallow?"
+        assert (await _call(session, "search_memories", query=unrelated, min_relevance=0.25))["hits"] == []
         everyone = (await _call(session, "search_memories", query="drinks", top_k=1))["hits"]
         assert len(everyone) == 1
 
@@ -169,7 +173,7 @@ async def test_bad_calls_are_tool_errors_naming_the_argument_and_the_server_keep
         )
         assert await _error(session, "search_memories") == "invalid argument: query: is required"
         assert (await _error(session, "search_memories", query="tea", limit=3)).startswith(
-            "invalid argument: limit: unknown argument (known: query, top_k, user_id, agent_id, session_id)"
+            "invalid argument: limit: unknown argument (known: query, top_k, min_relevance, user_id, agent_id, session_id)"
         )
         assert await _error(session, "add_memory", content="x", type="gossip") == (
             "invalid argument: type: 'gossip' is not one of "

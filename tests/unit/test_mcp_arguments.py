@@ -25,7 +25,7 @@ def test_every_tool_schema_is_a_closed_object_with_described_arguments() -> None
 
 
 def test_defaults_are_filled_in_and_given_values_kept() -> None:
-    assert check_arguments("search_memories", {"query": "tea"}) == {"query": "tea", "top_k": 5}
+    assert check_arguments("search_memories", {"query": "tea"}) == {"query": "tea", "top_k": 5, "min_relevance": 0}
     assert check_arguments("list_memories", {"page_size": 3}) == {"page_size": 3}
     assert check_arguments("add_memory", {"content": "x", "user_id": "u"}) == {
         "content": "x",

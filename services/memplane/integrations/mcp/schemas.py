@@ -65,8 +65,12 @@ MEMORY = _object(
 )
 _HIT = {
     **MEMORY,
-    "properties": {**MEMORY["properties"], "score": {"type": "number"}},
-    "required": [*MEMORY["required"], "score"],
+    "properties": {
+        **MEMORY["properties"],
+        "score": {"type": "number"},
+        "relevance": {"type": "number", "minimum": 0, "maximum": 1},
+    },
+    "required": [*MEMORY["required"], "score", "relevance"],
 }
 _MEMORIES = {"type": "array", "items": MEMORY}
 
@@ -85,6 +89,14 @@ TOOLS: tuple[types.Tool, ...] = (
                     "minimum": 1,
                     "default": DEFAULT_TOP_K,
                     "description": "How many memories to return at most.",
+                },
+                "min_relevance": {
+                    "type": "number",
+                    "minimum": 0,
+                    "maximum": 1,
+                    "default": 0,
+                    "description": "Only memories at least this relevant to the query (0 to 1; 0: any). "
+                    "Each hit's relevance is absolute: an unrelated query finds nothing at 0.25.",
                 },
                 **_FILTER,
             },

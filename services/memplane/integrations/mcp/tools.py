@@ -12,7 +12,9 @@ found``), `UnauthenticatedError` (a key revoked while the server runs), any othe
 - a memory: ``{"id", "content", "type", "user_id", "agent_id", "session_id", "version",
   "create_time", "update_time"}`` (RFC 3339 UTC), plus ``"name"``, ``"description"``,
   ``"metadata"``, ``"valid_to_time"``, ``"expire_time"`` when set;
-- search_memories: ``{"hits": [memory + "score"]}``, best first;
+- search_memories: ``{"hits": [memory + "score" + "relevance"]}``, best first (the
+  rank score, relative to the query's candidates, and the absolute relevance 0..1 that
+  ``min_relevance`` cuts);
 - add_memory: ``{"memory": memory}``; get_memories: ``{"memories": [memory]}`` in the
   order of ``ids``; delete_memories: ``{"deleted": [id]}``; list_memories:
   ``{"memories": [memory], "next_page_token": str}``.
@@ -134,8 +136,18 @@ class MemoryTools:
             return _error(f"internal error in memplane mcp ({type(error).__name__}); see its log")
 
     async def _search(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        reply = await self._client.search(arguments["query"], top_k=arguments["top_k"], filter=_filter(arguments))
-        return {"hits": [{**memory_dict(hit.memory), "score": round(hit.score, 6)} for hit in reply.hits]}
+        reply = await self._client.search(
+            arguments["query"],
+            top_k=arguments["top_k"],
+            min_relevance=arguments.get("min_relevance", 0.0),
+            filter=_filter(arguments),
+        )
+        return {
+            "hits": [
+                {**memory_dict(hit.memory), "score": round(hit.score, 6), "relevance": round(hit.relevance, 6)}
+                for hit in reply.hits
+            ]
+        }
 
     async def _add(self, arguments: dict[str, Any]) -> dict[str, Any]:
         metadata = None
