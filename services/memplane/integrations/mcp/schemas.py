@@ -96,7 +96,7 @@ TOOLS: tuple[types.Tool, ...] = (
                     "maximum": 1,
                     "default": 0,
                     "description": "Only memories at least this relevant to the query (0 to 1; 0: any). "
-                    "Each hit's relevance is absolute: an unrelated query finds nothing at 0.25.",
+                    "Each hit's relevance is absolute: an unrelated query mostly finds nothing at 0.3.",
                 },
                 **_FILTER,
             },

