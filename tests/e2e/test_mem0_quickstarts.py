@@ -239,7 +239,7 @@ async def test_the_platform_quickstart_sync_client(server: str, workspace: TestW
     assert (stored.content, stored.scope.user_id) == ("I'm a vegetarian and I'm allergic to nuts.", "alex")
     assert stored.metadata["food"] == "vegan"
     results = ast.literal_eval(printed.strip())["results"]
-    assert {r["memory"] for r in results} <= {stored.content}  # what the relevance threshold (0.1) keeps
+    assert {r["memory"] for r in results} == {stored.content}
     assert {r["user_id"] for r in results} <= {"alex"}
     assert {r["metadata"]["food"] for r in results} <= {"vegan"}
     scores = [r["score"] for r in results]

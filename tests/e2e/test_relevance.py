@@ -22,6 +22,7 @@ from memplane.client import MemplaneClient
 from memplane.compat.mem0 import AsyncMemory, AsyncMemoryClient
 from memplane.errors import InvalidArgumentError
 from memplane.integrations.agentscope import MemplaneMiddleware
+from memplane.integrations.agentscope.middleware import LOCOMO_THRESHOLD
 from memplane.v1 import filter_pb2
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace
@@ -44,9 +45,28 @@ async def test_mem0_facade_threshold_rejects_an_off_topic_query_and_keeps_a_rele
     assert (await memory.search(OFF_TOPIC, user_id="ana", threshold=0.5))["results"] == []
     hits = (await memory.search("Which vegetables do I grow in my garden?", user_id="ana", threshold=0.5))["results"]
     assert [h["memory"] for h in hits] == ["I love gardening tomatoes"]
-    # Without a threshold (None: the facade's default is mem0's 0.1) both come back: the
-    # rank score alone cannot say "nothing relevant".
+    # Without a threshold (None, the facade's default) both come back: the rank score alone
+    # cannot say "nothing relevant".
     assert len((await memory.search(OFF_TOPIC, user_id="ana", threshold=None))["results"]) == 2
+    assert len((await memory.search(OFF_TOPIC, user_id="ana"))["results"]) == 2
+
+
+async def test_default_arguments_keep_a_short_fact_asked_about_in_other_words(workspace: TestWorkspace) -> None:
+    """README.md#using-it's example: "where does alice live?" against "I moved to Lisbon in
+    March" scores relevance ~0 with the default model (cosine .739, as low as the off-topic
+    pair above), so the facade and MemplaneMiddleware cut nothing unless asked: a default
+    threshold (mem0's 0.1, or the LoCoMo pick 0.3) dropped this fact."""
+    memory = AsyncMemory(client=workspace.client)
+    await memory.add("I moved to Lisbon in March", user_id="alice", infer=False)
+    query = "where does alice live?"
+    (hit,) = (await workspace.client.search(query, filter=filter_pb2.MemoryFilter(user_id="alice"))).hits
+    assert hit.relevance < 0.1  # why no threshold is on by default
+
+    assert [h["memory"] for h in (await memory.search(query, user_id="alice"))["results"]] == [
+        "I moved to Lisbon in March"
+    ]
+    middleware = MemplaneMiddleware(client=workspace.client, user_id="alice")
+    assert await middleware.search([query], 5) == ["I moved to Lisbon in March"]
 
 
 async def test_every_hit_has_a_relevance_and_min_relevance_filters_on_it(workspace: TestWorkspace) -> None:
@@ -103,9 +123,9 @@ async def test_min_relevance_outside_0_to_1_is_invalid_argument_naming_the_field
     assert [v.field for v in caught.value.violations] == ["min_relevance"]
 
 
-async def test_memplane_middleware_default_threshold_injects_nothing_off_topic(workspace: TestWorkspace) -> None:
+async def test_memplane_middleware_locomo_threshold_injects_nothing_off_topic(workspace: TestWorkspace) -> None:
     await _two_memories(AsyncMemory(client=workspace.client), "cy")
-    middleware = MemplaneMiddleware(client=workspace.client, user_id="cy")
+    middleware = MemplaneMiddleware(client=workspace.client, user_id="cy", threshold=LOCOMO_THRESHOLD)
 
     assert await middleware.search([OFF_TOPIC], 5) == []
     assert await middleware.search(["Which vegetables do I grow in my garden?"], 5) == ["I love gardening tomatoes"]

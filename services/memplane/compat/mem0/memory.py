@@ -28,7 +28,13 @@ ROLES = {"user": memory_pb2.MESSAGE_ROLE_USER, "assistant": memory_pb2.MESSAGE_R
 EVENTS = {"ADD": "ADD", "SUPERSEDE": "ADD", "UPDATE": "UPDATE"}
 
 DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
-DEFAULT_THRESHOLD = 0.1  # mem0 2.2.1's search() default, on memplane's relevance (SearchHit.relevance)
+DEFAULT_THRESHOLD: float | None = None
+"""search()'s default: no relevance cut. mem0 2.2.1 defaults to 0.1 on its embedder's cosine;
+on memplane's calibrated relevance (SearchHit.relevance) with the default local model, short
+facts asked about in other words score as low as off-topic text ("where does alice live?"
+against "I moved to Lisbon in March": relevance 0.000 at cosine .739, the off-topic swallow
+question against "I love gardening tomatoes" .738), so a default of 0.1 would drop them.
+Pass threshold= to cut (docs/integrations/mem0.md#where-memplane-differs)."""
 MAX_TOP_K = 100  # memplane's limits.max_top_k; larger requests are clamped to it
 LIST_PAGE_SIZE = 100
 # Messages per AddMemories call: the server's limits.max_batch_size default. add() of more
@@ -282,8 +288,8 @@ class AsyncMemory:
         """Hybrid search (vector + lexical) in the scope given by *filters* (mem0 2.x:
         filters={"user_id": ...}) or, as mem0 1.x took them, user_id / agent_id / run_id;
         other filter keys match metadata (see `shapes.memory_filter`). *top_k* (or mem0
-        1.x's *limit*) hits, default 20, at most 100. *threshold* (default 0.1, as
-        mem0's; None or 0 keeps every hit) drops hits whose relevance (absolute and
+        1.x's *limit*) hits, default 20, at most 100. *threshold* (default None:
+        every hit, see `DEFAULT_THRESHOLD`; 0 also keeps every hit) drops hits whose relevance (absolute and
         calibrated, 0 to 1: SearchMemories' min_relevance) is below it, so an unrelated
         query can get no hits. *show_expired*
         includes memories past their expiration date that memplane's retention sweep has

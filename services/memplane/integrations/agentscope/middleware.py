@@ -55,10 +55,15 @@ Mode = Literal["static_control", "agent_control", "both"]
 MODES: tuple[Mode, ...] = ("static_control", "agent_control", "both")
 MEMORY_MSG_NAME = "memory"  # the name Mem0Middleware and ReMeMiddleware give the injected message
 MAX_QUERY_BYTES = 4096  # the server's default limits.max_query_bytes; a longer query is cut
-DEFAULT_THRESHOLD = 0.3
-"""The least relevance (SearchHit.relevance) of an injected memory by default: on LoCoMo it
-answers 56 % of off-topic questions with nothing while R@10 of categories 1-4 stays within
-1 point (.762 against .770; bench/relevance_curve.py, docs/benchmarks/relevance.md)."""
+DEFAULT_THRESHOLD: float | None = None
+"""The least relevance (SearchHit.relevance) of an injected memory by default: none, every
+hit is injected (Mem0Middleware's default too). With the default local model, short facts
+asked about in other words score as low as off-topic text ("where does alice live?" against
+"I moved to Lisbon in March": 0.000), so a cut by default would drop them silently."""
+LOCOMO_THRESHOLD = 0.3
+"""The threshold picked on LoCoMo, for memories that are conversation turns: 56 % of off-topic
+questions inject nothing while R@10 of categories 1-4 stays within 1 point (.762 against
+.770; bench/relevance_curve.py, docs/benchmarks/relevance.md)."""
 MAX_TOP_K = 100  # the server's limits.max_top_k
 DEFAULT_RETRIEVAL_WAIT = 10.0
 """Seconds the first reasoning step of a reply waits for its search by default: far above
@@ -122,7 +127,7 @@ class MemplaneMiddleware(MiddlewareBase):
         refused as Mem0Middleware refuses it. *top_k*: memories per static search, and the
         tool's default ``limit`` (1 to 100). *threshold*: drop hits whose relevance (absolute and
         calibrated, 0 to 1) is below it (SearchMemories ``min_relevance``; default
-        `DEFAULT_THRESHOLD`); None or 0 keeps all. *scope_search_by_agent*:
+        `DEFAULT_THRESHOLD`, None: keeps all, as 0 does; `LOCOMO_THRESHOLD` is LoCoMo's pick). *scope_search_by_agent*:
         searches filter by *agent_id* too (when one is given). *await_write*: write the
         turn inline, or in a background task. *write_back*: write each turn at all.
         *extract*: ask the server to extract memories from the turn with its LLM
