@@ -181,3 +181,17 @@ async def workspace_blob_count(pg_dsn: str, workspace: str) -> int:
         row = await cur.fetchone()
     assert row is not None
     return int(row[0])
+
+
+# Five sessions of (what the user says, the assistant's reply): three facts about the user, and
+# replies and chatter that are nobody's memory (what storing raw turns kept: "ok", "Saved.", ...).
+# The mem0 facade's add(infer=True) and WriteConversation(skip_episodic) must keep FACTS only.
+SESSIONS = (
+    ("I'm vegetarian and allergic to nuts.", "ok"),
+    ("I moved to Lisbon in March.", "Saved."),
+    ("What did I cook last week?", "A mushroom risotto."),
+    ("ok", "Noted!"),
+    ("I love spicy food.", "Got it, I'll remember that."),
+)
+FACTS = {"I'm vegetarian and allergic to nuts.", "I moved to Lisbon in March.", "I love spicy food."}
+FILLER = {"ok", "Saved.", "A mushroom risotto.", "Noted!", "Got it, I'll remember that.", "What did I cook last week?"}

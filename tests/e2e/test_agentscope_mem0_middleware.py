@@ -21,6 +21,7 @@ from agentscope.tool import Toolkit
 from memplane.compat.mem0 import AsyncMemoryClient
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace
+from tests.support import FACTS, FILLER, SESSIONS
 
 
 def _agent(llm: FakeLLM, middleware: Mem0Middleware, toolkit: Toolkit | None = None) -> Agent:
@@ -62,19 +63,6 @@ async def test_mem0_middleware_writes_back_and_the_next_session_recalls(
     stored = (await workspace.client.list_memories()).memories
     assert {(m.scope.user_id, m.content) for m in stored} == {("alice", "I'm vegetarian and allergic to nuts.")}
     await client.close()
-
-
-# (what the user says, the model's reply) in each of five sessions: three facts, and
-# replies and chatter that are nobody's memory (what raw turns left: "ok", "Saved.", ...)
-SESSIONS = (
-    ("I'm vegetarian and allergic to nuts.", "ok"),
-    ("I moved to Lisbon in March.", "Saved."),
-    ("What did I cook last week?", "A mushroom risotto."),
-    ("ok", "Noted!"),
-    ("I love spicy food.", "Got it, I'll remember that."),
-)
-FACTS = {"I'm vegetarian and allergic to nuts.", "I moved to Lisbon in March.", "I love spicy food."}
-FILLER = {"ok", "Saved.", "A mushroom risotto.", "Noted!", "Got it, I'll remember that.", "What did I cook last week?"}
 
 
 async def test_five_sessions_store_the_users_facts_and_none_of_the_filler(

@@ -16,19 +16,9 @@ from memplane.v1 import filter_pb2, memory_pb2, writeback_pb2
 from tests.e2e.test_extraction import answer, fact
 from tests.fake_llm import FakeLLM
 from tests.fix_server import TestWorkspace
-from tests.support import list_all
+from tests.support import FACTS, FILLER, SESSIONS, list_all
 
 USER, ASSISTANT = memory_pb2.MESSAGE_ROLE_USER, memory_pb2.MESSAGE_ROLE_ASSISTANT
-# (the user's message, the assistant's reply) per session
-SESSIONS = (
-    ("I'm vegetarian and allergic to nuts.", "ok"),
-    ("I moved to Lisbon in March.", "Saved."),
-    ("What did I cook last week?", "A mushroom risotto."),
-    ("ok", "Noted!"),
-    ("I love spicy food.", "Got it, I'll remember that."),
-)
-FACTS = {"I'm vegetarian and allergic to nuts.", "I moved to Lisbon in March.", "I love spicy food."}
-FILLER = {"ok", "Saved.", "A mushroom risotto.", "Noted!", "Got it, I'll remember that.", "What did I cook last week?"}
 
 
 def _turn(session: int, said: str, reply: str) -> list[Any]:
