@@ -258,6 +258,33 @@ class LimitsSettings(BaseModel):
     max_query_bytes: int = Field(default=4096, description="Bytes of one search query.")
     max_queries: int = Field(default=8, description="Queries in one search request.")
     max_filter_conditions: int = Field(default=64, description="Conditions in one metadata filter.")
+    max_filter_values: int = Field(
+        default=1000,
+        ge=1,
+        description="Values in one metadata filter condition's operand: the list of an IN (or a NOT over IN), "
+        "or a list or object compared whole, its elements counted at every level. An IN lists the tags, "
+        "projects or ids one request is about: tens, rarely hundreds. 1,000 per condition (64,000 in a filter "
+        "at most) keeps the SQL of the largest filter to milliseconds; 1,000,000 values ran 4.8 s.",
+    )
+    max_metadata_keys: int = Field(
+        default=1000,
+        ge=1,
+        description="Keys of one memory's metadata, counted at every level of nesting. Metadata holds a "
+        "memory's tags and attributes (tens of keys); max_metadata_bytes alone admits ~2,700 one-letter keys.",
+    )
+    max_content_blocks: int = Field(
+        default=1000,
+        ge=1,
+        description="Content blocks of one CompactionService message (text, tool calls, tool results). An "
+        "assistant turn with parallel tool calls holds tens; messages are bounded by compaction.max_messages.",
+    )
+    max_enum_entries: int = Field(
+        default=64,
+        ge=1,
+        description="Entries of a list whose entries name members of a small fixed set: filter.types (7 memory "
+        "types), update_mask.paths (fewer than 16 updatable fields), retention.rules (one per memory type). "
+        "64 leaves room for repeats.",
+    )
     max_page_size: int = Field(default=1000, description="Largest page of ListMemories.")
 
 

@@ -67,6 +67,32 @@ def _depth(value: Any) -> int:
     return 0
 
 
+def _count_keys(value: Any) -> int:
+    """Keys of the JSON objects in *value*, at every level."""
+    if isinstance(value, dict):
+        return len(value) + sum(_count_keys(x) for x in value.values())
+    if isinstance(value, list):
+        return sum(_count_keys(x) for x in value)
+    return 0
+
+
+def _count_values(value: Any) -> int:
+    """Elements of the JSON lists and objects in *value*, at every level (0 for a scalar)."""
+    if isinstance(value, dict):
+        return len(value) + sum(_count_values(x) for x in value.values())
+    if isinstance(value, list):
+        return len(value) + sum(_count_values(x) for x in value)
+    return 0
+
+
+def check_entries(v: Violations, field: str, size: int, limit: int, what: str = "entries") -> bool:
+    """*size* entries of a repeated field at most *limit*; False (and a violation) past it."""
+    if size > limit:
+        v.add(field, f"holds {size} {what}; the limit is {limit}")
+        return False
+    return True
+
+
 def _has_bad_number(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -112,16 +138,19 @@ def _identity_paths(value: Any, prefix: str, depth: int = 0) -> list[str]:
 
 
 def check_metadata(v: Violations, field: str, metadata: dict[str, Any], limits: LimitsSettings) -> None:
-    """Size, depth, finite numbers, no NULs, and no identity keys at any depth."""
+    """Size, depth, keys at every level, finite numbers, no NULs, and no identity keys at any depth."""
     bad = sorted(_identity_paths(metadata, ""))
     if bad:
         v.add(field, f"identity keys {bad} are not allowed in metadata; set them in scope")
         return
     encoded = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
+    keys = _count_keys(metadata)
     if len(encoded.encode()) > limits.max_metadata_bytes:
         v.add(field, f"is {len(encoded.encode())} bytes as JSON; the limit is {limits.max_metadata_bytes} bytes")
     elif _depth(metadata) > limits.max_metadata_depth:
         v.add(field, f"nests {_depth(metadata)} levels; the limit is {limits.max_metadata_depth}")
+    elif keys > limits.max_metadata_keys:
+        v.add(field, f"holds {keys} keys (at every level); the limit is {limits.max_metadata_keys}")
     elif _has_bad_number(metadata):
         v.add(field, "numbers must be finite")
     elif "\\u0000" in encoded or "\x00" in encoded:
@@ -152,9 +181,13 @@ def check_new_memory(
         v.add(f"{field}.valid_to_time", "must be after valid_from_time (now, when valid_from_time is unset)")
     check_text(v, f"{field}.provenance.session_id", memory.provenance.session_id, limits.max_id_bytes)
     if len(memory.provenance.message_ids) > limits.max_batch_size:
-        v.add(f"{field}.provenance.message_ids", f"at most {limits.max_batch_size} ids")
-    for i, mid in enumerate(memory.provenance.message_ids):
-        check_text(v, f"{field}.provenance.message_ids[{i}]", mid, limits.max_id_bytes)
+        v.add(
+            f"{field}.provenance.message_ids",
+            f"holds {len(memory.provenance.message_ids)} ids; the limit is {limits.max_batch_size}",
+        )
+    else:
+        for i, mid in enumerate(memory.provenance.message_ids):
+            check_text(v, f"{field}.provenance.message_ids[{i}]", mid, limits.max_id_bytes)
     if memory.embedding is not None:
         if len(memory.embedding) != dimensions:
             v.add(
@@ -217,8 +250,9 @@ def parse_memory_id(v: Violations, field: str, value: str) -> str:
 
 
 def check_filter(v: Violations, field: str, flt: MemoryFilter, limits: LimitsSettings) -> None:
-    """Scope ids, times and the metadata expression (depth, count, operands)."""
+    """Scope ids, types, times and the metadata expression (depth, count, operands)."""
     check_scope(v, field, Scope(flt.user_id, flt.agent_id, flt.session_id), limits)
+    check_entries(v, f"{field}.types", len(flt.types), limits.max_enum_entries)
     check_time(v, f"{field}.create_time_start", flt.created_after)
     check_time(v, f"{field}.create_time_end", flt.created_before)
     if flt.metadata is not None:
@@ -259,6 +293,8 @@ def _check_condition(v: Violations, field: str, cond: Condition, limits: LimitsS
         v.add(f"{field}.value", "must not contain NUL characters")
     if cond.operator is Operator.IN and not isinstance(cond.value, list):
         v.add(f"{field}.value", "must be a list for IN")
+    elif (values := _count_values(cond.value)) > limits.max_filter_values:
+        v.add(f"{field}.value", f"holds {values} values (at every level); the limit is {limits.max_filter_values}")
     if cond.operator in (Operator.LT, Operator.LTE, Operator.GT, Operator.GTE) and (
         isinstance(cond.value, bool) or not isinstance(cond.value, int | float | str)
     ):

@@ -283,7 +283,7 @@ class ContextMessage(_message.Message):
     """Speaker name; at most 128 bytes."""
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentBlock]:
-        """Content blocks, at least one."""
+        """Content blocks, 1 to `limits.max_content_blocks` (default 1,000)."""
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:

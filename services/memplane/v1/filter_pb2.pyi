@@ -91,7 +91,10 @@ class MetadataCondition(_message.Message):
     """The comparison."""
     @_builtins.property
     def value(self) -> _struct_pb2.Value:
-        """The operand: a number or string for ordering operators, a list for IN."""
+        """The operand: a number or string for ordering operators, a list for IN. At most
+        `limits.max_filter_values` (default 1,000) values, the elements of its lists and
+        objects counted at every level.
+        """
 
     def __init__(
         self,
@@ -203,7 +206,9 @@ class MemoryFilter(_message.Message):
     """
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_memory_pb2.MemoryType.ValueType]:
-        """Only memories of these types; empty means all types."""
+        """Only memories of these types; empty means all types. At most
+        `limits.max_enum_entries` (default 64) entries.
+        """
 
     @_builtins.property
     def metadata(self) -> Global___MetadataFilter:

@@ -175,7 +175,9 @@ class Provenance(_message.Message):
     """Session the memory was extracted from or recorded in."""
     @_builtins.property
     def message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Ids of the transcript messages it came from (e.g. LoCoMo dia_ids)."""
+        """Ids of the transcript messages it came from (e.g. LoCoMo dia_ids); at most
+        `limits.max_batch_size` (default 256).
+        """
 
     def __init__(
         self,
@@ -315,7 +317,8 @@ class MemoryInput(_message.Message):
     @_builtins.property
     def metadata(self) -> _struct_pb2.Struct:
         """Free JSON object; at most `limits.max_metadata_bytes` (default 16,384 bytes)
-        serialised and `limits.max_metadata_depth` (default 5) levels deep; no identity keys.
+        serialised, `limits.max_metadata_depth` (default 5) levels deep and
+        `limits.max_metadata_keys` (default 1,000) keys at every level; no identity keys.
         """
 
     @_builtins.property

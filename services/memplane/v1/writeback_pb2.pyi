@@ -569,7 +569,7 @@ class UpdateMemoryRequest(_message.Message):
         """Fields to change: name, description, content, type, metadata, valid_from_time,
         valid_to_time, expire_time. Scope cannot change. `metadata` replaces the user's
         keys (a conversation turn's or a rules statement's own keys it does not name are
-        kept: see UpdateMemory).
+        kept: see UpdateMemory). At most `limits.max_enum_entries` (default 64) paths.
         """
 
     def __init__(

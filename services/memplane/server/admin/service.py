@@ -17,7 +17,7 @@ from memplane.server.embedding.base import Embedder
 from memplane.server.settings import LimitsSettings
 from memplane.server.storage.keys import ApiKeyStore
 from memplane.server.storage.workspaces import WorkspaceStore, policy_columns
-from memplane.server.validation import Violations, check_text, check_workspace_name
+from memplane.server.validation import Violations, check_entries, check_text, check_workspace_name
 
 
 def _valid_name(field: str, name: str) -> None:
@@ -106,7 +106,8 @@ class AdminService:
         Raises `InvalidArgumentError` (workspace.name, update_mask, the values), `NotFoundError`."""
         v = Violations()
         check_workspace_name(v, "workspace.name", name)
-        policy.check_update_mask(v, "update_mask", mask)
+        if check_entries(v, "update_mask.paths", len(mask), self._limits.max_enum_entries):
+            policy.check_update_mask(v, "update_mask", mask)
         _check_policy(v, quotas, retention, labels, token_encoding)
         v.raise_if_any()
         given = policy_columns(

@@ -119,7 +119,8 @@ def messages_from_proto(
     """Domain messages of a request. Raises `InvalidArgumentError` listing every bad field:
     a missing role, a message without content blocks, an empty block, a tool call without
     id, ids over `limits.max_id_bytes`, starting with "#" or "~" or repeated, NUL characters, more than
-    *max_messages* messages, or none when *required*. Linear in the request size; field
+    `limits.max_content_blocks` blocks in a message, more than *max_messages* messages, or none
+    when *required*. Linear in the request size; field
     paths are formatted only for violations."""
     v = Violations()
     if required and not messages:
@@ -149,6 +150,9 @@ def messages_from_proto(
         ):
             _check_message(v, f"{field}[{i}]", message, limits)
         blocks: list[Block] = []
+        if len(content) > limits.max_content_blocks:
+            v.add(f"{field}[{i}].content", f"holds {len(content)} blocks; the limit is {limits.max_content_blocks}")
+            continue
         for j, b in enumerate(content):
             block = _block_from_proto(v, functools.partial(_block_path, field, i, j), b, max_id)
             if block is not None:

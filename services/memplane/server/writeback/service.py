@@ -45,6 +45,7 @@ from memplane.server.storage.transcripts import TranscriptStore
 from memplane.server.validation import (
     Violations,
     check_batch,
+    check_entries,
     check_new_memory,
     check_request_id,
     check_scope,
@@ -200,7 +201,7 @@ class WriteBackService:
         check_request_id(v, "request_id", request_id, self._limits)
         if not mask:
             v.add("update_mask", "must name at least one field")
-        for path in mask:
+        for path in mask if check_entries(v, "update_mask.paths", len(mask), self._limits.max_enum_entries) else ():
             if path not in UPDATABLE_FIELDS:
                 v.add("update_mask", f"cannot update {path!r}; updatable: {sorted(UPDATABLE_FIELDS)}")
         if expected_version < 0:
