@@ -23,6 +23,7 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
     resource = ("", "")
     quota: tuple[str, str, str, int] = ("", "", "", 0)
     reason = ""
+    metadata: dict[str, str] = {}
     for detail in status.details if status is not None else []:
         if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad = error_details_pb2.BadRequest()
@@ -41,8 +42,10 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> errors.Mempla
         elif detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             ei = error_details_pb2.ErrorInfo()
             detail.Unpack(ei)
-            reason = ei.reason
-    return _typed(code, message, violations=violations, resource=resource, quota=quota, reason=reason)
+            reason, metadata = ei.reason, dict(ei.metadata)
+    return _typed(
+        code, message, violations=violations, resource=resource, quota=quota, reason=reason, metadata=metadata
+    )
 
 
 DETAILS_METADATA_KEY = "grpc-status-details-bin"
@@ -75,6 +78,7 @@ def _typed(  # noqa: PLR0911 - one return per status code
     resource: tuple[str, str],
     quota: tuple[str, str, str, int],
     reason: str,
+    metadata: dict[str, str],
 ) -> errors.MemplaneError:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return errors.InvalidArgumentError(violations or [errors.FieldViolation("", message)])
@@ -82,7 +86,7 @@ def _typed(  # noqa: PLR0911 - one return per status code
         cls = errors.NotFoundError if code == grpc.StatusCode.NOT_FOUND else errors.AlreadyExistsError
         return cls(*resource) if resource[0] else cls("resource", message)
     if code == grpc.StatusCode.ABORTED:
-        return _version_conflict(message)
+        return _version_conflict(message, metadata)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         if quota[0]:  # memplane's own quota refusals always carry a QuotaFailure
             return errors.QuotaExceededError(quota[0], quota[1], quota_id=quota[2], limit=quota[3])
@@ -98,7 +102,18 @@ def _typed(  # noqa: PLR0911 - one return per status code
     return errors.MemplaneError(f"{code.name}: {message}")
 
 
-def _version_conflict(message: str) -> errors.VersionConflictError:
-    err = errors.VersionConflictError("", 0, 0)
+def _version_conflict(message: str, metadata: dict[str, str]) -> errors.VersionConflictError:
+    """The conflict the ErrorInfo metadata describes (memory id, expected and actual
+    version); without it (an older server) the versions are 0 and the message is the server's."""
+    err = errors.VersionConflictError(
+        metadata.get("memory_id", ""), _int(metadata.get("expected_version")), _int(metadata.get("actual_version"))
+    )
     err.args = (message,)
     return err
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0

@@ -60,12 +60,24 @@ def _clip(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _metadata(error: errors.MemplaneError) -> dict[str, str]:
+    """The ErrorInfo metadata of *error*: a version conflict's memory id and both versions
+    (`memory_id`, `expected_version`, `actual_version`), which the SDK reads back."""
+    if isinstance(error, errors.VersionConflictError):
+        return {
+            "memory_id": error.memory_id,
+            "expected_version": str(error.expected),
+            "actual_version": str(error.actual),
+        }
+    return {}
+
+
 def to_status(error: errors.MemplaneError) -> status_pb2.Status:
     """A `google.rpc.Status` with the code, message and details for *error*, bounded in
     size (the first MAX_VIOLATIONS violations; texts clipped) so it always fits in
     gRPC's trailing metadata."""
     code = status_code_of(error)
-    details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))]
+    details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=_metadata(error)))]
     if isinstance(error, errors.InvalidArgumentError):
         details.append(
             _pack(

@@ -67,7 +67,47 @@ UPDATABLE_FIELDS = {
     "expire_time": "expires_at",
 }
 _TEXT_FIELDS = {"name", "description", "content"}
-_MAX_UPDATE_ATTEMPTS = 8  # optimistic retries when no expected_version was given
+
+
+class _TextChanged(Exception):  # noqa: N818 - a signal inside `WriteBackService.update`, never raised out
+    """The text an update indexes changed between its embedding and its row lock."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlannedUpdate:
+    """What an UpdateMemory stores over one version of the memory: the changed columns,
+    and the text to index (None: no text field named, nothing to embed)."""
+
+    fields: dict[str, Any]
+    text: str | None
+
+
+def _plan_update(
+    current: Memory, values: NewMemory, mask: Sequence[str], limits: LimitsSettings, workspace: Workspace
+) -> _PlannedUpdate:
+    """UpdateMemory's change of *mask* to *values* over *current* (`merge_update`).
+    Raises `InvalidArgumentError` (fields named `memory.<field>`)."""
+    v = Violations()
+    merged = merge_update(v, "memory", current, values, mask)
+    check_new_memory(v, "memory", merged, limits, workspace.embedding_dimensions)
+    v.raise_if_any()
+    fields: dict[str, Any] = {
+        "name": merged.name,
+        "description": merged.description,
+        "content": merged.content,
+        "type": merged.type.value,
+        "metadata": merged.metadata,
+        "valid_from": merged.valid_from,
+        "valid_to": merged.valid_to,
+        "expires_at": merged.expires_at,
+    }
+    changed = {*mask, "metadata"} if merged.metadata != current.metadata else set(mask)  # a statement re-keyed
+    fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in changed}
+    if not _TEXT_FIELDS.intersection(mask):
+        return _PlannedUpdate(fields, None)
+    text = index_text(merged.name, merged.description, merged.content)
+    fields["content_bytes"] = len(text.encode())
+    return _PlannedUpdate(fields, text)
 
 
 class WriteBackService:
@@ -194,7 +234,15 @@ class WriteBackService:
 
         Raises `InvalidArgumentError` (unknown mask path → `update_mask`, bad values →
         `memory.<field>`, a turn's memory kept a turn: `memplane.server.writeback.turns`),
-        `NotFoundError`, `VersionConflictError` (ABORTED) when *expected_version* is stale.
+        `NotFoundError`, `VersionConflictError` (ABORTED) when *expected_version* is stale
+        (never when it is 0).
+
+        The row is locked before the change is applied, so concurrent updaters of one
+        memory queue and each applies on top of the one before it: a blind update
+        (*expected_version* 0) always applies. The text is embedded before the lock; when a
+        concurrent update changed a text field this one keeps (the vector would be of
+        another text), it reads and embeds again, as long as the RPC lasts (its deadline
+        cancels it).
         """
         v = Violations()
         canonical = parse_memory_id(v, "id", memory_id)
@@ -208,65 +256,56 @@ class WriteBackService:
             v.add("expected_version", "must not be negative")
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
-        for attempt in range(_MAX_UPDATE_ATTEMPTS):
+        body = {
+            "id": canonical,
+            "mask": sorted(mask),
+            "values": dataclasses.asdict(values),
+            "expected_version": expected_version,
+        }
+        request = WriteRequest.of(request_id, "UpdateMemory", functools.partial(dict, body))
+        attempt = 0
+        while True:  # again only when a text this update does not set changed while it embedded
             async with self._db.tenant(workspace.key) as conn:
-                current = await self._memories.get(conn, workspace, canonical)
-            if current is None:
+                seen = await self._memories.get(conn, workspace, canonical)
+            if seen is None:
                 raise NotFoundError("memory", memory_id)
-            if expected_version and current.version != expected_version:
-                raise VersionConflictError(current.id, expected_version, current.version)
-            v = Violations()
-            merged = merge_update(v, "memory", current, values, mask)
-            check_new_memory(v, "memory", merged, self._limits, workspace.embedding_dimensions)
-            v.raise_if_any()
-            fields: dict[str, Any] = {
-                "name": merged.name,
-                "description": merged.description,
-                "content": merged.content,
-                "type": merged.type.value,
-                "metadata": merged.metadata,
-                "valid_from": merged.valid_from,
-                "valid_to": merged.valid_to,
-                "expires_at": merged.expires_at,
-            }
-            changed = {*mask, "metadata"} if merged.metadata != current.metadata else set(mask)  # a statement re-keyed
-            fields = {col: fields[col] for path, col in UPDATABLE_FIELDS.items() if path in changed}
+            if expected_version and seen.version != expected_version:
+                raise VersionConflictError(seen.id, expected_version, seen.version)
+            planned = _plan_update(seen, values, mask, self._limits, workspace)
             embedding = lexical = None
-            if _TEXT_FIELDS.intersection(mask):
-                text = index_text(merged.name, merged.description, merged.content)
-                embedding = (await self._meter.for_workspace(workspace).embed_documents([text]))[0]
-                lexical = segment(text)
-                fields["content_bytes"] = len(text.encode())
-            change = Change(fields=fields, embedding=embedding, lexical_text=lexical)
-            now = datetime.now(UTC)
-            snapshot_current = current
+            if planned.text is not None:  # embedded outside the transaction, for the text as seen
+                embedding = (await self._meter.for_workspace(workspace).embed_documents([planned.text]))[0]
+                lexical = segment(planned.text)
 
             async def work(
-                conn: Connection, current: Memory = snapshot_current, change: Change = change, now: datetime = now
+                conn: Connection, planned: _PlannedUpdate = planned, embedding: Any = embedding, lexical: Any = lexical
             ) -> dict[str, Any]:
+                # The row locked first: concurrent updaters queue here and each applies on
+                # top of the one before it, never refused for having been overtaken.
+                current = await self._memories.get(conn, workspace, canonical, lock=True)
+                if current is None:
+                    raise NotFoundError("memory", memory_id)
+                if expected_version and current.version != expected_version:
+                    raise VersionConflictError(current.id, expected_version, current.version)
+                plan = _plan_update(current, values, mask, self._limits, workspace)
+                if plan.text != planned.text:
+                    raise _TextChanged  # the vector is of another text: embed again
+                change = Change(fields=plan.fields, embedding=embedding, lexical_text=lexical)
+                now = datetime.now(UTC)  # under the lock: update times follow the versions
                 updated = await self._memories.update(
                     conn, workspace, current, change, actor=principal.actor, request_id=request_id, now=now
                 )
                 return {"ids": [updated.id]}
 
-            body = {
-                "id": canonical,
-                "mask": sorted(mask),
-                "values": dataclasses.asdict(values),
-                "expected_version": expected_version,
-            }
-            request = WriteRequest.of(request_id, "UpdateMemory", functools.partial(dict, body))
             try:
                 _, found = await self._ledger.once(workspace, request, work)
-            except VersionConflictError:
-                if expected_version:
-                    raise
-                await asyncio.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # noqa: S311 - jitter, not crypto
-                continue  # a concurrent writer won; re-read and apply on top of it
+            except _TextChanged:
+                attempt += 1
+                await asyncio.sleep(random.uniform(0, 0.005 * min(attempt, 20)))  # noqa: S311 - jitter, not crypto
+                continue
             if not found:
                 raise NotFoundError("memory", memory_id)  # deleted since this request id's first run
             return found[0]
-        raise VersionConflictError(canonical, 0, 0)
 
     async def delete(
         self,
