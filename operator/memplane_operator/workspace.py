@@ -173,6 +173,7 @@ async def report_usage(ctx: Ctx) -> None:
     figures = {
         "memories": usage.memory_count,
         "bytes": usage.content_bytes,
+        "toolResultBytes": usage.tool_result_bytes,
         "storageBytes": usage.storage_bytes,
         "embeddingTokensToday": usage.embedding_tokens_today,
     }
@@ -180,8 +181,8 @@ async def report_usage(ctx: Ctx) -> None:
     reached: list[str] = []
     if _over(usage.memory_count, quotas.max_memories):
         reached.append(f"maxMemories ({usage.memory_count} of {quotas.max_memories})")
-    if _over(usage.content_bytes, quotas.max_bytes):
-        reached.append(f"maxBytes ({usage.content_bytes} of {quotas.max_bytes})")
+    if _over(usage.content_bytes + usage.tool_result_bytes, quotas.max_bytes):
+        reached.append(f"maxBytes ({usage.content_bytes + usage.tool_result_bytes} of {quotas.max_bytes})")
     if _over(usage.embedding_tokens_today, quotas.max_embedding_tokens_per_day):
         reached.append(f"maxEmbeddingTokensPerDay ({usage.embedding_tokens_today} today)")
     if reached:

@@ -215,3 +215,43 @@ async def test_0015_indexes_each_existing_partitions_memories_by_their_first_sou
         )
         plan = "\n".join(r[0] for r in await cur.fetchall())
         assert f"Index Scan using {child}" in plan or f"Bitmap Index Scan on {child}" in plan, plan
+
+
+async def test_0017_counts_the_stored_tool_outputs_of_existing_workspaces(empty_database: str) -> None:
+    """The blob bytes of workspaces made before the migration are backfilled, and from
+    then on every insert and delete of a blob moves them (as the database owner here:
+    no tenant, no quota)."""
+    await apply_migrations(empty_database, up_to=16)
+    insert_blob = (
+        "INSERT INTO tool_result_blobs (workspace_key, id, content, content_sha256, byte_size, line_count, expires_at)"
+        " VALUES (%s, gen_random_uuid(), %s, sha256(convert_to(%s, 'UTF8')), %s, 1, now() + interval '1 day')"
+    )
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        keys = []
+        for name in ("a", "b", "c"):
+            cur = await conn.execute(
+                "INSERT INTO workspaces (name, embedding_model, embedding_dimensions)"
+                " VALUES (%s, 'm', 3) RETURNING key",
+                (name,),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            keys.append(row[0])
+        for key, sizes in zip(keys, ([10, 20], [5], []), strict=True):
+            for size in sizes:
+                await conn.execute(insert_blob, (key, "x" * size, "x" * size, size))
+    assert await apply_migrations(empty_database, up_to=17) == ["0017_tool_result_bytes_quota.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+
+        async def blob_bytes() -> list[int]:
+            cur = await conn.execute(
+                "SELECT coalesce((SELECT bytes FROM workspace_blob_bytes WHERE workspace_key = k), 0)"
+                " FROM unnest(%s::bigint[]) WITH ORDINALITY AS u(k, i) ORDER BY i",
+                (keys,),
+            )
+            return [r[0] for r in await cur.fetchall()]
+
+        assert await blob_bytes() == [30, 5, 0]
+        await conn.execute(insert_blob, (keys[2], "y" * 7, "y" * 7, 7))
+        await conn.execute("DELETE FROM tool_result_blobs WHERE workspace_key = %s AND byte_size = 10", (keys[0],))
+        assert await blob_bytes() == [20, 5, 7]

@@ -32,7 +32,9 @@ def _workspace_spec() -> Schema:
         "is unlimited. Lowering one refuses later writes and deletes nothing.",
         {
             "maxMemories": integer("Stored memories."),
-            "maxBytes": quantity("Bytes of memory text (name + description + content, UTF-8)."),
+            "maxBytes": quantity(
+                "Bytes of memory text (name + description + content, UTF-8) and of stored tool outputs together."
+            ),
             "maxRequestsPerSecond": integer(
                 "Calls per second, enforced by each service replica on its own.", maximum=1_000_000, fmt="int32"
             ),
@@ -191,6 +193,7 @@ def _workspace_status() -> Schema:
                 {
                     "memories": integer("Stored memories."),
                     "bytes": integer("Bytes of memory text."),
+                    "toolResultBytes": integer("Bytes of stored tool outputs (counted with bytes in maxBytes)."),
                     "storageBytes": integer("Bytes on disk of the workspace's partitions."),
                     "embeddingTokensToday": integer("Tokens embedded today (UTC)."),
                     "measuredTime": string("When these figures were read.", format="date-time"),

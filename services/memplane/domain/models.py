@@ -193,6 +193,8 @@ class WorkspaceUsage:
     transcript_message_count: int
     storage_bytes: int
     embedding_tokens_today: int = 0
+    tool_result_bytes: int = 0
+    """Bytes of stored tool outputs (counted with content_bytes against max_bytes)."""
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,10 @@ class WorkspaceQuotas(_message.Message):
     """Stored memories. A write that would pass it stores nothing."""
     max_bytes: _builtins.int
     """Bytes of memory text (name + description + content, UTF-8, as
-    GetWorkspaceUsageResponse.content_bytes counts them). A write that would pass it
-    stores nothing.
+    GetWorkspaceUsageResponse.content_bytes counts them) and of stored tool outputs
+    (GetWorkspaceUsageResponse.tool_result_bytes) together. A write that would pass it
+    stores nothing: a memory write, or a CompactToolResults / PrepareContext whose cut
+    output would be stored.
     """
     max_requests_per_second: _builtins.int
     """Calls per second by the workspace's keys, enforced by each server process on its
@@ -750,6 +752,7 @@ class GetWorkspaceUsageResponse(_message.Message):
     TRANSCRIPT_MESSAGE_COUNT_FIELD_NUMBER: _builtins.int
     STORAGE_BYTES_FIELD_NUMBER: _builtins.int
     EMBEDDING_TOKENS_TODAY_FIELD_NUMBER: _builtins.int
+    TOOL_RESULT_BYTES_FIELD_NUMBER: _builtins.int
     memory_count: _builtins.int
     """Number of stored memories (including superseded and expired ones)."""
     content_bytes: _builtins.int
@@ -760,6 +763,11 @@ class GetWorkspaceUsageResponse(_message.Message):
     """On-disk size of the workspace's partitions, tables and indexes, in bytes."""
     embedding_tokens_today: _builtins.int
     """Tokens embedded today (UTC), as WorkspaceQuotas.max_embedding_tokens_per_day counts them."""
+    tool_result_bytes: _builtins.int
+    """Bytes (UTF-8) of the stored tool outputs of CompactToolResults, counted with
+    content_bytes against WorkspaceQuotas.max_bytes; an expired one counts until it is
+    erased (by the next stored output of the workspace or the cleaner's sweep).
+    """
     def __init__(
         self,
         *,
@@ -768,10 +776,11 @@ class GetWorkspaceUsageResponse(_message.Message):
         transcript_message_count: _builtins.int = ...,
         storage_bytes: _builtins.int = ...,
         embedding_tokens_today: _builtins.int = ...,
+        tool_result_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_bytes", b"content_bytes", "embedding_tokens_today", b"embedding_tokens_today", "memory_count", b"memory_count", "storage_bytes", b"storage_bytes", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_bytes", b"content_bytes", "embedding_tokens_today", b"embedding_tokens_today", "memory_count", b"memory_count", "storage_bytes", b"storage_bytes", "tool_result_bytes", b"tool_result_bytes", "transcript_message_count", b"transcript_message_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -138,8 +138,11 @@ class CompactionServiceServicer:
         position to resume reading from; the whole output is stored as a tool-result blob
         in the workspace for `retention`. Results of the current turn (after the newest
         user message) and of the last `keep_last_messages` messages get the recent limit;
-        older ones the old limit. An output cut before is never stored twice.
-        Errors: INVALID_ARGUMENT for bad messages or limits; UNAUTHENTICATED.
+        older ones the old limit. An output cut before is never stored twice. Stored outputs
+        count against the workspace's `max_bytes` quota with its memory text.
+        Errors: INVALID_ARGUMENT for bad messages or limits; RESOURCE_EXHAUSTED (QuotaFailure
+        `max_bytes`, nothing stored) when a stored output would pass the workspace's
+        `max_bytes`; UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -77,8 +77,11 @@ class CompactionServiceStub:
     position to resume reading from; the whole output is stored as a tool-result blob
     in the workspace for `retention`. Results of the current turn (after the newest
     user message) and of the last `keep_last_messages` messages get the recent limit;
-    older ones the old limit. An output cut before is never stored twice.
-    Errors: INVALID_ARGUMENT for bad messages or limits; UNAUTHENTICATED.
+    older ones the old limit. An output cut before is never stored twice. Stored outputs
+    count against the workspace's `max_bytes` quota with its memory text.
+    Errors: INVALID_ARGUMENT for bad messages or limits; RESOURCE_EXHAUSTED (QuotaFailure
+    `max_bytes`, nothing stored) when a stored output would pass the workspace's
+    `max_bytes`; UNAUTHENTICATED.
     """
     ReadToolResult: _grpc.UnaryUnaryMultiCallable[_compaction_pb2.ReadToolResultRequest, _compaction_pb2.ReadToolResultResponse]
     """Read a stored tool output from a line (and a column inside it) for up to
@@ -168,8 +171,11 @@ class CompactionServiceAsyncStub(CompactionServiceStub):
     position to resume reading from; the whole output is stored as a tool-result blob
     in the workspace for `retention`. Results of the current turn (after the newest
     user message) and of the last `keep_last_messages` messages get the recent limit;
-    older ones the old limit. An output cut before is never stored twice.
-    Errors: INVALID_ARGUMENT for bad messages or limits; UNAUTHENTICATED.
+    older ones the old limit. An output cut before is never stored twice. Stored outputs
+    count against the workspace's `max_bytes` quota with its memory text.
+    Errors: INVALID_ARGUMENT for bad messages or limits; RESOURCE_EXHAUSTED (QuotaFailure
+    `max_bytes`, nothing stored) when a stored output would pass the workspace's
+    `max_bytes`; UNAUTHENTICATED.
     """
     ReadToolResult: _aio.UnaryUnaryMultiCallable[_compaction_pb2.ReadToolResultRequest, _compaction_pb2.ReadToolResultResponse]  # type: ignore[assignment]
     """Read a stored tool output from a line (and a column inside it) for up to
@@ -274,8 +280,11 @@ class CompactionServiceServicer(metaclass=_abc_1.ABCMeta):
         position to resume reading from; the whole output is stored as a tool-result blob
         in the workspace for `retention`. Results of the current turn (after the newest
         user message) and of the last `keep_last_messages` messages get the recent limit;
-        older ones the old limit. An output cut before is never stored twice.
-        Errors: INVALID_ARGUMENT for bad messages or limits; UNAUTHENTICATED.
+        older ones the old limit. An output cut before is never stored twice. Stored outputs
+        count against the workspace's `max_bytes` quota with its memory text.
+        Errors: INVALID_ARGUMENT for bad messages or limits; RESOURCE_EXHAUSTED (QuotaFailure
+        `max_bytes`, nothing stored) when a stored output would pass the workspace's
+        `max_bytes`; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

@@ -114,4 +114,5 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             transcript_message_count=usage.transcript_message_count,
             storage_bytes=usage.storage_bytes,
             embedding_tokens_today=usage.embedding_tokens_today,
+            tool_result_bytes=usage.tool_result_bytes,
         )

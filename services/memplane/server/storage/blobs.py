@@ -5,7 +5,9 @@ reference; ReadToolResult reads it until it expires. Rows are short-lived (days)
 immutable except for `expires_at`, which `put` extends when the same output is stored
 again (deduplication by SHA-256 digest, migration 0004); `BlobCleaner` deletes expired
 ones in the background, and deleting a workspace deletes its blobs (foreign key ON
-DELETE CASCADE).
+DELETE CASCADE). Their bytes count against the workspace's `max_bytes` quota with its
+memory text, kept in `workspace_blob_bytes` by triggers on every insert and delete
+(migration 0017).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from memplane.server.storage.sweeper import Sweeper
 MIN_RETENTION_SECONDS = 1
 MAX_RETENTION_SECONDS = 365 * 24 * 3600
 MIN_RETENTION = timedelta(seconds=MIN_RETENTION_SECONDS)
+
+# Second key of a workspace's blob lock, pg_advisory_xact_lock(memplane_event_lock_key(ws),
+# 65): past the read-token slots 0..63 and the quota lock 64 (migration 0014).
+BLOB_LOCK_SLOT = 65
 MAX_RETENTION = timedelta(seconds=MAX_RETENTION_SECONDS)
 
 # The one spelling of a blob reference: a UUID in canonical lower-case 8-4-4-4-12 form
@@ -100,13 +106,19 @@ class ToolResultBlobStore:
         re-sends its uncut history every turn gets the same ref back, not a new
         multi-MB row per call.
 
-        Race-safe: a transaction-scoped advisory lock on (workspace, digest) is taken in
-        *conn*'s transaction before the lookup, so concurrent identical puts store one
-        row (the second waits for the first's transaction to end, then finds its row).
-        The lock is held until the caller's transaction ends: a caller that puts several
-        blobs in one transaction while others may put the same ones should put them in
-        a consistent order (PostgreSQL aborts one of two transactions that wait on each
-        other with a deadlock error).
+        Race-safe: the workspace's blob lock (a transaction-scoped advisory lock, key
+        (workspace, BLOB_LOCK_SLOT)) is taken in *conn*'s transaction before anything
+        else, so concurrent puts of one workspace are serialised until the holder's
+        transaction ends: identical puts store one row (the second finds the first's),
+        and the byte count and quota check that follow stay in one lock order
+        (migration 0017), whatever order a transaction puts several blobs in.
+
+        Counted in the workspace's `max_bytes` quota with its memory text (migration
+        0017's triggers): an insert that would pass it raises `QuotaExceededError`
+        (through `Database.tenant`; the caller's transaction then rolls back, nothing
+        stored). Before counting, the workspace's expired blobs are erased (rows another
+        transaction holds are left to the cleaner), so an expired blob's bytes never
+        refuse a new one.
 
         `byte_size` is the UTF-8 size in bytes, `line_count` the "\\n"-separated lines
         (`memplane.domain.blobs.count_lines`). `expires_at` is now + retention rounded
@@ -126,8 +138,14 @@ class ToolResultBlobStore:
             raise ValueError("content must not contain NUL characters")
         expires_at = (now + retention).astimezone(UTC).replace(microsecond=0)
         digest = content_digest(content)
-        # 64-bit lock key from (digest, workspace); a collision only serialises two puts.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (digest.hex(), workspace.key))
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(memplane_event_lock_key(%s), %s)", (workspace.key, BLOB_LOCK_SLOT)
+        )
+        await conn.execute(
+            "DELETE FROM tool_result_blobs WHERE (workspace_key, id) IN (SELECT workspace_key, id FROM"
+            " tool_result_blobs WHERE workspace_key = %(ws)s AND expires_at <= %(now)s FOR UPDATE SKIP LOCKED)",
+            {"ws": workspace.key, "now": now},
+        )
         cur = await conn.execute(
             "WITH hit AS (SELECT workspace_key, id FROM tool_result_blobs WHERE workspace_key = %(ws)s"
             " AND content_sha256 = %(digest)s AND user_id = %(u)s AND agent_id = %(a)s AND session_id = %(s)s"

@@ -285,7 +285,9 @@ class WorkspaceStore:
                 " (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
                 "   WHERE c.relname = ANY(%s)) AS storage_bytes,"
                 " (SELECT coalesce(sum(u.tokens), 0) FROM embedding_usage u WHERE u.workspace_key = s.workspace_key"
-                "   AND u.day = (now() AT TIME ZONE 'UTC')::date) AS embedding_tokens_today"
+                "   AND u.day = (now() AT TIME ZONE 'UTC')::date) AS embedding_tokens_today,"
+                " (SELECT coalesce(sum(b.bytes), 0) FROM workspace_blob_bytes b"
+                "   WHERE b.workspace_key = s.workspace_key) AS tool_result_bytes"
                 " FROM workspace_stats s WHERE s.workspace_key = %s",
                 ([partition_name(t, workspace.key) for t in PARTITIONED_TABLES], workspace.key),
             )
@@ -296,4 +298,5 @@ class WorkspaceStore:
             transcript_message_count=int(row["transcript_message_count"]),
             storage_bytes=int(row["storage_bytes"]),
             embedding_tokens_today=int(row["embedding_tokens_today"]),
+            tool_result_bytes=int(row["tool_result_bytes"]),
         )
