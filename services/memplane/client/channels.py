@@ -6,6 +6,17 @@ the client was given `tls=True`, a `root_certificates` bundle or a client certif
 otherwise plaintext, the local default. TLS verifies the server's certificate against
 *root_certificates* (PEM bytes), or the system's roots when None (gRPC's default bundle),
 and the host name of the target against the certificate's names.
+
+Reconnecting (gRPC core's connection backoff, grpc/doc/connection-backoff.md): each
+channel keeps its connections in a subchannel pool of its own
+(`grpc.use_local_subchannel_pool`). gRPC's default is one pool per process, shared by
+every channel with the same target and options: a client made after a server restart
+then inherited the subchannel of an older client, backoff and all, and was refused
+("Connection refused", UNAVAILABLE) for seconds after the server was back
+(grpc/grpc#17282, #21240). A channel that lived through an outage waits at most
+RECONNECT_BACKOFF seconds (gRPC's default grows to 120 s; jitter ±20 %) between
+connection attempts, so it is back about a second after the server is. The cost of the
+own pool: two clients in one process no longer share one TCP connection.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import grpc
 from memplane.client.retry import service_config
 
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+RECONNECT_BACKOFF = 1.0  # seconds between connection attempts to an unreachable server, at most
 _SCHEMES = {"https://": True, "http://": False}
 
 
@@ -62,6 +74,11 @@ def open_channel(
     options: list[tuple[str, str | int]] = [
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.enable_retries", int(retry)),
+        # A subchannel pool of this channel's own: no backoff inherited from another client.
+        ("grpc.use_local_subchannel_pool", 1),
+        # The first wait and the longest one (gRPC's defaults: 1 s growing by 1.6x to 120 s).
+        ("grpc.initial_reconnect_backoff_ms", int(RECONNECT_BACKOFF * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(RECONNECT_BACKOFF * 1000)),
     ]
     if retry:
         options += [
