@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
+from memplane.cli.usage import UsageError
 from memplane.client.aio import DEFAULT_TARGET, SERVICE_NAMES, AsyncMemplaneClient
 from memplane.server.credentials import CREDENTIALS_FILE, configured_admin_key, read_credentials
 from memplane.server.settings import Settings
@@ -47,14 +49,14 @@ def _service_targets(ns: argparse.Namespace) -> dict[str, str]:
 
 def _root_certificates(ns: argparse.Namespace) -> bytes | None:
     """The CA bundle of --ca-file or MEMPLANE_TLS_CA_FILE, None when neither is set.
-    Raises `SystemExit` naming the file when it cannot be read."""
+    Raises `UsageError` naming the file when it cannot be read."""
     path = getattr(ns, "ca_file", None) or os.environ.get("MEMPLANE_TLS_CA_FILE")
     if not path:
         return None
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise SystemExit(f"memplane: --ca-file {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"--ca-file {path}: {exc.strerror or exc}") from None
 
 
 def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
@@ -64,9 +66,7 @@ def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplan
         or os.environ.get("MEMPLANE_API_KEY")
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("api_key", "")
     )
-    return AsyncMemplaneClient(
-        _target(ns, settings), key, targets=_service_targets(ns), root_certificates=_root_certificates(ns)
-    )
+    return _client(_target(ns, settings), key, targets=_service_targets(ns), root_certificates=_root_certificates(ns))
 
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:
@@ -78,4 +78,13 @@ def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneCli
         or configured
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("admin_key", "")
     )
-    return AsyncMemplaneClient(_target(ns, settings), key, root_certificates=_root_certificates(ns))
+    return _client(_target(ns, settings), key, root_certificates=_root_certificates(ns))
+
+
+def _client(target: str, key: str, **options: Any) -> AsyncMemplaneClient:
+    """`AsyncMemplaneClient(target, key, **options)`; raises `UsageError` for a target it
+    refuses (no address, "http://" with TLS asked for)."""
+    try:
+        return AsyncMemplaneClient(target, key, **options)
+    except ValueError as error:
+        raise UsageError(str(error)) from None

@@ -2,13 +2,17 @@
 (settings, logging and the server itself); in a bare client install (`pip install
 memplane`) it says so in one line and exits 1 instead of printing an import traceback.
 `memplane mcp` is the exception: a client of a server, it needs the mcp extra only
-(`memplane.integrations.mcp.cli`), and says so when that is missing."""
+(`memplane.integrations.mcp.cli`), and says so when that is missing. Every command runs
+inside `memplane.cli.usage.guarded`: a bad path is one line and exit status 2, a closed
+pipe ends quietly."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from collections.abc import Sequence
+
+from memplane.cli.usage import guarded
 
 SERVER_EXTRA = "pip install 'memplane[server]'"
 MCP_EXTRA = "pip install 'memplane[mcp]'"
@@ -55,7 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     `memplane mcp ...` runs `memplane.integrations.mcp.cli` without the server extra."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["mcp"]:
-        return _run_mcp(args[1:])
+        return guarded(lambda: _run_mcp(args[1:]))
+    return guarded(lambda: _run(argv))
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         from memplane.cli.main import main as run  # needs the server extra
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
+from memplane.cli.usage import UsageError
 from memplane.client.aio import AsyncMemplaneClient
 from memplane.domain.ranking import KNOB_HELP, TERMS, FusionMethod, knob_types
 from memplane.eval.ingest import TEXT_FORMATS, ClientFactory, WorkspaceSet
@@ -92,19 +93,18 @@ def _factory(ns: argparse.Namespace, settings: Settings) -> ClientFactory:
     return make
 
 
-def _load(ns: argparse.Namespace) -> list[Conversation] | None:
+def _load(ns: argparse.Namespace) -> list[Conversation]:
+    """The conversations of ns.path; raises `UsageError` naming the file when it cannot be
+    read or is not LoCoMo data."""
     try:
         return load_locomo(ns.path, ns.conversations)
     except (OSError, ValueError) as error:
-        print(f"memplane: cannot read LoCoMo data {ns.path}: {error}", file=sys.stderr)
-        return None
+        raise UsageError(f"cannot read LoCoMo data {ns.path}: {error}") from None
 
 
 async def cmd_import_locomo(ns: argparse.Namespace, settings: Settings) -> int:
     """Import LoCoMo conversations into one workspace each; print a summary."""
     conversations = _load(ns)
-    if conversations is None:
-        return 1
     async with admin_client(ns, settings) as admin, WorkspaceSet(admin, _factory(ns, settings), delete=False) as spaces:
         stats = await ingest_locomo(
             spaces,
@@ -130,8 +130,6 @@ async def cmd_eval_locomo(ns: argparse.Namespace, settings: Settings) -> int:
         print("memplane: --reuse needs --prefix (the prefix the import used, e.g. locomo)", file=sys.stderr)
         return 2
     conversations = _load(ns)
-    if conversations is None:
-        return 1
     config = EvalConfig(
         modes=ns.modes,
         concurrency=ns.concurrency,

@@ -2,7 +2,8 @@
 
 Settings come from the environment (MEMPLANE_*, see memplane.server.settings) and are loaded
 once here. Exit status: 0 on success, 1 on a memplane error (message on stderr),
-2 on bad usage.
+2 on bad usage: a bad argument, or a path that cannot be read or written (one line on
+stderr, `memplane.cli.usage`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC
 from google.protobuf import timestamp_pb2
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
+from memplane.cli.usage import Parser
 from memplane.errors import MemplaneError
 from memplane.server.logs import setup_logging
 from memplane.server.settings import Settings
@@ -174,9 +176,12 @@ async def cmd_health(ns: argparse.Namespace, settings: Settings) -> int:
 
 def _seconds(text: str) -> float:
     """A non-negative, finite number of seconds (argparse type); argparse names the flag on error."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
     if not 0 <= value < float("inf"):
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, not {text!r}")
     return value
 
 
@@ -219,7 +224,9 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
 
     settings = settings or Settings()
 
-    parser = argparse.ArgumentParser(prog="memplane", description="Multi-tenant long-term memory for LLM agents.")
+    parser: argparse.ArgumentParser = Parser(
+        prog="memplane", description="Multi-tenant long-term memory for LLM agents."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the gRPC server (embedded PostgreSQL unless MEMPLANE_DATABASE__DSN is set)")

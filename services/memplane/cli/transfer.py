@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memplane.cli.connect import add_connection_flags, workspace_client
+from memplane.cli.usage import UsageError
 from memplane.client.transfer import IMPORT_BATCH_SIZE, export_workspace, import_workspace
 from memplane.server.settings import Settings
 
@@ -35,16 +36,28 @@ async def cmd_export_jsonl(ns: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_import_jsonl(ns: argparse.Namespace, settings: Settings) -> int:
     """Import FILE (stdin for "-") into the key's workspace; print the count, and with
-    --id-map write "old-id<TAB>new-id" lines to that file."""
-    async with workspace_client(ns, settings) as client:
-        if ns.file == "-":
-            text = await asyncio.to_thread(sys.stdin.read)
-        else:
-            text = await asyncio.to_thread(Path(ns.file).read_text, encoding="utf-8")
-        summary = await import_workspace(client, text.splitlines(), batch_size=ns.batch_size)
-    if ns.id_map:
-        pairs = "".join(f"{old}\t{new}\n" for old, new in summary.id_map.items())
-        await asyncio.to_thread(Path(ns.id_map).write_text, pairs, encoding="utf-8")
+    --id-map write "old-id<TAB>new-id" lines to that file (opened before the import, so a
+    path that cannot be written stops it before anything is stored; removed if it fails)."""
+    if ns.file == "-":
+        text = await asyncio.to_thread(sys.stdin.read)
+    else:
+        data = await asyncio.to_thread(Path(ns.file).read_bytes)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{ns.file}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+    id_map = await asyncio.to_thread(Path(ns.id_map).open, "w", encoding="utf-8") if ns.id_map else None
+    try:
+        async with workspace_client(ns, settings) as client:
+            summary = await import_workspace(client, text.splitlines(), batch_size=ns.batch_size)
+        if id_map is not None:
+            with id_map:
+                id_map.writelines(f"{old}\t{new}\n" for old, new in summary.id_map.items())
+    except BaseException:
+        if id_map is not None:
+            id_map.close()
+            await asyncio.to_thread(Path(ns.id_map).unlink, missing_ok=True)
+        raise
     events = summary.skipped_event_count
     note = f" ({events} history events read, not replayed)" if events else ""
     print(f"imported {summary.memory_count} memories{note}")
