@@ -264,7 +264,8 @@ class LimitsSettings(BaseModel):
         description="Values in one metadata filter condition's operand: the list of an IN (or a NOT over IN), "
         "or a list or object compared whole, its elements counted at every level. An IN lists the tags, "
         "projects or ids one request is about: tens, rarely hundreds. 1,000 per condition (64,000 in a filter "
-        "at most) keeps the SQL of the largest filter to milliseconds; 1,000,000 values ran 4.8 s.",
+        "at most): a ListMemories with 32 such conditions took 170 ms on 2 shared cores (one: 27 ms), where one "
+        "IN of 1,000,000 values ran 4.8 s.",
     )
     max_metadata_keys: int = Field(
         default=1000,
