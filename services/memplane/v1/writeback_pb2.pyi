@@ -557,7 +557,10 @@ class UpdateMemoryRequest(_message.Message):
     id: _builtins.str
     """Memory id."""
     expected_version: _builtins.int
-    """When non-zero, the update applies only if the stored version equals it."""
+    """When non-zero, the update applies only if the stored version equals it (else
+    ABORTED). 0: no check, the update applies on top of the latest version, however
+    many writers race it.
+    """
     request_id: _builtins.str
     """Idempotency key, at most 128 bytes."""
     @_builtins.property

@@ -134,7 +134,10 @@ class WriteBackServiceServicer:
         the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
         (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
         changes), and may change type.
-        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
+        Concurrent updates of one memory apply in turn, each on top of the one before it.
+        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale, only
+        then (ErrorInfo metadata `memory_id`, `expected_version`, `actual_version`);
+        DEADLINE_EXCEEDED when its turn does not come before the deadline;
         INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
         a type other than EPISODIC (`memory.type`) or another `message_id`
         (`memory.metadata.message_id`); UNAUTHENTICATED.
@@ -145,8 +148,8 @@ class WriteBackServiceServicer:
 
     def DeleteMemory(self, request, context):
         """Delete one memory; its history keeps a DELETE event.
-        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-        INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
+        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale (ErrorInfo
+        metadata as UpdateMemory's); INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

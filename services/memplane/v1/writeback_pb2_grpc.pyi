@@ -74,15 +74,18 @@ class WriteBackServiceStub:
     the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
     (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
     changes), and may change type.
-    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
+    Concurrent updates of one memory apply in turn, each on top of the one before it.
+    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale, only
+    then (ErrorInfo metadata `memory_id`, `expected_version`, `actual_version`);
+    DEADLINE_EXCEEDED when its turn does not come before the deadline;
     INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
     a type other than EPISODIC (`memory.type`) or another `message_id`
     (`memory.metadata.message_id`); UNAUTHENTICATED.
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoryRequest, _writeback_pb2.DeleteMemoryResponse]
     """Delete one memory; its history keeps a DELETE event.
-    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-    INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
+    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale (ErrorInfo
+    metadata as UpdateMemory's); INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
     """
     DeleteMemoriesByScope: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoriesByScopeRequest, _writeback_pb2.DeleteMemoriesByScopeResponse]
     """Erase every memory of a scope (right to be forgotten): memories are deleted and
@@ -141,15 +144,18 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
     (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
     changes), and may change type.
-    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
+    Concurrent updates of one memory apply in turn, each on top of the one before it.
+    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale, only
+    then (ErrorInfo metadata `memory_id`, `expected_version`, `actual_version`);
+    DEADLINE_EXCEEDED when its turn does not come before the deadline;
     INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
     a type other than EPISODIC (`memory.type`) or another `message_id`
     (`memory.metadata.message_id`); UNAUTHENTICATED.
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoryRequest, _writeback_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
     """Delete one memory; its history keeps a DELETE event.
-    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-    INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
+    Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale (ErrorInfo
+    metadata as UpdateMemory's); INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
     """
     DeleteMemoriesByScope: _aio.UnaryUnaryMultiCallable[_writeback_pb2.DeleteMemoriesByScopeRequest, _writeback_pb2.DeleteMemoriesByScopeResponse]  # type: ignore[assignment]
     """Erase every memory of a scope (right to be forgotten): memories are deleted and
@@ -229,7 +235,10 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         the no-LLM extractor stored (metadata `extracted_by: "rules"`) keeps its own keys
         (`statement`, `attribute`, ...) the same way (`statement` re-keyed when its content
         changes), and may change type.
-        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
+        Concurrent updates of one memory apply in turn, each on top of the one before it.
+        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale, only
+        then (ErrorInfo metadata `memory_id`, `expected_version`, `actual_version`);
+        DEADLINE_EXCEEDED when its turn does not come before the deadline;
         INVALID_ARGUMENT for an unknown mask path or bad values, and for a turn's memory
         a type other than EPISODIC (`memory.type`) or another `message_id`
         (`memory.metadata.message_id`); UNAUTHENTICATED.
@@ -242,8 +251,8 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_writeback_pb2.DeleteMemoryResponse, _abc.Awaitable[_writeback_pb2.DeleteMemoryResponse]]:
         """Delete one memory; its history keeps a DELETE event.
-        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale;
-        INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
+        Errors: NOT_FOUND (ResourceInfo); ABORTED when expected_version is stale (ErrorInfo
+        metadata as UpdateMemory's); INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod
