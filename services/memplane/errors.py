@@ -119,6 +119,17 @@ class UnauthenticatedError(MemplaneError):
     reason = "UNAUTHENTICATED"
 
 
+class WorkspaceDeletedError(UnauthenticatedError):
+    """The caller's workspace was deleted while its request ran (its key was verified
+    before the deletion); every later request with the key is `UnauthenticatedError`."""
+
+    reason = "WORKSPACE_DELETED"
+
+    def __init__(self, workspace: str = "") -> None:
+        self.workspace = workspace
+        super().__init__(f"workspace {workspace!r} was deleted" if workspace else "the workspace was deleted")
+
+
 class PermissionDeniedError(MemplaneError):
     """The credential is valid but not allowed this call."""
 

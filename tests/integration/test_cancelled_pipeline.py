@@ -54,7 +54,7 @@ async def test_a_pipelined_transaction_cancelled_after_its_statement_was_sent_le
 
     async def caller() -> None:
         async with block() as conn:
-            await conn.execute("SELECT count(*) FROM memories")  # pipelined: sent, its result read at the exit
+            await conn.execute("SELECT count(*) FROM memory_events")  # pipelined: sent, its result read at the exit
             backend.set_result(conn.info.backend_pid)
             if where == "block":
                 await asyncio.Event().wait()  # the caller's own await, after the statement went out
@@ -64,7 +64,10 @@ async def test_a_pipelined_transaction_cancelled_after_its_statement_was_sent_le
     monitor = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
     task: asyncio.Task[None] | None = None
     try:
-        await holder.execute("LOCK TABLE memories IN ACCESS EXCLUSIVE MODE")
+        # memory_events, not memories: entering a workspace holds memories (migration 0016),
+        # so the entry would wait instead of the caller's statement, and the check below that
+        # the pool serves afterwards would wait too.
+        await holder.execute("LOCK TABLE memory_events IN ACCESS EXCLUSIVE MODE")
         task = asyncio.create_task(caller())
         pid = await asyncio.wait_for(backend, GIVE_UP_SECONDS)
         reached = time.monotonic() + GIVE_UP_SECONDS

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from memplane.domain.models import Principal, Workspace
-from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError
+from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError, WorkspaceDeletedError
 from memplane.server.admin.auth import Authenticator
 from memplane.server.api.errors import abort_with
 
@@ -26,6 +26,9 @@ Self = TypeVar("Self")
 _slots: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
     "memplane_rpc_slots", default=None
 )
+
+# The name of the workspace `workspace_of` found for the RPC running in this task ("" before).
+_workspace_name: contextvars.ContextVar[str] = contextvars.ContextVar("memplane_rpc_workspace", default="")
 
 
 def bearer_token(context: Context) -> str:
@@ -54,6 +57,7 @@ async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[
     if principal.workspace is None:
         raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
     slots.append(await authenticator.hold(principal.workspace))
+    _workspace_name.set(principal.workspace.name)
     return principal, principal.workspace
 
 
@@ -68,17 +72,21 @@ async def require_admin(authenticator: Authenticator, context: Context) -> Princ
 def rpc(
     method: Callable[[Self, Req, Context], Awaitable[Resp]],
 ) -> Callable[[Self, Req, Context], Awaitable[Resp]]:
-    """Turn `MemplaneError`s into rich statuses and anything else into INTERNAL (logged
-    with its traceback, never echoed to the client). The call slots the handler took
+    """Turn `MemplaneError`s into rich statuses (a `WorkspaceDeletedError` named after the
+    caller's workspace) and anything else into INTERNAL (logged with its traceback, never
+    echoed to the client). The call slots the handler took
     are released when it ends, however it ends (a cancelled or expired RPC included)."""
 
     @functools.wraps(method)
     async def wrapper(self: Self, request: Req, context: Context) -> Resp:
         slots: list[Callable[[], None]] = []
         token = _slots.set(slots)
+        name_token = _workspace_name.set("")
         try:
             return await method(self, request, context)
         except MemplaneError as error:
+            if isinstance(error, WorkspaceDeletedError) and not error.workspace and _workspace_name.get():
+                error = WorkspaceDeletedError(_workspace_name.get())
             await abort_with(context, error)
             raise  # unreachable: abort raises
         except Exception:
@@ -91,5 +99,6 @@ def rpc(
             for release in slots:
                 release()
             _slots.reset(token)
+            _workspace_name.reset(name_token)
 
     return wrapper

@@ -21,7 +21,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from memplane.errors import DeadlineExceededError, QuotaExceededError, UnauthenticatedError, UnavailableError
+from memplane.errors import DeadlineExceededError, QuotaExceededError, UnavailableError, WorkspaceDeletedError
 from memplane.server.storage.availability import Availability
 from memplane.server.storage.binary_arrays import register_array_dumpers
 
@@ -203,8 +203,10 @@ class Database:
         balances over several standbys is judged per connection); raises
         `ReplicaBehindError` past the wait.
 
-        Raises `UnauthenticatedError` when the workspace no longer exists (its key was
-        verified before the deletion), at entry or, in pipeline mode, at the first fetch;
+        Raises `WorkspaceDeletedError` (UNAUTHENTICATED) when the workspace no longer exists
+        (its key was verified before the deletion), at entry or, in pipeline mode, at the
+        first fetch — entry holds the workspace until the transaction ends, so a deletion
+        never lands inside it (`memplane_enter_workspace`, migration 0016);
         `QuotaExceededError` when a statement's `memplane_check_quotas()` refused a write.
         """
         async with (
@@ -291,7 +293,7 @@ class Database:
                 raise _quota_exceeded(exc) from None
             if exc.sqlstate != WORKSPACE_GONE_SQLSTATE:
                 raise
-            raise UnauthenticatedError("the workspace of this API key was deleted") from exc
+            raise WorkspaceDeletedError() from exc  # the gRPC edge names the caller's workspace
 
 
 @asynccontextmanager
