@@ -1,9 +1,10 @@
 """A user's mistake on the `memplane` command line is one line on stderr and exit status 2,
 never a traceback (`memplane.cli.usage`): every subcommand that takes a path, given one
 that does not exist, is a directory, a file where a directory belongs, or is not text;
-bad argument values; and output into a closed pipe (`memplane workspace list | head -1`)
-ends quietly. Run through the script's entry point (`memplane.cli.entry.main`), against
-the session server where the mistake shows only after the server answered."""
+bad argument values (`memplane mcp`'s too, whose parser is its own); and output into a
+closed pipe (`memplane workspace list | head -1`) ends quietly. Run through the script's
+entry point (`memplane.cli.entry.main`), against the session server where the mistake
+shows only after the server answered."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ ARGUMENT_MISTAKES = [
     (["eval", "locomo", "x.json", "--concurrency", "0"], "--concurrency", "must be at least 1"),
     (["workspace"], "memplane workspace", "required"),
     (["frobnicate"], "frobnicate", "invalid choice"),
+    (["mcp", "--transport", "pigeon"], "--transport", "invalid choice: 'pigeon'"),
+    (["mcp", "--port", "eighty"], "--port", "invalid int value: 'eighty'"),
+    (["mcp", "--no-such-flag"], "memplane mcp", "unrecognized arguments: --no-such-flag"),
 ]
 
 

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from memplane.cli.usage import guarded
+from memplane.cli.usage import Parser, guarded
 
 SERVER_EXTRA = "pip install 'memplane[server]'"
 MCP_EXTRA = "pip install 'memplane[mcp]'"
@@ -91,4 +91,4 @@ def _run_mcp(argv: list[str]) -> int:
             raise
         print(f"memplane mcp: needs the mcp extra (no module {name!r}): {MCP_EXTRA}", file=sys.stderr)
         return 1
-    return run(argv)
+    return run(argv, parser_class=Parser)

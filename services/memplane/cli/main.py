@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["mcp"]:  # its own parser; the script reaches it through memplane.cli.entry, without settings
         from memplane.integrations.mcp.cli import main as mcp_main
 
-        return mcp_main(args[1:])
+        return mcp_main(args[1:], parser_class=Parser)
     settings = Settings()
     ns = build_parser(settings).parse_args(args)
     _setup_logging(settings)

@@ -39,9 +39,11 @@ def _default_target(environ: Mapping[str, str]) -> str:
     return f"{environ.get('MEMPLANE_GRPC__HOST') or '127.0.0.1'}:{environ.get('MEMPLANE_GRPC__PORT') or 50051}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of `memplane mcp`; its help shows the target the environment gives."""
-    parser = argparse.ArgumentParser(
+def build_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The parser of `memplane mcp`, of *parser_class* (the `memplane` script passes its
+    one-line-error parser, `memplane.cli.usage.Parser`); its help shows the target the
+    environment gives."""
+    parser = parser_class(
         prog="memplane mcp",
         description="MCP server (tools search_memories, add_memory, get_memories, delete_memories, list_memories) "
         "over the memplane workspace of the API key.",
@@ -102,9 +104,13 @@ async def _serve(ns: argparse.Namespace, target: str, key: str, ca: bytes | None
         return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run `memplane mcp` with *argv* (the words after "mcp"); the exit status."""
-    parser = build_parser()
+def main(
+    argv: Sequence[str] | None = None, *, parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser
+) -> int:
+    """Run `memplane mcp` with *argv* (the words after "mcp"); the exit status. Bad usage
+    exits 2 through *parser_class*'s `error` (the `memplane` script passes
+    `memplane.cli.usage.Parser`: one line naming the argument, as every other command)."""
+    parser = build_parser(parser_class)
     ns = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=ns.log_level.upper(), format="memplane mcp: %(levelname)s %(message)s")
     target = ns.target or _default_target(os.environ)
