@@ -15,7 +15,8 @@ needs a scope).
 """
 
 from memplane.compat.mem0.errors import MemoryNotFoundError, ValidationError
-from memplane.compat.mem0.memory import AsyncMemory, AsyncMemoryClient
-from memplane.compat.mem0.sync import Memory, MemoryClient
+from memplane.compat.mem0.memory import AsyncMemory
+from memplane.compat.mem0.platform import AsyncMemoryClient, MemoryClient
+from memplane.compat.mem0.sync import Memory
 
 __all__ = ["AsyncMemory", "AsyncMemoryClient", "Memory", "MemoryClient", "MemoryNotFoundError", "ValidationError"]

@@ -1,12 +1,11 @@
-"""`AsyncMemory` (mem0's open-source `AsyncMemory`) and `AsyncMemoryClient` (mem0's hosted
-Platform client) over one `AsyncMemplaneClient`. The methods, their arguments and the
-dicts they return are mem0 2.2.1's; what memplane does differently is said per method."""
+"""`AsyncMemory` (mem0's open-source `AsyncMemory`) over one `AsyncMemplaneClient`. The
+methods, their arguments and the dicts they return are mem0 2.2.1's; what memplane does
+differently is said per method. The Platform clients are `memplane.compat.mem0.platform`'s,
+the config `memplane.compat.mem0.config`'s, what add() sends `memplane.compat.mem0.writes`'."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
@@ -16,16 +15,12 @@ from google.protobuf import json_format
 
 from memplane import errors
 from memplane.client.aio import AsyncMemplaneClient
-from memplane.compat.mem0 import shapes
-from memplane.compat.mem0.errors import MemoryNotFoundError, ValidationError
-from memplane.v1 import memory_pb2, writeback_pb2
+from memplane.compat.mem0 import shapes, writes
+from memplane.compat.mem0.config import client_from_config
+from memplane.compat.mem0.errors import ValidationError, as_mem0, platform_only
+from memplane.v1 import memory_pb2
 
 _log = logging.getLogger("memplane.compat.mem0")
-
-# add(infer=True) of a conversation: the roles WriteConversation takes, and the rows of
-# what its extraction did (an LLM's SUPERSEDE adds the new fact: mem0's ADD).
-ROLES = {"user": memory_pb2.MESSAGE_ROLE_USER, "assistant": memory_pb2.MESSAGE_ROLE_ASSISTANT}
-EVENTS = {"ADD": "ADD", "SUPERSEDE": "ADD", "UPDATE": "UPDATE"}
 
 DEFAULT_TOP_K = 20  # mem0 2.2.1's search() and get_all() default
 DEFAULT_THRESHOLD: float | None = None
@@ -37,55 +32,9 @@ question against "I love gardening tomatoes" .738), so a default of 0.1 would dr
 Pass threshold= to cut (docs/integrations/mem0.md#where-memplane-differs)."""
 MAX_TOP_K = 100  # memplane's limits.max_top_k; larger requests are clamped to it
 LIST_PAGE_SIZE = 100
-# Messages per AddMemories call: the server's limits.max_batch_size default. add() of more
-# sends several batches (see AsyncMemory.add for what happens when one is refused).
-ADD_BATCH_SIZE = 256
 _MERGE_ATTEMPTS = 3  # update(metadata=) re-reads and merges again when the memory changed meanwhile
 _UNSET: Any = object()  # update()'s "expiration_date not given" (None clears it, as in mem0)
 PROCEDURAL = "procedural_memory"  # mem0's MemoryType.PROCEDURAL.value
-# mem0 configuration that memplane's server owns (its own embedder, store, history and,
-# once configured, LLM): accepted in a config so mem0 code keeps working, and ignored.
-SERVER_OWNED_CONFIG = frozenset(
-    {"vector_store", "llm", "embedder", "graph_store", "reranker", "history_db_path", "version", "custom_instructions"}
-)
-
-
-def client_from_config(config: Mapping[str, Any] | None) -> Callable[[], AsyncMemplaneClient]:
-    """What makes the memplane client of a mem0-style config: {"target": "host:port",
-    "api_key": "mp_...", "timeout": seconds}; missing keys come from MEMPLANE_TARGET /
-    MEMPLANE_API_KEY (and TLS from MEMPLANE_TLS_CA_FILE). mem0's own keys (vector_store,
-    llm, embedder, ...) are ignored with a warning. Raises `ValueError` at once for an
-    unknown key or when no target or key is given either way; the client itself is made
-    by calling the result, on the event loop that will use it (a grpc.aio channel made
-    outside it, e.g. at import time before `asyncio.run`, fails on first use)."""
-    given = dict(config or {})
-    ignored = sorted(SERVER_OWNED_CONFIG & set(given))
-    if ignored:
-        _log.warning("mem0 config %s ignored: memplane's server owns the store and models", ", ".join(ignored))
-    unknown = sorted(set(given) - SERVER_OWNED_CONFIG - {"target", "api_key", "timeout"})
-    if unknown:
-        raise ValueError(f"unknown config keys {unknown}: memplane takes target, api_key, timeout")
-    env = dict(os.environ)
-    if given.get("target"):
-        env["MEMPLANE_TARGET"] = str(given["target"])
-    if given.get("api_key"):
-        env["MEMPLANE_API_KEY"] = str(given["api_key"])
-    missing = [name for name in ("MEMPLANE_TARGET", "MEMPLANE_API_KEY") if not env.get(name)]
-    if missing:
-        raise ValueError(f"set {' and '.join(missing)} (or give target / api_key in the config)")
-    timeout = float(given.get("timeout", 60.0))
-    return lambda: AsyncMemplaneClient.from_env(env, timeout=timeout)
-
-
-@contextlib.contextmanager
-def _as_mem0() -> Any:
-    """memplane's refusals of bad input as mem0's ValueErrors (the original chained)."""
-    try:
-        yield
-    except errors.InvalidArgumentError as exc:
-        raise ValidationError(str(exc)) from exc
-    except errors.NotFoundError as exc:
-        raise MemoryNotFoundError(f"Memory with id {exc.resource_name} not found") from exc
 
 
 class AsyncMemory:
@@ -163,7 +112,7 @@ class AsyncMemory:
         typed `user` (or `procedural` with memory_type="procedural_memory"). *prompt*
         (mem0's extraction prompt) is unused.
 
-        Messages go to the server in batches of `ADD_BATCH_SIZE` (its
+        Messages go to the server in batches of `writes.ADD_BATCH_SIZE` (its
         `limits.max_batch_size`), in order, each stored atomically. When a batch is
         refused the error is raised (its note says how many messages the earlier batches
         stored): those stay stored, that batch and the ones after it store nothing, and
@@ -178,12 +127,12 @@ class AsyncMemory:
         "procedural_memory", *timestamp* (Platform-only in mem0), or content the server
         refuses (size, quota)."""
         if timestamp is not None:
-            raise ValidationError(_platform_only("timestamp"))
+            raise ValidationError(platform_only("timestamp"))
         scope = shapes.scope_of(user_id, agent_id, run_id, required="add()")
         expires = shapes.expiration_date(expiration_date)
         if memory_type is not None and memory_type != PROCEDURAL:
             raise ValidationError(f"Invalid 'memory_type'. Please pass {PROCEDURAL} to create procedural memories.")
-        if infer and memory_type is None and _is_conversation(messages):
+        if infer and memory_type is None and writes.is_conversation(messages):
             return await self._extract(messages, scope, shapes.user_metadata(metadata), expires)
         if memory_type == PROCEDURAL:
             mtype = memory_pb2.MEMORY_TYPE_PROCEDURAL
@@ -192,12 +141,12 @@ class AsyncMemory:
         template = memory_pb2.MemoryInput(scope=scope, type=mtype)
         if expires is not None:
             template.expire_time.CopyFrom(shapes.expire_time(expires))
-        inputs, kept = _inputs(messages, template, shapes.user_metadata(metadata))
+        inputs, kept = writes.inputs(messages, template, shapes.user_metadata(metadata))
         results: list[dict[str, Any]] = []
-        for start in range(0, len(inputs), ADD_BATCH_SIZE):
-            batch = inputs[start : start + ADD_BATCH_SIZE]
+        for start in range(0, len(inputs), writes.ADD_BATCH_SIZE):
+            batch = inputs[start : start + writes.ADD_BATCH_SIZE]
             try:
-                with _as_mem0():
+                with as_mem0():
                     reply = await self._client.add_memories_reply(batch)
             except Exception as exc:
                 if start:
@@ -224,33 +173,28 @@ class AsyncMemory:
         """add(infer=True) of a conversation: WriteConversation with extract, wait and
         skip_episodic (the messages kept in the transcript, no memory per turn), in the
         session *run_id* or, without one, a session of this call ("mem0-<hex>"), in
-        batches of `ADD_BATCH_SIZE`. The memories extraction added come back as "ADD"
+        batches of `writes.ADD_BATCH_SIZE`. The memories extraction added come back as "ADD"
         rows (an LLM's UPDATE as "UPDATE"), with *base* metadata merged into theirs and
         *expires* set when given; a statement already stored is no row (mem0 leaves out
         what its LLM found nothing new in)."""
-        turns = [
-            writeback_pb2.ConversationMessage(
-                role=ROLES[str(m["role"])], name=str(m.get("name") or ""), content=shapes.message_text(m["content"])
-            )
-            for m in shapes.normalize_messages(messages)
-            if isinstance(m, Mapping)
-            and str(m.get("role")) in ROLES
-            and m.get("content") is not None
-            and shapes.message_text(m["content"])
-        ]
+        turns = writes.turns(messages)
         session = memory_pb2.Scope()
         session.CopyFrom(scope)
         session.session_id = scope.session_id or f"mem0-{uuid.uuid4().hex}"
         results: list[dict[str, Any]] = []
-        for start in range(0, len(turns), ADD_BATCH_SIZE):
-            with _as_mem0():
+        for start in range(0, len(turns), writes.ADD_BATCH_SIZE):
+            with as_mem0():
                 reply = await self._client.write_conversation(
-                    session, turns[start : start + ADD_BATCH_SIZE], extract=True, wait=True, skip_episodic=True
+                    session, turns[start : start + writes.ADD_BATCH_SIZE], extract=True, wait=True, skip_episodic=True
                 )
             events = {op.memory_id: op.operation for op in reply.extraction_job.operations if op.outcome == "applied"}
             for memory in reply.extracted_memories:
                 results.append(
-                    {"id": memory.id, "memory": memory.content, "event": EVENTS.get(events.get(memory.id, ""), "ADD")}
+                    {
+                        "id": memory.id,
+                        "memory": memory.content,
+                        "event": writes.EVENTS.get(events.get(memory.id, ""), "ADD"),
+                    }
                 )
                 await self._annotate(memory, base, expires)
         return {"results": results}
@@ -266,7 +210,7 @@ class AsyncMemory:
         if expires is not None:
             new.expire_time.CopyFrom(shapes.expire_time(expires))
             fields.append("expire_time")
-        with _as_mem0():
+        with as_mem0():
             await self._client.update_memory(memory.id, new, fields)
 
     async def search(
@@ -303,7 +247,7 @@ class AsyncMemory:
         (mem0's score_details; memplane's breakdown is `client.search(...)`'s)."""
         del rerank
         if reference_date is not None:
-            raise ValidationError(_platform_only("reference_date"))
+            raise ValidationError(platform_only("reference_date"))
         if explain:
             raise ValidationError(
                 "The explain parameter is not supported by memplane's mem0 facade: "
@@ -321,7 +265,7 @@ class AsyncMemory:
                 raise ValidationError(f"Invalid threshold: {threshold}. Must be between 0 and 1 (inclusive).")
         if k == 0:
             return {"results": []}
-        with _as_mem0():
+        with as_mem0():
             reply = await self._client.search(query.strip(), top_k=k, min_relevance=threshold or 0.0, filter=flt)
         return {"results": [shapes.memory_item(hit.memory, score=hit.score) for hit in reply.hits]}
 
@@ -359,7 +303,7 @@ class AsyncMemory:
     async def _listed(self, flt: Any, wanted: int) -> AsyncIterator[memory_pb2.Memory]:
         token, count = "", 0
         while count < wanted:
-            with _as_mem0():
+            with as_mem0():
                 page = await self._client.list_memories(
                     filter=flt, page_size=min(LIST_PAGE_SIZE, wanted - count), page_token=token
                 )
@@ -411,7 +355,7 @@ class AsyncMemory:
             day = shapes.expiration_date(expiration_date)
             if day is not None:
                 new.expire_time.CopyFrom(shapes.expire_time(day))
-        with _as_mem0():
+        with as_mem0():
             if metadata is None:
                 await self._client.update_memory(memory_id, new, fields)
                 return {"message": "Memory updated successfully!"}
@@ -432,7 +376,7 @@ class AsyncMemory:
     async def delete(self, memory_id: str) -> dict[str, str]:
         """Delete one memory (its history stays). Returns {"message": "Memory deleted
         successfully!"}; raises `MemoryNotFoundError` (a ValueError) for an unknown id."""
-        with _as_mem0():
+        with as_mem0():
             await self._client.delete_memory(memory_id)
         return {"message": "Memory deleted successfully!"}
 
@@ -447,7 +391,7 @@ class AsyncMemory:
                 "At least one filter is required to delete all memories. "
                 "memplane has no reset() of a whole workspace from a workspace key."
             )
-        with _as_mem0():
+        with as_mem0():
             reply = await self._client.delete_memories_by_scope(scope)
         _log.info("deleted %d memories", reply.deleted_count)
         return {"message": "Memories deleted successfully!"}
@@ -455,7 +399,7 @@ class AsyncMemory:
     async def history(self, memory_id: str) -> list[dict[str, Any]]:
         """The memory's changes, oldest first, as mem0's history rows (see
         `shapes.history_row`); [] for an id that never existed."""
-        with _as_mem0():
+        with as_mem0():
             events = await self._client.list_memory_events(memory_id)
         return [shapes.history_row(e) for e in events]
 
@@ -485,140 +429,3 @@ def _top_k(top_k: int | None, limit: int | None) -> int:
     if k < 0:
         raise ValidationError(f"Invalid top_k: {k}. Must be a non-negative integer.")
     return k
-
-
-def _inputs(
-    messages: Any, template: memory_pb2.MemoryInput, base: dict[str, Any]
-) -> tuple[list[memory_pb2.MemoryInput], list[dict[str, str]]]:
-    """One memory input per non-system message with text (a copy of *template* with its
-    content and *base* metadata plus "role" and, from "name", "actor_id"), and those
-    per-message keys."""
-    inputs, kept = [], []
-    for message in shapes.normalize_messages(messages):
-        if not isinstance(message, Mapping) or message.get("role") is None or message.get("content") is None:
-            _log.warning("skipping a message without role or content")
-            continue
-        if message["role"] == "system":
-            continue
-        text = shapes.message_text(message["content"])
-        if not text:
-            continue
-        extra = {"role": str(message["role"])} | ({"actor_id": str(message["name"])} if message.get("name") else {})
-        one = memory_pb2.MemoryInput()
-        one.CopyFrom(template)
-        one.content = text
-        one.metadata.CopyFrom(shapes.struct(base | extra))
-        inputs.append(one)
-        kept.append(extra)
-    return inputs, kept
-
-
-def _is_conversation(messages: Any) -> bool:
-    """Whether *messages* is a list of message dicts with an assistant turn among them."""
-    return isinstance(messages, list) and any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in messages)
-
-
-def _ignored(method: str, **given: Any) -> None:
-    """Warn, naming them, of the Platform arguments *method* accepts and does not use."""
-    named = sorted(name for name, value in given.items() if value is not None)
-    if named:
-        _log.warning("%s(): %s accepted and ignored: memplane has no counterpart", method, ", ".join(named))
-
-
-def _platform_only(name: str) -> str:
-    """mem0's refusal of a Platform-only parameter, naming it."""
-    return (
-        f"The {name} parameter is not supported by the OSS Memory SDK (it is Platform-only in mem0), "
-        "nor by memplane's mem0 facade."
-    )
-
-
-class AsyncMemoryClient(AsyncMemory):
-    """mem0's hosted-Platform `AsyncMemoryClient(api_key=..., host=...)` over memplane:
-    *api_key* is a memplane workspace key (default MEMPLANE_API_KEY, else MEM0_API_KEY, so
-    mem0 code that sets that variable needs no change), *host* the server's
-    "host:port" or "https://host[:port]" (default MEMPLANE_TARGET). Raises `ValueError`
-    without a key, as mem0 does. Same methods as `AsyncMemory`, except that `get` raises
-    `MemoryNotFoundError` for an unknown id (the Platform answers 404), `get_all` answers
-    the Platform's page shape ({"count", "next", "previous", "results"}) and `reset`
-    returns mem0's message dict. *org_id* / *project_id* are accepted and unused: the
-    workspace comes from the key; so are the Platform's `app_id=`, `options=`, `page=`
-    and `delete_linked=` (a warning names them)."""
-
-    def __init__(
-        self,
-        api_key: str | None = None,
-        host: str | None = None,
-        org_id: str | None = None,
-        project_id: str | None = None,
-        *,
-        client: AsyncMemplaneClient | None = None,
-        timeout: float = 60.0,
-    ) -> None:
-        del org_id, project_id
-        if client is None:
-            key = api_key or os.environ.get("MEMPLANE_API_KEY") or os.environ.get("MEM0_API_KEY")
-            if not key:
-                raise ValueError("memplane API key not provided: pass api_key= or set MEMPLANE_API_KEY.")
-            config: dict[str, Any] = {"api_key": key, "timeout": timeout}
-            if host:
-                config["target"] = host
-            super().__init__(config)
-        else:
-            super().__init__(client=client)
-
-    async def add(self, messages: Any, *, app_id: Any = None, options: Any = None, **kwargs: Any) -> dict[str, Any]:
-        """`AsyncMemory.add`; the Platform's *app_id* and *options* are accepted and
-        unused (a warning names them)."""
-        _ignored("add", app_id=app_id, options=options)
-        return await super().add(messages, **kwargs)
-
-    async def search(self, query: str, *, app_id: Any = None, options: Any = None, **kwargs: Any) -> dict[str, Any]:
-        """`AsyncMemory.search`; *app_id* and *options* accepted and unused (warned)."""
-        _ignored("search", app_id=app_id, options=options)
-        return await super().search(query, **kwargs)
-
-    async def get_all(
-        self,
-        *,
-        app_id: Any = None,
-        options: Any = None,
-        page: int | None = None,
-        page_size: int | None = None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """`AsyncMemory.get_all` in the Platform's paginated shape: {"count": the number
-        of results, "next": None, "previous": None, "results": [...]} (one page of at most
-        *page_size*, else *top_k*, memories). *page* other than 1, *app_id* and *options*
-        are accepted and unused (warned): memplane pages by token, not by number."""
-        _ignored("get_all", app_id=app_id, options=options, page=None if page in (None, 1) else page)
-        if page_size is not None and kwargs.get("top_k") is None:
-            kwargs["top_k"] = page_size
-        results = (await super().get_all(**kwargs))["results"]
-        return {"count": len(results), "next": None, "previous": None, "results": results}
-
-    async def update(  # type: ignore[override]
-        self, memory_id: str, text: str | None = None, *, options: Any = None, **kwargs: Any
-    ) -> dict[str, str]:
-        """`AsyncMemory.update`; *options* accepted and unused (warned)."""
-        _ignored("update", options=options)
-        return await super().update(memory_id, text, **kwargs)
-
-    async def delete(self, memory_id: str, delete_linked: bool = False) -> dict[str, str]:
-        """`AsyncMemory.delete`; *delete_linked* (the Platform's "also the memories this
-        one superseded") is accepted and unused (warned): memplane keeps a superseded
-        version in the memory's own history, not as a linked memory."""
-        _ignored("delete", delete_linked=delete_linked or None)
-        return await super().delete(memory_id)
-
-    async def get(self, memory_id: str) -> dict[str, Any]:
-        """One memory as an item; raises `MemoryNotFoundError` for an unknown id."""
-        with _as_mem0():
-            return shapes.memory_item(await self._client.get_memory(memory_id))
-
-    async def reset(  # type: ignore[override]
-        self, *, user_id: Any = None, agent_id: Any = None, run_id: Any = None
-    ) -> dict[str, str]:
-        """As `AsyncMemory.reset`; returns {"message": "Client reset successful. ..."}."""
-        await super().reset(user_id=user_id, agent_id=agent_id, run_id=run_id)
-        return {"message": "Client reset successful. All users and memories deleted."}

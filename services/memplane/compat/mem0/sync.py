@@ -1,6 +1,7 @@
-"""`Memory` and `MemoryClient`: mem0's blocking classes, each running its `AsyncMemory` /
-`AsyncMemoryClient` on a private event loop in a background thread (no hand-kept sync
-twin: every method is the async one's, awaited there)."""
+"""`Memory`: mem0's blocking class, running its `AsyncMemory` on a private event loop in a
+background thread (no hand-kept sync twin: every method is the async one's, awaited
+there). The Platform's blocking `MemoryClient` is `Memory` over an `AsyncMemoryClient`
+(`memplane.compat.mem0.platform`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Coroutine, Mapping
 from types import TracebackType
 from typing import Any
 
-from memplane.compat.mem0.memory import AsyncMemory, AsyncMemoryClient
+from memplane.compat.mem0.memory import AsyncMemory
 
 
 class Memory:
@@ -34,7 +35,7 @@ class Memory:
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> Memory:
-        """As mem0's `from_config`: see `memplane.compat.mem0.memory.client_from_config`."""
+        """As mem0's `from_config`: see `memplane.compat.mem0.config.client_from_config`."""
         return cls(config_dict)
 
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
@@ -97,22 +98,3 @@ class Memory:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-class MemoryClient(Memory):
-    """mem0's Platform `MemoryClient(api_key=..., host=...)`, blocking: see
-    `AsyncMemoryClient` (api_key: a memplane workspace key, default MEMPLANE_API_KEY;
-    host: "host:port" or "https://...", default MEMPLANE_TARGET)."""
-
-    def __init__(
-        self,
-        api_key: str | None = None,
-        host: str | None = None,
-        org_id: str | None = None,
-        project_id: str | None = None,
-    ) -> None:
-        self._args = (api_key, host, org_id, project_id)
-        super().__init__()
-
-    async def _make(self, config: Mapping[str, Any] | None) -> AsyncMemory:
-        return AsyncMemoryClient(*self._args)
