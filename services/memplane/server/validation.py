@@ -219,6 +219,9 @@ pgvector's 16,000."""
 
 
 def check_batch(v: Violations, field: str, size: int, limits: LimitsSettings) -> None:
+    """A write's list *field* holds 1 to `limits.max_batch_size` entries. Over the limit the
+    violation (on *field* itself) says "the limit is L": the mem0 facade learns L from
+    those words (`memplane.compat.mem0.writes.Batches`), as from `api.writeback`'s check."""
     if size == 0:
         v.add(field, "must hold at least one entry")
     elif size > limits.max_batch_size:

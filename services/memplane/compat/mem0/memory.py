@@ -6,12 +6,9 @@ the config `memplane.compat.mem0.config`'s, what add() sends `memplane.compat.me
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Any
-
-from google.protobuf import json_format
 
 from memplane import errors
 from memplane.client.aio import AsyncMemplaneClient
@@ -50,6 +47,7 @@ class AsyncMemory:
     def __init__(self, config: Mapping[str, Any] | None = None, *, client: AsyncMemplaneClient | None = None) -> None:
         self._made: AsyncMemplaneClient | None = client
         self._make: Callable[[], AsyncMemplaneClient] = client_from_config(config) if client is None else _never
+        self._batches = writes.Batches()
 
     @classmethod
     def from_config(cls, config_dict: Mapping[str, Any]) -> AsyncMemory:
@@ -105,19 +103,19 @@ class AsyncMemory:
         *infer*: mem0 runs an LLM in the client to extract facts. memplane's client holds
         no LLM: infer=True over a conversation (messages with an assistant turn, as
         AgentScope's Mem0Middleware writes each exchange) is answered by the write-back
-        server's extraction (`_extract`): only the facts are stored — the server's LLM's,
+        server's extraction (`writes.extract`): only the facts are stored — the server's LLM's,
         or without one the user's first-person statements — never a turn, an
         acknowledgement or an assistant's filler; infer=True over a text or user messages
         only stores them as they are, typed `episodic`. infer=False stores them as given,
         typed `user` (or `procedural` with memory_type="procedural_memory"). *prompt*
         (mem0's extraction prompt) is unused.
 
-        Messages go to the server in batches of `writes.ADD_BATCH_SIZE` (its
-        `limits.max_batch_size`), in order, each stored atomically. When a batch is
-        refused the error is raised (its note says how many messages the earlier batches
-        stored): those stay stored, that batch and the ones after it store nothing, and
-        calling add() again with the same messages completes it — the stored ones come
-        back as NONE rows.
+        Messages go to the server in batches of its `limits.max_batch_size` (256, its default,
+        until a refusal names a lower one: `writes.Batches`), in order, each stored atomically.
+        When a batch is refused for anything else the error is raised (its note says how many
+        messages the earlier batches stored): those stay stored, that batch and the ones after
+        it store nothing, and calling add() again with the same messages completes it — the
+        stored ones come back as NONE rows.
 
         Returns {"results": [{"id", "memory", "event"}...]}, with "actor_id" and "role"
         too when infer=False (mem0's shapes), in message order. A message whose text is
@@ -133,7 +131,9 @@ class AsyncMemory:
         if memory_type is not None and memory_type != PROCEDURAL:
             raise ValidationError(f"Invalid 'memory_type'. Please pass {PROCEDURAL} to create procedural memories.")
         if infer and memory_type is None and writes.is_conversation(messages):
-            return await self._extract(messages, scope, shapes.user_metadata(metadata), expires)
+            return await writes.extract(
+                self._client, self._batches, messages, scope, base=shapes.user_metadata(metadata), expires=expires
+            )
         if memory_type == PROCEDURAL:
             mtype = memory_pb2.MEMORY_TYPE_PROCEDURAL
         else:
@@ -143,20 +143,11 @@ class AsyncMemory:
             template.expire_time.CopyFrom(shapes.expire_time(expires))
         inputs, kept = writes.inputs(messages, template, shapes.user_metadata(metadata))
         results: list[dict[str, Any]] = []
-        for start in range(0, len(inputs), writes.ADD_BATCH_SIZE):
-            batch = inputs[start : start + writes.ADD_BATCH_SIZE]
-            try:
-                with as_mem0():
-                    reply = await self._client.add_memories_reply(batch)
-            except Exception as exc:
-                if start:
-                    exc.add_note(
-                        f"add(): the first {start} of {len(inputs)} messages were stored (earlier batches); "
-                        "add() the same messages again to store the rest (the stored ones come back as NONE)"
-                    )
-                raise
+        async for start, reply in self._batches.send(inputs, "memories", self._client.add_memories_reply):
             duplicates = set(reply.duplicate_indexes)
-            for i, (memory, extra) in enumerate(zip(reply.memories, kept[start : start + len(batch)], strict=True)):
+            for i, (memory, extra) in enumerate(
+                zip(reply.memories, kept[start : start + len(reply.memories)], strict=True)
+            ):
                 row: dict[str, Any] = {
                     "id": memory.id,
                     "memory": memory.content,
@@ -166,52 +157,6 @@ class AsyncMemory:
                     row |= {"actor_id": extra.get("actor_id"), "role": extra["role"]}
                 results.append(row)
         return {"results": results}
-
-    async def _extract(
-        self, messages: Any, scope: memory_pb2.Scope, base: dict[str, Any], expires: str | None
-    ) -> dict[str, Any]:
-        """add(infer=True) of a conversation: WriteConversation with extract, wait and
-        skip_episodic (the messages kept in the transcript, no memory per turn), in the
-        session *run_id* or, without one, a session of this call ("mem0-<hex>"), in
-        batches of `writes.ADD_BATCH_SIZE`. The memories extraction added come back as "ADD"
-        rows (an LLM's UPDATE as "UPDATE"), with *base* metadata merged into theirs and
-        *expires* set when given; a statement already stored is no row (mem0 leaves out
-        what its LLM found nothing new in)."""
-        turns = writes.turns(messages)
-        session = memory_pb2.Scope()
-        session.CopyFrom(scope)
-        session.session_id = scope.session_id or f"mem0-{uuid.uuid4().hex}"
-        results: list[dict[str, Any]] = []
-        for start in range(0, len(turns), writes.ADD_BATCH_SIZE):
-            with as_mem0():
-                reply = await self._client.write_conversation(
-                    session, turns[start : start + writes.ADD_BATCH_SIZE], extract=True, wait=True, skip_episodic=True
-                )
-            events = {op.memory_id: op.operation for op in reply.extraction_job.operations if op.outcome == "applied"}
-            for memory in reply.extracted_memories:
-                results.append(
-                    {
-                        "id": memory.id,
-                        "memory": memory.content,
-                        "event": writes.EVENTS.get(events.get(memory.id, ""), "ADD"),
-                    }
-                )
-                await self._annotate(memory, base, expires)
-        return {"results": results}
-
-    async def _annotate(self, memory: memory_pb2.Memory, base: dict[str, Any], expires: str | None) -> None:
-        """*base* merged into an extracted memory's metadata, and its expiry, when given."""
-        if not base and expires is None:
-            return
-        new, fields = memory_pb2.MemoryInput(), []
-        if base:
-            new.metadata.CopyFrom(shapes.struct(json_format.MessageToDict(memory.metadata) | base))
-            fields.append("metadata")
-        if expires is not None:
-            new.expire_time.CopyFrom(shapes.expire_time(expires))
-            fields.append("expire_time")
-        with as_mem0():
-            await self._client.update_memory(memory.id, new, fields)
 
     async def search(
         self,

@@ -36,7 +36,8 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         self._max_batch = max_batch_size
 
     def _check_batch(self, field: str, size: int) -> None:
-        # Refuse an oversized batch before converting it (cheap, and names the field).
+        # Refuse an oversized batch before converting it (cheap, and names the field), in
+        # `validation.check_batch`'s words: the mem0 facade reads the limit from them.
         if size > self._max_batch:
             raise InvalidArgumentError(FieldViolation(field, f"holds {size} entries; the limit is {self._max_batch}"))
 
