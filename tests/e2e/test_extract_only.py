@@ -44,9 +44,22 @@ async def test_without_an_llm_five_sessions_store_the_users_statements_and_no_fi
     assert {m.content for m in stored} == FACTS
     assert not {m.content for m in stored} & FILLER
     assert {m.type for m in stored} == {memory_pb2.MEMORY_TYPE_USER}
-    assert methods == {"rules (no LLM is configured on this server: first-person statements only)"}
+    assert methods == {"rules (no LLM is configured on this server: first-person statements and instructions only)"}
     transcript = await workspace.client.get_transcript("s3")
     assert [t.message.id for t in transcript.messages] == ["u3", "a3"]
+
+
+async def test_the_mem0_facade_keeps_the_users_instructions_without_an_llm(workspace: TestWorkspace) -> None:
+    """add(infer=True) of an exchange with no LLM on the server: the user's instruction as a
+    `procedural` memory, the assistant's "Sure!" as nothing."""
+    memory = AsyncMemory(client=workspace.client)
+    exchange = [{"role": "user", "content": "ok. Use pnpm, not npm."}, {"role": "assistant", "content": "Sure!"}]
+
+    added = await memory.add(exchange, user_id="rita")
+
+    assert [(row["memory"], row["event"]) for row in added["results"]] == [("Use pnpm, not npm.", "ADD")]
+    stored = await list_all(workspace.client, filter_pb2.MemoryFilter(user_id="rita"))
+    assert [(m.content, m.type) for m in stored] == [("Use pnpm, not npm.", memory_pb2.MEMORY_TYPE_PROCEDURAL)]
 
 
 async def test_skip_episodic_needs_extract(workspace: TestWorkspace) -> None:

@@ -2,7 +2,8 @@
 none): the user's first-person statements become `user` memories by fixed patterns
 (`memplane.server.writeback.rules_writer`), method "episodic+rules", reconciled by key — the
 same statement again is NOOP, a move supersedes the old address (still readable), a new
-hobby retires nothing, and nothing crosses users."""
+hobby retires nothing, and nothing crosses users; the user's instructions become
+`procedural` memories, and no acknowledgement, assistant reply or tool output becomes one."""
 
 from __future__ import annotations
 
@@ -176,3 +177,60 @@ async def test_a_corrected_statement_is_reconciled_by_its_new_words(workspace: T
     )
     assert list(porto.extracted_memories) == []
     assert [m.id for m in (await statements(workspace, user="bob", superseded=True)).values()] == [homes["bob"].id]
+
+
+TOOL = memory_pb2.MESSAGE_ROLE_TOOL
+PROCEDURAL = memory_pb2.MEMORY_TYPE_PROCEDURAL
+INSTRUCTIONS = [  # the user's instructions on how to act: each one `procedural` memory
+    "Always run the tests with -q.",
+    "Use pnpm, not npm.",
+    "From now on, answer in British English.",
+    "Remember to update the changelog before a release.",
+    "Please never push to main directly.",
+    "以后请用中文回答。",
+    "用pnpm，不要用npm。",
+]
+NOT_INSTRUCTIONS = [  # (role, text): acknowledgements, filler, questions, and what others said
+    (ASSISTANT, "Sure! I'll always run them with -q."),
+    (USER, "ok"),
+    (TOOL, "npm: command not found. Use pnpm instead of npm."),
+    (ASSISTANT, "Saved."),
+    (ASSISTANT, "A mushroom risotto."),
+    (ASSISTANT, "From now on I will use pnpm, not npm."),
+    (USER, "Never mind."),
+    (USER, "Thanks, always good to know."),
+    (USER, "Should I always use pnpm?"),
+    (USER, "Sure!"),
+    (USER, "好的"),
+    (USER, "以后再说吧。"),
+]
+
+
+async def test_the_users_instructions_are_procedural_memories_and_filler_is_nothing(
+    workspace: TestWorkspace,
+) -> None:
+    """The no-LLM extractor keeps the user's instructions on how to act ("always ...",
+    "use X, not Y", "from now on ...", "remember to ...", "以后…", "用X, 不要用Y") as
+    `procedural` memories beside their statements about themselves; never an
+    acknowledgement, the assistant's words or a tool's output."""
+    messages = [turn(f"i{i}", USER, text) for i, text in enumerate(INSTRUCTIONS)]
+    messages += [turn(f"n{i}", role, text) for i, (role, text) in enumerate(NOT_INSTRUCTIONS)]
+    messages.append(turn("h1", USER, "I like hiking."))
+    reply = await workspace.client.write_conversation(scope("s1"), messages, extract=True, skip_episodic=True)
+
+    extracted = {m.content: m for m in reply.extracted_memories}
+    assert sorted(extracted) == sorted([*INSTRUCTIONS, "I like hiking."])
+    for text in INSTRUCTIONS:
+        memory = extracted[text]
+        assert (memory.type, memory.name) == (PROCEDURAL, "instruction"), text
+        assert meta(memory)["extracted_by"] == "rules"
+        assert "attribute" not in meta(memory)  # instructions add up; none retires another
+    assert extracted["I like hiking."].type == memory_pb2.MEMORY_TYPE_USER
+    stored = await list_all(workspace.client, filter_pb2.MemoryFilter(user_id="ana"))
+    assert sorted(m.content for m in stored) == sorted(extracted)
+
+    again = await workspace.client.write_conversation(
+        scope("s2"), [turn("j1", USER, "Use pnpm, not npm.", days=1)], extract=True, skip_episodic=True
+    )
+    assert list(again.extracted_memories) == []  # said again in another session: NOOP
+    assert len(await list_all(workspace.client, filter_pb2.MemoryFilter(user_id="ana"))) == len(stored)

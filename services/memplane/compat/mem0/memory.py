@@ -104,7 +104,7 @@ class AsyncMemory:
         no LLM: infer=True over a conversation (messages with an assistant turn, as
         AgentScope's Mem0Middleware writes each exchange) is answered by the write-back
         server's extraction (`writes.extract`): only the facts are stored — the server's LLM's,
-        or without one the user's first-person statements — never a turn, an
+        or without one the user's first-person statements and instructions — never a turn, an
         acknowledgement or an assistant's filler; infer=True over a text or user messages
         only stores them as they are, typed `episodic`. infer=False stores them as given,
         typed `user` (or `procedural` with memory_type="procedural_memory"). *prompt*

@@ -151,9 +151,10 @@ class ConversationWriter:
         with *wait* too, the reply waits for it (run in this call when no worker holds
         it) up to `extraction.wait_timeout`. The same messages written again (all their
         ids already in the transcript) store nothing new and return the first write's
-        job. Without an LLM, first-person statements of the user are extracted by fixed
-        patterns in this transaction (`memplane.server.writeback.rules_writer`; method
-        `RULES_METHOD`) and returned as `extracted`.
+        job. Without an LLM, the user's first-person statements and instructions are
+        extracted by fixed patterns in this transaction
+        (`memplane.server.writeback.rules_writer`; method `RULES_METHOD`) and returned as
+        `extracted`.
 
         With *skip_episodic* (and *extract*) the messages go to the transcript only: no
         EPISODIC memory is stored, the memories are only what extraction makes (method

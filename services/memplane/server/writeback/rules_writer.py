@@ -1,10 +1,11 @@
 """WriteConversation's extraction when no LLM is configured: the first-person statements
-of `memplane.server.writeback.rules`, stored in the conversation's own transaction as `user`
-memories (metadata `extracted_by: "rules"`), method "episodic+rules".
+and instructions of `memplane.server.writeback.rules`, stored in the conversation's own
+transaction as `user` and `procedural` memories (metadata `extracted_by: "rules"`), method
+"episodic+rules".
 
 Reconciliation without a model is by key, never by similarity:
 - a statement whose normalised text (whitespace collapsed, case folded, NFKC) is already
-  a current rules memory of the same user and agent is NOOP (nothing stored, in any
+  a current rules memory (user or procedural) of the same user and agent is NOOP (nothing stored, in any
   session of theirs);
 - a statement of a single-valued attribute (`rules.RuleFact.attribute`) supersedes the
   current rules memory of that attribute of the same user and agent: its `valid_to` is
@@ -31,8 +32,10 @@ from memplane.server.storage.inserts import PreparedMemory
 from memplane.server.storage.memories import Change, MemoryStore
 from memplane.server.writeback.rules import METHOD, RuleFact, statements
 
-RULES_METHOD = "episodic+rules (no LLM is configured on this server: first-person statements only)"
+RULES_METHOD = "episodic+rules (no LLM is configured on this server: first-person statements and instructions only)"
 """WriteConversation's `method` when `extract` was asked of a server without an LLM."""
+RULE_TYPES = (MemoryType.USER, MemoryType.PROCEDURAL)
+"""The types of the memories this extractor writes (statements, instructions), the ones it reads back."""
 _CURRENT_LIMIT = 1_000
 """Current rules memories of one user looked at per call (the newest first)."""
 
@@ -81,7 +84,7 @@ def _memory(scope: Scope, found: RuleFact, speaker: str, now: datetime) -> RuleM
     memory = NewMemory(
         content=fact.content,
         scope=scope,
-        type=MemoryType.USER,
+        type=fact.type,
         name=fact.name,
         description=fact.description,
         metadata=metadata,
@@ -142,12 +145,12 @@ async def reconcile(
 async def _current(
     conn: Connection, workspace: Workspace, store: MemoryStore, scope: Scope, now: datetime
 ) -> list[Memory]:
-    """The current (not superseded) rules memories of exactly *scope*'s user and agent
+    """The current (not superseded) rules memories (`RULE_TYPES`) of exactly *scope*'s user and agent
     (an empty id matches only empty: the filter's "" would match every user), newest first."""
     flt = MemoryFilter(
         user_id=scope.user_id,
         agent_id=scope.agent_id,
-        types=(MemoryType.USER,),
+        types=RULE_TYPES,
         metadata=All((Condition(("extracted_by",), Operator.EQ, METHOD),)),
     )
     page = await store.list_matching(conn, workspace, flt, now=now, limit=_CURRENT_LIMIT)
