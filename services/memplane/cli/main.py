@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 
 from google.protobuf import timestamp_pb2
@@ -38,13 +40,17 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     from memplane.server.api.server import freeze_startup_heap
     from memplane.server.api.tls import TlsFiles
     from memplane.server.app import build_app
-    from memplane.server.serving import serve
+    from memplane.server.serving import serve, stop_serving
     from memplane.server.telemetry import setup_telemetry
 
     if ns.no_migrate:
         settings = settings.model_copy(
             update={"database": settings.database.model_copy(update={"migrate_on_start": False})}
         )
+    # The loop's default executor (asyncio.to_thread: the embedding model, pg_ctl), ours to
+    # end within the stop's bound (`memplane.server.serving.stop_serving`).
+    threads = ThreadPoolExecutor(thread_name_prefix="memplane-worker")
+    asyncio.get_running_loop().set_default_executor(threads)
     interceptors = server_interceptors() if setup_telemetry() else []
     tls = TlsFiles.from_settings(settings.grpc)
     app = await build_app(settings, services=ns.services.split(","))  # only what this process serves
@@ -66,10 +72,14 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    _log.info("shutting down (drain %.1f s, grace %.1f s)", settings.grpc.drain_seconds, settings.grpc.grace_period)
     stop.clear()  # a second signal cuts the drain short
-    await running.stop(settings.grpc.grace_period, settings.grpc.drain_seconds, cut_short=stop)
-    await app.close()
+    if not await stop_serving(running, app, cut_short=stop, threads=threads):
+        # Within the bound, but something is left (an uninterruptible model call in a
+        # worker thread): the interpreter's exit would wait for it without a bound.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -46,6 +46,7 @@ from memplane.server.retrieval.file_selection import FileSelector
 from memplane.server.retrieval.rerank import Reranker
 from memplane.server.retrieval.service import RetrievalService
 from memplane.server.settings import Settings
+from memplane.server.shutdown import Budget, Step, close_all
 from memplane.server.storage.blobs import BlobCleaner, ToolResultBlobStore
 from memplane.server.storage.database import Database
 from memplane.server.storage.idempotency import IdempotencyStore
@@ -121,22 +122,34 @@ class App:
                 self.started.append(name)
         _log.info("services %s: started %s", ", ".join(self.services), ", ".join(self.started))
 
-    async def close(self) -> None:
-        """Stop the started jobs (last started first), close the embedding endpoint's,
-        LLM's and rerank endpoint's clients and the connection pools, and release the
-        embedded PostgreSQL (stopping it if this process was its last holder)."""
-        while self.started:
-            await self.jobs[self.started.pop()].stop()
+    async def close(self, seconds: float | None = None) -> bool:
+        """Stop the started jobs, then close the embedding endpoint's, LLM's and rerank
+        endpoint's clients, then the connection pools, then release the embedded
+        PostgreSQL (stopping it if this process was its last holder) — all within
+        *seconds* (default `grpc.close_seconds`). Each of those four stages gets at most
+        an equal share of what is left (`memplane.server.shutdown.close_all`); a step still
+        running at its bound is abandoned with a WARNING naming it, never waited for. True
+        if every step finished."""
+        budget = Budget(self.settings.grpc.close_seconds if seconds is None else seconds)
+        jobs = [(f"stopping the {name}", self.jobs[name].stop) for name in reversed(self.started)]
+        self.started.clear()
+        clients: list[Step] = []
         if self.embedder_health is not None:
-            await self.embedder_health.close()
+            clients.append(("closing the embedding endpoint's health probe", self.embedder_health.close))
         if self.chat_model is not None:
-            await self.chat_model.close()
+            clients.append(("closing the LLM client", self.chat_model.close))
         if self.reranker is not None:
-            await self.reranker.close()
-        await self.db.close()
-        await self.reads.close()
+            clients.append(("closing the rerank client", self.reranker.close))
+        pools: list[Step] = [
+            ("closing the database pool", lambda: self.db.close(budget.left())),
+            ("closing the replica pool", self.reads.close),
+        ]
+        embedded: list[Step] = []
         if self.embedded is not None:
-            await self.embedded.close()
+            embedded.append(("stopping the embedded PostgreSQL", self.embedded.close))
+        finished = await close_all([jobs, clients, pools, embedded], budget)
+        _log.info("closed in %.1f s%s", budget.seconds - budget.left(), "" if finished else " (steps abandoned)")
+        return finished
 
 
 async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, embedder: Embedder | None = None) -> App:

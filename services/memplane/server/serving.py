@@ -4,7 +4,10 @@ here with the parts it calls, and `memplane.server.api.server.start_server` regi
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
@@ -17,8 +20,13 @@ from memplane.server.api.server import RunningServer, Servicer, start_server
 from memplane.server.api.tls import TlsFiles
 from memplane.server.api.writeback import WriteBackServicer
 from memplane.server.app import App
+from memplane.server.shutdown import Budget, join_threads
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+
+THREAD_JOIN_SECONDS = 0.5  # of the close budget, kept for the worker threads' end
 
 
 async def serve(
@@ -56,6 +64,31 @@ async def serve(
         interceptors=interceptors,
         tls=tls,
     )
+
+
+async def stop_serving(
+    running: RunningServer,
+    app: App,
+    *,
+    cut_short: asyncio.Event | None = None,
+    threads: ThreadPoolExecutor | None = None,
+) -> bool:
+    """Stop *running* and close *app* within `grpc.drain_seconds` + `grpc.grace_period`
+    + `grpc.close_seconds` of the call (docs/operations/failure-behaviour.md#stopping):
+    NOT_SERVING, the drain (ended early when *cut_short* is set), the grace in-flight
+    calls get, then `App.close` and the end of the *threads* (the loop's default
+    executor) with what is left. True if everything ended; False if a step was abandoned
+    (a WARNING names it) or a worker thread is still busy, which the caller's process
+    must not wait for (`memplane serve` exits at once)."""
+    grpc_settings = app.settings.grpc
+    drain, grace, close = grpc_settings.drain_seconds, grpc_settings.grace_period, grpc_settings.close_seconds
+    budget = Budget(drain + grace + close)
+    _log.info("shutting down (drain %.1f s, grace %.1f s, close %.1f s)", drain, grace, close)
+    stopped = await running.stop(grace, drain, cut_short=cut_short)
+    closed = await app.close(max(0.0, budget.left() - (THREAD_JOIN_SECONDS if threads is not None else 0.0)))
+    joined = threads is None or await join_threads(threads, budget.left())
+    _log.info("stopped in %.1f s", budget.seconds - budget.left())
+    return stopped and closed and joined
 
 
 def handler(app: App, service: str, consistency: ReadYourWrites) -> Servicer:

@@ -144,6 +144,18 @@ class GrpcSettings(BaseModel):
             "time for kube-proxy to take a deleted Pod out of its Service (the chart sets 5)."
         ),
     )
+    close_seconds: float = Field(
+        default=4.0,
+        ge=0.5,
+        le=300,
+        description=(
+            "Seconds the close after grace_period may take in all: background jobs, clients, connection pools, "
+            "the embedded PostgreSQL and worker threads, each step within what is left; a step still running "
+            "then is abandoned (a WARNING names it) and the process exits. A stop thus ends within "
+            "drain_seconds + grace_period + close_seconds of SIGTERM (9 s by default, within the 10 s "
+            "`docker stop` and `podman stop` wait)."
+        ),
+    )
     max_message_bytes: int = Field(
         default=16 * 1024 * 1024, description="Largest request or response message, in bytes."
     )

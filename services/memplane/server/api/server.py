@@ -28,6 +28,7 @@ from memplane.server.api.retrieval import RetrievalServicer
 from memplane.server.api.tls import ReloadingCertificates, TlsFiles
 from memplane.server.api.writeback import WriteBackServicer
 from memplane.server.background import Listener
+from memplane.server.shutdown import bounded
 from memplane.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -40,6 +41,9 @@ from memplane.v1 import (
 )
 
 _log = logging.getLogger(__name__)
+
+HEALTH_REPORT_SECONDS = 1.0  # NOT_SERVING is set at once unless a stuck Watch holds the health servicer's lock
+STOP_AFTER_GRACE_SECONDS = 1.0  # the cancelled handlers' time to end, when stop() is given no bound of its own
 
 Servicer = RetrievalServicer | WriteBackServicer | CompactionServicer | AdminServicer
 """A memplane handler, wired by the composition root."""
@@ -90,18 +94,28 @@ class RunningServer:
     port: int
     health: Any  # grpc_health.v1.health.aio.HealthServicer (the package ships no stubs)
 
-    async def stop(self, grace: float, drain: float = 0.0, cut_short: asyncio.Event | None = None) -> None:
+    async def stop(
+        self, grace: float, drain: float = 0.0, cut_short: asyncio.Event | None = None, *, seconds: float | None = None
+    ) -> bool:
         """Report NOT_SERVING, keep serving for *drain* seconds (while kube-proxy and load
         balancers take this endpoint out: a Pod's deletion and its SIGTERM race them) or
         until *cut_short* is set (a second signal), then stop accepting (clients get GOAWAY
-        and reconnect elsewhere) and let in-flight RPCs finish for up to *grace* seconds.
-        The drain is Kubernetes' preStop-sleep pattern done in the server, so that health
-        answers NOT_SERVING during it."""
-        await self.health.enter_graceful_shutdown()
+        and reconnect elsewhere) and let in-flight RPCs finish for up to *grace* seconds;
+        the calls still running then are cancelled. The drain is Kubernetes' preStop-sleep
+        pattern done in the server, so that health answers NOT_SERVING during it.
+
+        Bounded (`memplane.server.shutdown.bounded`): the health report gets at most
+        HEALTH_REPORT_SECONDS (a Watch stream that does not read holds the health
+        servicer's lock), and the server's stop *seconds* after the drain (default *grace*
+        + STOP_AFTER_GRACE_SECONDS: handlers that do not end on cancellation). True if
+        both finished; a WARNING names what was abandoned."""
+        reported = await bounded("reporting NOT_SERVING", self.health.enter_graceful_shutdown, HEALTH_REPORT_SECONDS)
         if drain > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for((cut_short or asyncio.Event()).wait(), drain)
-        await self.server.stop(grace)
+        limit = grace + STOP_AFTER_GRACE_SECONDS if seconds is None else seconds
+        stopped = await bounded("stopping the gRPC server", lambda: self.server.stop(grace), limit)
+        return reported and stopped
 
 
 def freeze_startup_heap() -> None:

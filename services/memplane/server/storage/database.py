@@ -125,10 +125,12 @@ class Database:
         except PoolTimeout as exc:
             raise UnavailableError(f"database not reachable within {self._timeout} s") from exc
 
-    async def close(self) -> None:
-        """Stop probing and close every connection."""
+    async def close(self, seconds: float = 5.0) -> None:
+        """Stop probing and close every idle connection, waiting up to *seconds* for the
+        pool's workers (`AsyncConnectionPool.close(timeout=...)`); a connection still in
+        use is closed when it comes back."""
         await self.availability.close()
-        await self._pool.close()
+        await self._pool.close(timeout=seconds)
 
     @asynccontextmanager
     async def admin(self) -> AsyncIterator[Connection]:
