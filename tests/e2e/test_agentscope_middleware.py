@@ -159,9 +159,10 @@ async def test_static_control_writes_the_turn_back_and_the_next_session_finds_it
 
         await first.reply(UserMsg(name="dana", content="I'm vegetarian and allergic to nuts."))
         stored = await _memories(workspace)
+        # The user's statement, extracted (no LLM on the server: its rules); the assistant's
+        # reply stays in the transcript only (tests/e2e/test_agentscope_middleware_memories.py).
         assert {(m.scope.user_id, m.scope.session_id, m.content) for m in stored} == {
             ("dana", first.state.session_id, "I'm vegetarian and allergic to nuts."),
-            ("dana", first.state.session_id, "Noted: no meat, no nuts."),
         }
         reply = await second.reply(UserMsg(name="dana", content="What should I cook tonight?"))
 
@@ -223,8 +224,8 @@ async def test_one_middleware_writes_each_agent_into_its_own_session(
         assert a.state.session_id != b.state.session_id
 
         await asyncio.gather(
-            a.reply(UserMsg(name="erin", content="Let's make paella.")),
-            b.reply(UserMsg(name="erin", content="Let's make ramen.")),
+            a.reply(UserMsg(name="erin", content="I like paella.")),
+            b.reply(UserMsg(name="erin", content="I like ramen.")),
         )
         await mw.flush()
         stored = await _memories(workspace)
@@ -232,10 +233,7 @@ async def test_one_middleware_writes_each_agent_into_its_own_session(
     by_session: dict[str, set[str]] = {}
     for m in stored:
         by_session.setdefault(m.scope.session_id, set()).add(m.content)
-    assert by_session == {
-        a.state.session_id: {"Let's make paella.", "Paella it is."},
-        b.state.session_id: {"Let's make ramen.", "Ramen it is."},
-    }
+    assert by_session == {a.state.session_id: {"I like paella."}, b.state.session_id: {"I like ramen."}}
 
 
 async def test_an_interrupted_reply_is_not_written_back(server: str, workspace: TestWorkspace, llm: FakeLLM) -> None:
@@ -418,5 +416,4 @@ async def test_the_readme_example_runs_and_its_second_session_recalls_the_first(
     assert _system(llm.requests[0]).endswith(DEFAULT_TOOL_INSTRUCTIONS)
     assert "- I'm vegetarian and allergic to nuts." in _text(llm.requests[1])
     stored = await _memories(workspace)
-    assert {m.scope.user_id for m in stored} == {"alice"}
-    assert len({m.scope.session_id for m in stored}) == 2
+    assert [(m.scope.user_id, m.content) for m in stored] == [("alice", "I'm vegetarian and allergic to nuts.")]

@@ -20,7 +20,12 @@ In every mode (as ReMe; Mem0 skips it in agent_control: pass ``write_back=False`
 turn — the user's message(s) and the final assistant text — is written after the reply
 with WriteConversation into the scope (``user_id``, ``agent_id``, the agent's session),
 inline (``await_write=True``) or in the background; a failed write is logged at ERROR and
-never raised into the reply. ``session_id`` is read from ``agent.state.session_id`` on
+never raised into the reply. The transcript keeps the turn; the memories are what the
+server extracts from it (``extract``: its LLM's facts, or without one the user's
+statements and instructions), never the raw turn — an "ok" or an assistant's "Saved." is
+nobody's memory (what Mem0Middleware stores through mem0's add(infer=True)).
+``store_turns=True`` keeps each message as an `episodic` memory too (``extract=False``
+stores them so, since nothing else would be stored). ``session_id`` is read from ``agent.state.session_id`` on
 every hook, so one middleware serves many agents and sessions.
 
 With ``compact_context=True`` AgentScope's context compression (the ``on_compress_context``
@@ -114,6 +119,7 @@ class MemplaneMiddleware(MiddlewareBase):
         await_write: bool = True,
         write_back: bool = True,
         extract: bool = True,
+        store_turns: bool = False,
         retrieval_wait: float = DEFAULT_RETRIEVAL_WAIT,
         compact_context: bool = False,
         memory_section_header: str = DEFAULT_MEMORY_SECTION_HEADER,
@@ -130,9 +136,13 @@ class MemplaneMiddleware(MiddlewareBase):
         `DEFAULT_THRESHOLD`, None: keeps all, as 0 does; `LOCOMO_THRESHOLD` is LoCoMo's pick). *scope_search_by_agent*:
         searches filter by *agent_id* too (when one is given). *await_write*: write the
         turn inline, or in a background task. *write_back*: write each turn at all.
-        *extract*: ask the server to extract memories from the turn with its LLM
-        (WriteConversation ``extract``; without an LLM the turns are stored as episodic
-        memories). *retrieval_wait*: seconds the first reasoning step of a reply waits at most
+        *extract*: ask the server to extract memories from the turn (WriteConversation
+        ``extract``: its LLM's facts, or without one the user's first-person statements and
+        instructions). *store_turns*: keep each message of the turn as an `episodic`
+        memory too (default off: the memories are only what extraction makes, never an
+        acknowledgement or the assistant's filler; the transcript keeps every message
+        either way); with *extract* off the turns are stored so whatever this says.
+        *retrieval_wait*: seconds the first reasoning step of a reply waits at most
         for the background search (default 10; 0: inject only if already done; a later
         step injects what comes back after). *compact_context*:
         delegate AgentScope's context compression to PrepareContext. The strings are
@@ -158,6 +168,7 @@ class MemplaneMiddleware(MiddlewareBase):
         self.await_write = await_write
         self.write_back = write_back
         self.extract = extract
+        self.store_turns = store_turns
         self.retrieval_wait = retrieval_wait
         self.compact_context = compact_context
         self.memory_section_header = memory_section_header
@@ -331,15 +342,18 @@ class MemplaneMiddleware(MiddlewareBase):
         task.add_done_callback(self._writes.discard)
 
     async def _write(self, session_id: str, turn: list[writeback_pb2.ConversationMessage]) -> None:
-        """WriteConversation of one turn; any failure is logged (ids and counts, never the
-        text), never raised."""
+        """WriteConversation of one turn (with `extract`, the turns kept in the transcript
+        only unless `store_turns`: ``skip_episodic``); any failure is logged (ids and
+        counts, never the text), never raised."""
         scope = memory_pb2.Scope(user_id=self.user_id, agent_id=self.agent_id, session_id=session_id)
+        skip = self.extract and not self.store_turns
         try:
-            reply = await self.client.write_conversation(scope, turn, extract=self.extract)
+            reply = await self.client.write_conversation(scope, turn, extract=self.extract, skip_episodic=skip)
         except Exception as exc:  # a failed write must not break the reply (Mem0Middleware's rule)
             _log.error("memplane write-back failed: session_id=%s messages=%d: %s", session_id, len(turn), exc)
             return
-        _log.info("memplane write-back: session_id=%s memories=%d", session_id, len(reply.memories))
+        stored = len(reply.memories) + len(reply.extracted_memories)
+        _log.info("memplane write-back: session_id=%s memories=%d", session_id, stored)
 
 
 def _session_id_of(agent: Agent) -> str:
