@@ -242,7 +242,8 @@ class WriteConversationResponse(_message.Message):
     """How memories were made: "episodic" (one per turn, no LLM); "episodic+llm" (and an
     extraction job); "episodic+rules (...)" when `extract` was asked of a server
     without an LLM: the user's first-person statements ("I moved to ...", "我喜欢...")
-    extracted by fixed patterns, returned in `extracted_memories`.
+    and instructions ("always ...", "use X, not Y", "以后…") extracted by fixed patterns,
+    returned in `extracted_memories`.
     """
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
@@ -255,7 +256,8 @@ class WriteConversationResponse(_message.Message):
     @_builtins.property
     def extracted_memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
         """With `wait` and the job done: the memories it added or changed, as they are now;
-        with "episodic+rules", the statements stored (whether or not `wait` was asked).
+        with "episodic+rules", the statements and instructions stored (whether or not
+        `wait` was asked).
         """
 
     def __init__(
