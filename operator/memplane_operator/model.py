@@ -139,6 +139,7 @@ class WorkspaceSpec:
                 or 0,
                 max_requests_per_second=int(quotas.get("maxRequestsPerSecond", 0)),
                 max_embedding_tokens_per_day=int(quotas.get("maxEmbeddingTokensPerDay", 0)),
+                scheduling_weight=int(quotas.get("schedulingWeight", 0)),
             ),
             retention=_retention(problems, spec.get("retention") or {}),
             embedding=EmbeddingSpec(

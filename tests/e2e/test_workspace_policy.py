@@ -233,3 +233,23 @@ async def test_bad_policy_values_are_named(
     with pytest.raises(NotFoundError):
         await admin_client.update_workspace(admin_pb2.Workspace(name="t-no-such-workspace"), ["labels"])
     assert (await admin_client.get_workspace(ws.name)).quotas == admin_pb2.WorkspaceQuotas()  # nothing half-applied
+
+
+async def test_scheduling_weight_is_kept_and_bounded(
+    workspace_factory: WorkspaceFactory, admin_client: AsyncMemplaneClient
+) -> None:
+    ws = await workspace_factory(quotas=admin_pb2.WorkspaceQuotas(scheduling_weight=3))
+    assert (await admin_client.get_workspace(ws.name)).quotas.scheduling_weight == 3
+    await admin_client.update_workspace(
+        admin_pb2.Workspace(name=ws.name, quotas=admin_pb2.WorkspaceQuotas(scheduling_weight=1)),
+        ["quotas.scheduling_weight"],
+    )
+    assert (await admin_client.get_workspace(ws.name)).quotas.scheduling_weight == 1
+    for weight in (-1, 1_001):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await admin_client.update_workspace(
+                admin_pb2.Workspace(name=ws.name, quotas=admin_pb2.WorkspaceQuotas(scheduling_weight=weight)),
+                ["quotas.scheduling_weight"],
+            )
+        assert fields(caught.value) == ["quotas.scheduling_weight"]
+    assert (await admin_client.get_workspace(ws.name)).quotas.scheduling_weight == 1

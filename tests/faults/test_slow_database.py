@@ -146,11 +146,16 @@ async def test_a_client_that_gives_up_cancels_its_statement(
 ) -> None:
     server = await _serve(serve, killable_postgres.dsn)
     key = await _workspace(server, admin_key, "gone")
+    other_key = await _workspace(server, admin_key, "other")
     patient = AsyncMemplaneClient(server.target, key, timeout=600.0)  # no deadline that matters
+    other = AsyncMemplaneClient(server.target, other_key, timeout=600.0)
     try:
         await patient.add_memories([mem("the ferry to Tangier leaves at noon")])
         async with memories_locked(killable_postgres.dsn):
             calls = [asyncio.ensure_future(patient.search(f"ferry {i}", mode=LEXICAL)) for i in range(2 * POOL_SIZE)]
+            # One workspace holds all the pool's connections but one (memplane.server.quota.fair);
+            # another workspace's call takes the last.
+            calls.append(asyncio.ensure_future(other.search("ferry", mode=LEXICAL)))
             await until_waiting(killable_postgres.dsn, POOL_SIZE)  # the pool's connections all wait
             for call in calls:
                 call.cancel()  # the client gives up: gRPC cancels the RPC
@@ -160,3 +165,4 @@ async def test_a_client_that_gives_up_cancels_its_statement(
         assert [h.memory.content for h in reply.hits] == ["the ferry to Tangier leaves at noon"]
     finally:
         await patient.close()
+        await other.close()

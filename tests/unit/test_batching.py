@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memplane.server.embedding.batching import MAX_PASSED_OVER, BatchingEmbedder
+from memplane.server.quota.fair import Flow, current_flow
 
 
 class _CountingModel:
@@ -139,3 +140,75 @@ async def test_a_long_caller_is_not_starved_by_a_stream_of_short_ones() -> None:
     await asyncio.gather(first, long_call, *shorts)
     position = next(i for i, call in enumerate(model.calls) if "L" * 9 in call)
     assert position <= MAX_PASSED_OVER + 1  # passed over at most MAX_PASSED_OVER times, then first
+
+
+class _LongGatedModel(_CountingModel):
+    """Calls with a text over 100 characters wait for the gate; short ones return at once.
+    Counts the calls inside the model at the same time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.inside = 0
+        self.most_inside = 0
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        self.inside += 1
+        self.most_inside = max(self.most_inside, self.inside)
+        self.entered.set()
+        try:
+            if any(len(t) > 100 for t in texts):
+                await self.gate.wait()
+            return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+        finally:
+            self.inside -= 1
+
+
+async def _as(who: Flow, batcher: BatchingEmbedder, texts: list[str]) -> np.ndarray:
+    current_flow.set(who)  # this task's request belongs to workspace *who*
+    return await batcher.embed_queries(texts)
+
+
+async def test_another_workspaces_short_query_runs_beside_a_long_model_call() -> None:
+    model = _LongGatedModel()
+    batcher = BatchingEmbedder(model, max_batch=64, max_chars=1_000, workers=2)
+    noisy, quiet = Flow(1), Flow(2)
+    flood = [asyncio.create_task(_as(noisy, batcher, [c * 600 for c in "abc"])) for _ in range(3)]
+    await model.entered.wait()  # one of the noisy workspace's long texts is inside the model, and stays
+    short = await asyncio.wait_for(_as(quiet, batcher, ["hi"]), 60)  # the guard only bounds a failure
+    assert short[:, 0].tolist() == [2.0]
+    assert model.most_inside == 2  # the long call, and the short one beside it
+    assert all(len(call) == 1 and len(call[0]) == 600 for call in model.calls if call != ["hi"])
+    model.gate.set()
+    assert [r[:, 0].tolist() for r in await asyncio.gather(*flood)] == [[600.0] * 3] * 3
+
+
+async def test_one_workspace_alone_starts_all_but_one_of_the_model_calls() -> None:
+    model = _LongGatedModel()
+    batcher = BatchingEmbedder(model, max_batch=64, max_chars=1_000, workers=3)
+    flood = [asyncio.create_task(_as(Flow(1), batcher, ["x" * 600])) for _ in range(6)]
+    await model.entered.wait()
+    for _ in range(3):
+        await asyncio.sleep(0)  # loop turns for any further call to start (none may)
+    assert model.inside == 2
+    model.gate.set()
+    await asyncio.gather(*flood)
+    assert model.most_inside == 2
+
+
+async def test_model_calls_are_shared_by_weight() -> None:
+    model = _GatedModel()
+    batcher = BatchingEmbedder(model, max_batch=1, max_chars=1_000, workers=1)
+    blocker = asyncio.create_task(_as(Flow(9), batcher, ["b"]))
+    await model.entered.wait()  # every call below queues behind this one
+    light, heavy = Flow(1, weight=1.0), Flow(2, weight=3.0)
+    tasks = [
+        asyncio.create_task(_as(who, batcher, [name])) for _ in range(12) for who, name in ((light, "L"), (heavy, "H"))
+    ]
+    await asyncio.sleep(0)  # let every call enqueue (one loop turn)
+    model.gate.set()
+    await asyncio.gather(blocker, *tasks)
+    first_16 = [call[0] for call in model.calls[1:17]]
+    assert first_16.count("H") == 12
+    assert first_16.count("L") == 4  # 3 : 1 while both wait

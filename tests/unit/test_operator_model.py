@@ -47,13 +47,19 @@ def test_spec_maps_camel_case_fields_onto_the_admin_service() -> None:
         "bot",
         {
             "tenantId": "team-a",
-            "quotas": {"maxMemories": 10, "maxBytes": "1Ki", "maxRequestsPerSecond": 5, "maxEmbeddingTokensPerDay": 9},
+            "quotas": {
+                "maxMemories": 10,
+                "maxBytes": "1Ki",
+                "maxRequestsPerSecond": 5,
+                "maxEmbeddingTokensPerDay": 9,
+                "schedulingWeight": 3,
+            },
             "retention": {"defaultTTL": "1d", "rules": [{"type": "tool", "ttl": "1h"}, {"type": "user", "ttl": "2h"}]},
             "credentials": {"rotation": {"gracePeriod": "5m"}},
         },
     )
     assert spec.quotas == admin_pb2.WorkspaceQuotas(
-        max_memories=10, max_bytes=1024, max_requests_per_second=5, max_embedding_tokens_per_day=9
+        max_memories=10, max_bytes=1024, max_requests_per_second=5, max_embedding_tokens_per_day=9, scheduling_weight=3
     )
     assert spec.retention.default_ttl.seconds == 86400
     # Rules in memory-type order, as the services return them: no false drift.

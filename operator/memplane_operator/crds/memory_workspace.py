@@ -39,6 +39,13 @@ def _workspace_spec() -> Schema:
                 "Calls per second, enforced by each service replica on its own.", maximum=1_000_000, fmt="int32"
             ),
             "maxEmbeddingTokensPerDay": integer("Tokens embedded per UTC day (cl100k_base counts)."),
+            "schedulingWeight": integer(
+                "Not a limit: the workspace's share of a service replica's database connections and model calls "
+                "while other workspaces wait too (start-time fair queuing; 2 gets twice the share of 1). "
+                "0 or unset: 1.",
+                maximum=1_000,
+                fmt="int32",
+            ),
         },
     )
     retention = object_(

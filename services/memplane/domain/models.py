@@ -152,6 +152,10 @@ class Quotas:
     max_bytes: int = 0
     max_requests_per_second: int = 0
     max_embedding_tokens_per_day: int = 0
+    scheduling_weight: int = 0
+    """The workspace's share of a server process's contended resources (database
+    connections, model calls) against other workspaces' (`memplane.server.quota.fair`):
+    weight 2 gets twice the share of weight 1. 0 means the default, 1."""
 
 
 @dataclass(frozen=True)

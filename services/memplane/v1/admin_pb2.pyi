@@ -124,6 +124,7 @@ class WorkspaceQuotas(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     MAX_REQUESTS_PER_SECOND_FIELD_NUMBER: _builtins.int
     MAX_EMBEDDING_TOKENS_PER_DAY_FIELD_NUMBER: _builtins.int
+    SCHEDULING_WEIGHT_FIELD_NUMBER: _builtins.int
     max_memories: _builtins.int
     """Stored memories. A write that would pass it stores nothing."""
     max_bytes: _builtins.int
@@ -143,6 +144,13 @@ class WorkspaceQuotas(_message.Message):
     tokenizer): search queries and memories written without an embedding. Texts given
     with a precomputed embedding are free, and so is an extractive summary (no model call).
     """
+    scheduling_weight: _builtins.int
+    """The workspace's share of a server process's contended resources (database
+    connections and model calls) against other workspaces' while several wait: served in
+    start-time fair queuing order, weight 2 gets twice the share of weight 1. 0 means the
+    default, 1; at most 1000. Not a limit: a workspace alone may use all but one of each
+    resource whatever its weight (one is always left for another workspace).
+    """
     def __init__(
         self,
         *,
@@ -150,10 +158,11 @@ class WorkspaceQuotas(_message.Message):
         max_bytes: _builtins.int = ...,
         max_requests_per_second: _builtins.int = ...,
         max_embedding_tokens_per_day: _builtins.int = ...,
+        scheduling_weight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_embedding_tokens_per_day", b"max_embedding_tokens_per_day", "max_memories", b"max_memories", "max_requests_per_second", b"max_requests_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_embedding_tokens_per_day", b"max_embedding_tokens_per_day", "max_memories", b"max_memories", "max_requests_per_second", b"max_requests_per_second", "scheduling_weight", b"scheduling_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,7 +17,14 @@ MAX_RATE = 1_000_000  # calls per second; an int32 with room to spare
 # Longest lifetime, 100 years: a bound keeps expiry arithmetic far from datetime's limits.
 MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
 
-QUOTA_FIELDS = ("max_memories", "max_bytes", "max_requests_per_second", "max_embedding_tokens_per_day")
+QUOTA_FIELDS = (
+    "max_memories",
+    "max_bytes",
+    "max_requests_per_second",
+    "max_embedding_tokens_per_day",
+    "scheduling_weight",
+)
+MAX_SCHEDULING_WEIGHT = 1_000  # the column's CHECK (migration 0018)
 # What UpdateWorkspace's update_mask may name (AIP-161 paths of Workspace).
 UPDATE_PATHS = frozenset({"quotas", "retention", "labels", "token_encoding", *(f"quotas.{f}" for f in QUOTA_FIELDS)})
 
@@ -29,6 +36,8 @@ def check_quotas(v: Violations, field: str, quotas: Quotas) -> None:
             v.add(f"{field}.{name}", "must not be negative (0 means unlimited)")
     if quotas.max_requests_per_second > MAX_RATE:
         v.add(f"{field}.max_requests_per_second", f"must be at most {MAX_RATE}")
+    if quotas.scheduling_weight > MAX_SCHEDULING_WEIGHT:
+        v.add(f"{field}.scheduling_weight", f"must be at most {MAX_SCHEDULING_WEIGHT}")
 
 
 def check_retention(v: Violations, field: str, retention: Retention) -> None:

@@ -18,6 +18,7 @@ def quotas_from_proto(quotas: admin_pb2.WorkspaceQuotas) -> Quotas:
         max_bytes=quotas.max_bytes,
         max_requests_per_second=quotas.max_requests_per_second,
         max_embedding_tokens_per_day=quotas.max_embedding_tokens_per_day,
+        scheduling_weight=quotas.scheduling_weight,
     )
 
 
@@ -76,6 +77,7 @@ def workspace_to_proto(workspace: Workspace) -> admin_pb2.Workspace:
             max_bytes=q.max_bytes,
             max_requests_per_second=q.max_requests_per_second,
             max_embedding_tokens_per_day=q.max_embedding_tokens_per_day,
+            scheduling_weight=q.scheduling_weight,
         ),
         retention=retention_to_proto(workspace.retention),
         labels=workspace.labels,

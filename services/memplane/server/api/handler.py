@@ -14,6 +14,7 @@ from memplane.domain.models import Principal, Workspace
 from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError, WorkspaceDeletedError
 from memplane.server.admin.auth import Authenticator
 from memplane.server.api.errors import abort_with
+from memplane.server.quota.fair import current_flow, flow_of
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[
         raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
     slots.append(await authenticator.hold(principal.workspace))
     _workspace_name.set(principal.workspace.name)
+    current_flow.set(flow_of(principal.workspace))  # its share of the pool and the embedder
     return principal, principal.workspace
 
 
@@ -82,6 +84,7 @@ def rpc(
         slots: list[Callable[[], None]] = []
         token = _slots.set(slots)
         name_token = _workspace_name.set("")
+        flow_token = current_flow.set(None)
         try:
             return await method(self, request, context)
         except MemplaneError as error:
@@ -100,5 +103,6 @@ def rpc(
                 release()
             _slots.reset(token)
             _workspace_name.reset(name_token)
+            current_flow.reset(flow_token)
 
     return wrapper

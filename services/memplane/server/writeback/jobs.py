@@ -48,6 +48,7 @@ from memplane.server.llm.extraction import (
     prompt_sha256,
     session_time,
 )
+from memplane.server.quota.fair import current_flow, flow_of
 from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.settings import ExtractionSettings, LimitsSettings, RetrievalSettings
 from memplane.server.storage import search as search_sql
@@ -198,6 +199,13 @@ class ExtractionRunner:
 
     async def _run(self, job: ExtractionJob) -> None:
         """One attempt of *job*: done, or its error recorded (queued again or failed)."""
+        token = current_flow.set(None)  # `_execute` sets the job's workspace's; the worker runs on as the server
+        try:
+            await self._attempt(job)
+        finally:
+            current_flow.reset(token)
+
+    async def _attempt(self, job: ExtractionJob) -> None:
         if job.attempts > self._settings.max_attempts:
             error = f"attempt {job.attempts - 1} stopped before finishing (its worker was lost)"
             # This attempt did not run; the lost one's failure was recorded by the claim
@@ -227,6 +235,7 @@ class ExtractionRunner:
         if chat is None:
             raise LLMError("no LLM is configured on this server")
         workspace = await self._workspaces.get_by_key(job.workspace_key)
+        current_flow.set(flow_of(workspace))  # its share of the pool and the embedder, as its requests' have
         cost = _Cost(queue_seconds=(job.updated_at - job.created_at).total_seconds())
         with cost.timing("database"):
             async with self._db.tenant(workspace.key) as conn:
