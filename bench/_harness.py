@@ -342,26 +342,78 @@ async def server_process(stack: Stack, **env: str) -> AsyncIterator[Stack]:
     """A second server, `memplane serve` in a process of its own on the same database and
     admin key (as a cluster runs it: the agent's process is not the server's), yielded as
     *stack* with its target; SIGTERM at exit. *env*: extra MEMPLANE_* settings."""
+    environment = {
+        "MEMPLANE_DATABASE__DSN": stack.app.db.dsn,
+        "MEMPLANE_AUTH__ADMIN_KEY": stack.admin_key,
+        "MEMPLANE_DATA_DIR": str(stack.data_dir / "process"),
+        **env,
+    }
+    async with _memplane_serve(environment, stack.data_dir / "process.log") as (target, process):
+        yield dataclasses.replace(stack, target=target, pid=process.pid)
+
+
+@dataclass
+class ServeProcess:
+    """`memplane serve` in a process of its own (`serve_process`)."""
+
+    target: str
+    admin_key: str
+    pid: int
+    data_dir: Path
+    log_path: Path
+
+    def postmaster_pid(self) -> int | None:
+        """The embedded PostgreSQL's postmaster (first line of pgdata/postmaster.pid), if running."""
+        try:
+            return int((self.data_dir / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+
+@contextlib.asynccontextmanager
+async def serve_process(**env: str) -> AsyncIterator[ServeProcess]:
+    """`memplane serve` in a process of its own on the embedded default (it starts its own
+    PostgreSQL in a temp data dir and migrates; the pool is sized as for any embedded
+    server on this host), with a new admin key and no default workspace; SIGTERM at exit,
+    then its PostgreSQL is stopped if still running and the temp dir removed. *env*:
+    extra MEMPLANE_* settings (they override the ones set here)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="memplane-bench-"))
+    admin_key = f"mp_bench_{secrets.token_hex(16)}"
+    environment = {
+        "MEMPLANE_AUTH__ADMIN_KEY": admin_key,
+        "MEMPLANE_DATA_DIR": str(data_dir),
+        "MEMPLANE_DATABASE__MIGRATE_ON_START": "true",
+        **env,
+    }
+    log_path = data_dir / "serve.log"
+    try:
+        async with _memplane_serve(environment, log_path, unset=("MEMPLANE_DATABASE__DSN",)) as (target, process):
+            yield ServeProcess(target, admin_key, process.pid, data_dir, log_path)
+    finally:
+        _stop_embedded(data_dir / "pgdata")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def _memplane_serve(
+    env: dict[str, str], log_path: Path, *, unset: Sequence[str] = ()
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """Start `memplane serve` on a free loopback port with this environment plus *env*
+    (without the variables in *unset*), wait until it is SERVING, yield (target, process);
+    SIGTERM at exit (SIGKILL if it has not ended STOP_SECONDS later)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    environment = {
-        **os.environ,
-        "MEMPLANE_DATABASE__DSN": stack.app.db.dsn,
-        "MEMPLANE_AUTH__ADMIN_KEY": stack.admin_key,
-        "MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false",
-        "MEMPLANE_DATA_DIR": str(stack.data_dir / "process"),
-        "MEMPLANE_GRPC__PORT": str(port),
-        **env,
-    }
-    log_path = stack.data_dir / "process.log"
+    environment = {k: v for k, v in os.environ.items() if k not in unset}
+    environment.update({"MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false", "MEMPLANE_GRPC__PORT": str(port)})
+    environment.update(env)
     with log_path.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memplane", "serve", env=environment, stdout=out, stderr=out
         )
     target = f"127.0.0.1:{port}"
     try:
-        async with AsyncMemplaneClient(target, stack.admin_key, timeout=120) as probe:
+        async with AsyncMemplaneClient(target, environment["MEMPLANE_AUTH__ADMIN_KEY"], timeout=120) as probe:
             waiting = asyncio.ensure_future(probe.check_health(wait_for_ready=True))
             exited = asyncio.ensure_future(process.wait())
             done, _ = await asyncio.wait({waiting, exited}, return_when=asyncio.FIRST_COMPLETED)
@@ -370,11 +422,27 @@ async def server_process(stack: Stack, **env: str) -> AsyncIterator[Stack]:
                 raise RuntimeError(f"memplane serve exited ({process.returncode}); see {log_path}")
             exited.cancel()
             log(f"server process {process.pid} serving on {target}: {waiting.result()}")
-        yield dataclasses.replace(stack, target=target, pid=process.pid)
+        yield target, process
     finally:
         if process.returncode is None:
             process.terminate()
-            await process.wait()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
+            except TimeoutError:
+                log(f"server process {process.pid} still running {STOP_SECONDS:.0f} s after SIGTERM: SIGKILL")
+                process.kill()
+                await process.wait()
+
+
+STOP_SECONDS = 60.0
+"""Seconds a `memplane serve` of the benches has to stop after SIGTERM before SIGKILL."""
+
+
+async def workspace_key(target: str, admin_key: str, name: str) -> str:
+    """Create workspace *name* over the admin API and return a new API key of it."""
+    async with AsyncMemplaneClient(target, admin_key) as admin:
+        await admin.create_workspace(name)
+        return (await admin.create_api_key(name, "bench")).api_key
 
 
 def _stop_embedded(pgdata: Path) -> None:
