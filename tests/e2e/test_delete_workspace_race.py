@@ -143,6 +143,13 @@ async def test_writes_racing_delete_workspace_are_refused_unauthenticated_and_le
     # after has a key that no longer exists.
     raced = [str(e) for e in refusals if "unknown or revoked API key" not in str(e)]
     assert all(text == f"workspace {ws.name!r} was deleted" for text in raced), raced
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # asyncio also reports, at ERROR, a task of another test's leaked HTTP client (an
+    # AgentScope model's OpenAI client, httpx2 `aclose()`) when the garbage collector meets
+    # it during this test: not the server's. Its own unretrieved tasks name memplane code.
+    errors = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and (r.name != "asyncio" or "memplane" in r.getMessage())
+    ]
     assert errors == [], [r.getMessage() for r in errors]
     assert await _left_behind(pg_dsn, key) == {}
