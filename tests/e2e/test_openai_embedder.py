@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import numpy as np
 import openai
@@ -94,14 +94,21 @@ def _assert_within_limits(requests: list[dict[str, object]]) -> None:
         assert sum(counts) <= MAX_EMBEDDING_REQUEST_TOKENS
 
 
+_OPENED: list[OpenAIEmbedder] = []  # closed as the test ends (their HTTP sessions)
+
+
 @pytest.fixture
-def endpoint() -> Iterator[FakeLLM]:
+async def endpoint() -> AsyncIterator[FakeLLM]:
     with FakeLLM(embedding_dimensions=24) as fake:
-        yield fake
+        try:
+            yield fake
+        finally:
+            while _OPENED:
+                await _OPENED.pop().close()
 
 
 async def connect(fake: FakeLLM, *, dimensions: int | None = None, batch_size: int = 3) -> OpenAIEmbedder:
-    return await OpenAIEmbedder.connect(
+    embedder = await OpenAIEmbedder.connect(
         base_url=fake.base_url,
         api_key="sk-test",
         model="fake-embed",
@@ -109,6 +116,8 @@ async def connect(fake: FakeLLM, *, dimensions: int | None = None, batch_size: i
         batch_size=batch_size,
         timeout_seconds=5.0,
     )
+    _OPENED.append(embedder)
+    return embedder
 
 
 async def test_vectors_come_as_base64_and_decode_to_the_served_floats(endpoint: FakeLLM) -> None:
@@ -127,7 +136,10 @@ async def test_vectors_come_as_base64_and_decode_to_the_served_floats(endpoint: 
 async def test_a_server_answering_float_lists_is_read_the_same() -> None:
     with FakeLLM(embedding_dimensions=24, floats_only=True) as fake:
         embedder = await connect(fake, dimensions=24)
-        got = await embedder.embed_queries(TEXTS[:2])
+        try:
+            got = await embedder.embed_queries(TEXTS[:2])
+        finally:
+            await _OPENED.pop().close()
     np.testing.assert_array_equal(got, normalize(np.stack([fake.vector(t) for t in TEXTS[:2]])))
 
 
@@ -144,18 +156,19 @@ async def test_endpoint_errors_are_unavailable_and_its_refusals_failed_precondit
 
 
 async def test_the_fake_refuses_what_openai_refuses(endpoint: FakeLLM) -> None:
-    client = (await connect(endpoint, dimensions=24))._client
-    too_long = _chinese(1)
-    with pytest.raises(openai.BadRequestError, match="maximum context length is 8192 tokens") as refused:
-        await client.embeddings.create(model="fake-embed", input=[too_long])
-    assert refused.value.type == "invalid_request_error"
-    within = _log(2, 16_000)  # ~7,000 tokens: within the input limit
-    copies = MAX_EMBEDDING_REQUEST_TOKENS // CL100K.count_text(within) + 1
-    with pytest.raises(openai.BadRequestError, match="max 300000 tokens per request") as refused:
-        await client.embeddings.create(model="fake-embed", input=[within] * copies)
-    assert refused.value.code == "max_tokens_per_request"
-    with pytest.raises(openai.BadRequestError, match="input' is invalid"):
-        await client.embeddings.create(model="fake-embed", input=["x"] * (MAX_EMBEDDING_INPUTS + 1))
+    """The fake answers as OpenAI does, read by OpenAI's own client."""
+    async with openai.AsyncOpenAI(base_url=endpoint.base_url, api_key="sk-test", max_retries=0) as client:
+        too_long = _chinese(1)
+        with pytest.raises(openai.BadRequestError, match="maximum context length is 8192 tokens") as refused:
+            await client.embeddings.create(model="fake-embed", input=[too_long])
+        assert refused.value.type == "invalid_request_error"
+        within = _log(2, 16_000)  # ~7,000 tokens: within the input limit
+        copies = MAX_EMBEDDING_REQUEST_TOKENS // CL100K.count_text(within) + 1
+        with pytest.raises(openai.BadRequestError, match="max 300000 tokens per request") as refused:
+            await client.embeddings.create(model="fake-embed", input=[within] * copies)
+        assert refused.value.code == "max_tokens_per_request"
+        with pytest.raises(openai.BadRequestError, match="input' is invalid"):
+            await client.embeddings.create(model="fake-embed", input=["x"] * (MAX_EMBEDDING_INPUTS + 1))
 
 
 async def test_a_text_past_the_endpoints_input_limit_is_embedded_by_its_head(endpoint: FakeLLM) -> None:

@@ -135,7 +135,7 @@ class App:
         self.started.clear()
         clients: list[Step] = []
         if self.embedder_health is not None:
-            clients.append(("closing the embedding endpoint's health probe", self.embedder_health.close))
+            clients.append(("closing the embedding endpoint's probe and client", self.embedder_health.close))
         if self.chat_model is not None:
             clients.append(("closing the LLM client", self.chat_model.close))
         if self.reranker is not None:

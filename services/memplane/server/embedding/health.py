@@ -30,10 +30,12 @@ Probe = Callable[[], Awaitable[object]]
 
 class EndpointHealth:
     """Up/down state of one embedding endpoint. *probe* is one small embedding call that
-    raises while the endpoint is gone."""
+    raises while the endpoint is gone; *closing*, if given, closes the endpoint's client
+    after the probe has stopped (`close`)."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, *, closing: Callable[[], Awaitable[None]] | None = None) -> None:
         self._probe = probe
+        self._closing = closing
         self._up = True
         self._listeners = Listeners("embedder health")
         self._task: asyncio.Task[None] | None = None
@@ -72,6 +74,8 @@ class EndpointHealth:
             return
 
     async def close(self) -> None:
-        """Stop probing."""
+        """Stop probing, then close the endpoint's client."""
         task, self._task = self._task, None
         await cancel(task)
+        if self._closing is not None:
+            await self._closing()

@@ -1,4 +1,5 @@
-"""Embeddings from any OpenAI-compatible `/v1/embeddings` endpoint (the `openai` client).
+"""Embeddings from any OpenAI-compatible `/v1/embeddings` endpoint (its wire format over
+aiohttp, retried as the openai SDK retries: `memplane.server.embedding.endpoint`).
 
 Vectors are asked for as base64 (`encoding_format="base64"`: little-endian float32, 4
 bytes a dimension, as OpenAI's API documents it) and decoded with numpy, a third of the
@@ -21,10 +22,10 @@ import binascii
 from collections.abc import Sequence
 
 import numpy as np
-import openai
 
 from memplane.errors import FailedPreconditionError, UnavailableError
 from memplane.server.embedding.base import normalize
+from memplane.server.embedding.endpoint import EndpointError, JsonEndpoint
 from memplane.server.embedding.head import head
 from memplane.server.embedding.health import EndpointHealth
 from memplane.text.tokens import token_counter
@@ -41,19 +42,18 @@ MAX_REQUEST_INPUTS = 2048
 # cl100k_base is a byte-level BPE: a token is at least one UTF-8 byte, a character at most 4.
 MAX_TOKENS_PER_CHAR = 4
 
-# Failures that say the endpoint is unreachable or overloaded (after the client's retries);
-# a 5xx status is one too: UNAVAILABLE, which the SDK retries. Other 4xx answers are the
-# request's fault, not the endpoint's: a wrong key (401/403), an unknown model (404), an
-# input it will not take (400; what memplane sends stays within OpenAI's documented limits,
-# above). No retry can help, so they are FAILED_PRECONDITION (`_refusal`), naming the status
-# and the endpoint's message (cut to _DETAIL_CHARS), and leave the endpoint's health alone.
-_ENDPOINT_DOWN = (openai.APIConnectionError, openai.RateLimitError)
+# Failures that say the endpoint is unreachable or overloaded (after the retries): no
+# answer, a 429 or a 5xx status: UNAVAILABLE. Other 4xx answers are the request's fault, not
+# the endpoint's: a wrong key (401/403), an unknown model (404), an input it will not take
+# (400; what memplane sends stays within OpenAI's documented limits, above). No retry can
+# help, so they are FAILED_PRECONDITION (`_refusal`), naming the status and the endpoint's
+# message (cut to _DETAIL_CHARS), and leave the endpoint's health alone.
 _DETAIL_CHARS = 300
 
 
 def _refusal(status: int) -> bool:
     """A 4xx answer no retry can change: not 408 (timeout), 409 (conflict) or 429 (rate
-    limit), which the openai client itself retries as transient (its `_should_retry`)."""
+    limit), which are retried as transient (`memplane.server.embedding.endpoint`)."""
     return 400 <= status < 500 and status not in (408, 409, 429)
 
 
@@ -69,7 +69,7 @@ class OpenAIEmbedder:
 
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: JsonEndpoint,
         model: str,
         dimensions: int,
         batch_size: int,
@@ -81,7 +81,7 @@ class OpenAIEmbedder:
         self._batch_size = min(batch_size, MAX_REQUEST_INPUTS)
         self._max_input_tokens = max_input_tokens
         self._counter = token_counter(ENDPOINT_ENCODING)
-        self.health = EndpointHealth(lambda: self._call(["health probe"]))
+        self.health = EndpointHealth(lambda: self._call(["health probe"]), closing=client.close)
         """Whether the endpoint answers (`memplane.server.embedding.health`): the health service's view."""
 
     @classmethod
@@ -97,12 +97,16 @@ class OpenAIEmbedder:
         max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS,
     ) -> OpenAIEmbedder:
         """Create the client and learn the dimension (one probe call if not given)."""
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_seconds, max_retries=2)
+        client = JsonEndpoint(base_url, api_key, timeout_seconds=timeout_seconds, max_retries=2)
         embedder = cls(client, model, dimensions or 0, batch_size, max_input_tokens)
         if not dimensions:
             probe = await embedder._call(["dimension probe"])
             embedder._dims = int(probe.shape[1])
         return embedder
+
+    async def close(self) -> None:
+        """Stop the health probe and close the HTTP session."""
+        await self.health.close()
 
     @property
     def model_id(self) -> str:
@@ -114,20 +118,24 @@ class OpenAIEmbedder:
 
     async def _call(self, texts: list[str]) -> np.ndarray:
         try:
-            reply = await self._client.embeddings.create(model=self._model, input=texts, encoding_format="base64")
-        except openai.OpenAIError as exc:
-            if isinstance(exc, _ENDPOINT_DOWN) or (isinstance(exc, openai.APIStatusError) and exc.status_code >= 500):
-                self.health.lost(type(exc).__name__)
-            if isinstance(exc, openai.APIStatusError) and _refusal(exc.status_code):
+            reply = await self._client.post(
+                "embeddings", {"model": self._model, "input": texts, "encoding_format": "base64"}
+            )
+        except EndpointError as exc:
+            if _refusal(exc.status):
                 raise FailedPreconditionError(
-                    f"embedding endpoint refused the request ({exc.status_code} {type(exc).__name__}):"
-                    f" {exc.message[:_DETAIL_CHARS]}"
+                    f"embedding endpoint refused the request ({exc.status}): {exc.reason[:_DETAIL_CHARS]}"
                 ) from exc
-            raise UnavailableError(f"embedding endpoint failed: {type(exc).__name__}") from exc
-        ordered = sorted(reply.data, key=lambda d: d.index)
-        if len(ordered) != len(texts):
-            raise UnavailableError(f"embedding endpoint returned {len(ordered)} vectors for {len(texts)} texts")
-        rows = [_decode(d.embedding) for d in ordered]
+            self.health.lost(str(exc)[:_DETAIL_CHARS])
+            raise UnavailableError(f"embedding endpoint failed: {str(exc)[:_DETAIL_CHARS]}") from exc
+        try:
+            ordered = sorted(reply["data"], key=lambda d: int(d["index"]))
+            embeddings = [d["embedding"] for d in ordered]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise UnavailableError(f"embedding endpoint returned no list of embeddings: {exc!r}") from exc
+        if len(embeddings) != len(texts):
+            raise UnavailableError(f"embedding endpoint returned {len(embeddings)} vectors for {len(texts)} texts")
+        rows = [_decode(e) for e in embeddings]
         if len({r.shape[0] for r in rows}) != 1 or rows[0].shape[0] == 0:
             raise UnavailableError("embedding endpoint returned vectors of differing or zero length")
         return normalize(np.vstack(rows))

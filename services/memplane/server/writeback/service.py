@@ -32,7 +32,13 @@ from memplane.domain.models import (
     Workspace,
     index_text,
 )
-from memplane.errors import FieldViolation, InvalidArgumentError, NotFoundError, VersionConflictError
+from memplane.errors import (
+    FieldViolation,
+    InvalidArgumentError,
+    NotFoundError,
+    QuotaExceededError,
+    VersionConflictError,
+)
 from memplane.server.embedding.compat import ensure_compatible
 from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.settings import LimitsSettings
@@ -67,6 +73,12 @@ UPDATABLE_FIELDS = {
     "expire_time": "expires_at",
 }
 _TEXT_FIELDS = {"name", "description", "content"}
+# An add whose texts to embed total more than this many characters (one model call's worth:
+# memplane.server.embedding.batching.DEFAULT_MAX_CHARS) looks its request id up before it
+# embeds, so a retried import costs a look-up, not model calls. A smaller one embeds first
+# and its write's own claim answers a retry: one database round trip fewer on every add,
+# one short embedding more on a retry (issue 31: one-at-a-time ingest).
+REPLAY_FIRST_CHARS = 4_096
 
 
 class _TextChanged(Exception):  # noqa: N818 - a signal inside `WriteBackService.update`, never raised out
@@ -164,13 +176,18 @@ class WriteBackService:
         v.raise_if_any()
         ensure_compatible(workspace, self._embedder)
         request = WriteRequest.adding(request_id, items)
-        if any(m.embedding is None for m in items):
-            # A retry is answered before the model is called; with every vector given, the
-            # write's own claim answers it (one transaction, not two).
+        if sum(len(m.index_text()) for m in items if m.embedding is None) > REPLAY_FIRST_CHARS:
             replayed = await self._ledger.replay(workspace, request)
             if replayed is not None:
                 return Added.replayed(*replayed)
-        prepared = await prepare(self._meter, workspace, items)
+        try:
+            prepared = await prepare(self._meter, workspace, items)
+        except QuotaExceededError:
+            # A retry of a stored add is answered even past the daily embedding tokens.
+            replayed = await self._ledger.replay(workspace, request)
+            if replayed is not None:
+                return Added.replayed(*replayed)
+            raise
         record = RequestRecord(request_id, request.method, request.digest) if request_id else None
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
             # One statement, committed by the server as it ends (memplane_insert_memories)
