@@ -38,4 +38,8 @@ if ! IMAGE=$MEMPLANE_IMAGE bash scripts/image/build.sh > build/image.log 2>&1; t
   tail -n 40 build/image.log; echo "image build failed (whole log: build/image.log)"; exit 1
 fi
 tail -n 1 build/image.log
+# Debian's Chromium for the console's browser tests (tests/e2e/console), installed when
+# missing; Playwright (the dev extra) drives it, no browser is downloaded.
+echo "== browser"
+bash scripts/install-browser-deps.sh
 echo "== pytest";        python -m pytest -q "$@"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,17 @@ def workspace_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplan
         or read_credentials(settings.data_dir / CREDENTIALS_FILE).get("api_key", "")
     )
     return _client(_target(ns, settings), key, targets=_service_targets(ns), root_certificates=_root_certificates(ns))
+
+
+def client_factory(
+    ns: argparse.Namespace, settings: Settings, *, via: str = ""
+) -> Callable[[str], AsyncMemplaneClient]:
+    """Clients of the flags' and environment's target and TLS, each holding the key it is
+    given (`memplane console`: one per signed-in person), naming the channel *via*
+    (`AsyncMemplaneClient`). Raises `UsageError` as
+    `workspace_client` does (an unreadable --ca-file) before any client is made."""
+    target, targets, roots = _target(ns, settings), _service_targets(ns), _root_certificates(ns)
+    return lambda key: _client(target, key, targets=targets, root_certificates=roots, via=via)
 
 
 def admin_client(ns: argparse.Namespace, settings: Settings) -> AsyncMemplaneClient:

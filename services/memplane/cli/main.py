@@ -230,7 +230,7 @@ def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; help texts show the defaults *settings* (the environment's)
     give, e.g. the port of MEMPLANE_GRPC__PORT."""
-    from memplane.cli import compact, locomo, markdown, select, sync, transfer
+    from memplane.cli import compact, console, locomo, markdown, select, sync, transfer
 
     settings = settings or Settings()
 
@@ -316,6 +316,7 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
     compact.add_parsers(sub)
     sync.add_parsers(sub)
     select.add_parsers(sub)
+    console.add_parsers(sub)
     return parser
 
 

@@ -23,6 +23,7 @@ from memplane.client import health
 from memplane.client.channels import TlsOptions, open_channel, parse_target
 from memplane.client.errors import from_rpc_error
 from memplane.client.retry import new_request_id
+from memplane.domain.apikeys import VIA_METADATA_KEY
 from memplane.domain.consistency import LSN_METADATA_KEY, newest_token
 from memplane.v1 import (
     admin_pb2,
@@ -92,6 +93,7 @@ class AsyncMemplaneClient:
         tls: bool | None = None,
         root_certificates: bytes | None = None,
         client_certificate: tuple[bytes, bytes] | None = None,
+        via: str = "",
     ) -> None:
         """*retry_reads*: the channels retry idempotent calls — reads, and writes, which
         always carry a request_id — on UNAVAILABLE and DEADLINE_EXCEEDED within the
@@ -101,6 +103,8 @@ class AsyncMemplaneClient:
         target, or *tls* True, or a *root_certificates* PEM bundle (the CA that signed the
         server's certificate; None: the system's roots) turns it on; *client_certificate*
         is a (certificate chain, private key) PEM pair for a server asking for mutual TLS.
+        *via* names the channel a person acts through (``"console"``): the server then
+        records this client's writes with actor ``console:<key id>`` in memory history.
         Raises `ValueError` for an "http://" target with *tls* True."""
         unknown = set(targets or {}) - set(SERVICE_NAMES)
         if unknown:
@@ -115,6 +119,8 @@ class AsyncMemplaneClient:
                 )
         self._channel = self._channels[target]
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        if via:
+            self._metadata = (*self._metadata, (VIA_METADATA_KEY, via))
         self._timeout = timeout
         self.lsn = ""
         self.retrieval = retrieval_pb2_grpc.RetrievalServiceStub(self._channels[addresses["retrieval"]])

@@ -11,6 +11,13 @@ import re
 import secrets
 
 KEY_PREFIX = "mp"
+
+# gRPC metadata by which a client names the channel a person acts through; the server
+# records that person's writes with actor ``<via>:<key_id>`` instead of ``key:<key_id>``
+# (memory history). A label of the channel, not a credential: the key id stays the key's,
+# and a value outside VIA_CLIENTS is ignored.
+VIA_METADATA_KEY = "memplane-via"
+VIA_CLIENTS = frozenset({"console"})
 KEY_ID = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
 SECRET = re.compile(r"^[A-Za-z0-9-]{43,128}\Z")  # an imported secret carries at least 256 bits
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -10,6 +11,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from memplane.domain.apikeys import VIA_CLIENTS, VIA_METADATA_KEY
 from memplane.domain.models import Principal, Workspace
 from memplane.errors import MemplaneError, PermissionDeniedError, UnauthenticatedError, WorkspaceDeletedError
 from memplane.server.admin.auth import Authenticator
@@ -46,6 +48,15 @@ def bearer_token(context: Context) -> str:
     return token.strip()
 
 
+def via(principal: Principal, context: Context) -> Principal:
+    """*principal* with actor ``console:<key id>`` when the call carries ``memplane-via:
+    console`` (`memplane.domain.apikeys.VIA_METADATA_KEY`); unchanged otherwise."""
+    values = [v for k, v in context.invocation_metadata() or () if k == VIA_METADATA_KEY]
+    if len(values) != 1 or values[0] not in VIA_CLIENTS or not principal.actor.startswith("key:"):
+        return principal
+    return dataclasses.replace(principal, actor=f"{values[0]}:{principal.actor.removeprefix('key:')}")
+
+
 async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[Principal, Workspace]:
     """The caller and its workspace, holding one of the workspace's call slots until the
     `rpc` handler returns. Raises `UnauthenticatedError`, `PermissionDeniedError` for the
@@ -54,7 +65,7 @@ async def workspace_of(authenticator: Authenticator, context: Context) -> tuple[
     slots = _slots.get()
     if slots is None:
         raise RuntimeError("workspace_of() must run inside an @rpc handler, which releases its call slot")
-    principal = await authenticator.authenticate(bearer_token(context))
+    principal = via(await authenticator.authenticate(bearer_token(context)), context)
     if principal.workspace is None:
         raise PermissionDeniedError("the admin key cannot read or write memories; use a workspace key")
     slots.append(await authenticator.hold(principal.workspace))

@@ -1,0 +1,114 @@
+"""Reading the page's requests: query parameters and JSON bodies into the client SDK's
+arguments. Every bad value raises `BadRequestError` naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from memplane.console.errors import BadRequestError
+from memplane.console.jsonview import memory_type_value
+from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: a memory's content is far less
+SCOPE_FIELDS = ("user_id", "agent_id", "session_id")
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object. Raises `BadRequestError` for a body over 1 MiB, one that is
+    not JSON, or JSON that is not an object."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequestError(f"body: {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:
+        raise BadRequestError("body: not JSON") from None
+    if not isinstance(value, dict):
+        raise BadRequestError("body: must be a JSON object")
+    return value
+
+
+def text(source: Mapping[str, Any], field: str, *, max_chars: int = 1_000) -> str:
+    """*field* of *source* as a string ("" when absent); `BadRequestError` when it is not a
+    string or longer than *max_chars*."""
+    value = source.get(field, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequestError(f"{field}: must be a string")
+    if len(value) > max_chars:
+        raise BadRequestError(f"{field}: {len(value)} characters; the limit is {max_chars}")
+    return value
+
+
+def integer(source: Mapping[str, Any], field: str, *, default: int, low: int, high: int) -> int:
+    """*field* of *source* as an int in low..high (*default* when absent or "");
+    `BadRequestError` otherwise."""
+    value = source.get(field)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise BadRequestError(f"{field}: must be a whole number")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise BadRequestError(f"{field}: must be a whole number, not {value!r}") from None
+    if not low <= number <= high:
+        raise BadRequestError(f"{field}: must be {low} to {high}, not {number}")
+    return number
+
+
+def flag(source: Mapping[str, Any], field: str) -> bool:
+    """*field* as a boolean: JSON true/false, or "1"/"true"/"0"/"false"/"" in a query."""
+    value = source.get(field, False)
+    if isinstance(value, bool):
+        return value
+    if value in ("1", "true", "on"):
+        return True
+    if value in ("0", "false", "off", ""):
+        return False
+    raise BadRequestError(f"{field}: must be true or false, not {value!r}")
+
+
+def scope(source: Mapping[str, Any]) -> memory_pb2.Scope:
+    """user_id, agent_id and session_id of *source* (each at most 256 characters)."""
+    return memory_pb2.Scope(**{f: text(source, f, max_chars=256) for f in SCOPE_FIELDS})
+
+
+def memory_filter(source: Mapping[str, Any]) -> filter_pb2.MemoryFilter:
+    """A MemoryFilter: the scope fields, `type` (one memory type or ""), and the flags
+    include_superseded / include_expired."""
+    s = scope(source)
+    word = text(source, "type", max_chars=32)
+    types = [memory_type_value(word, "type")] if word else []
+    return filter_pb2.MemoryFilter(
+        user_id=s.user_id,
+        agent_id=s.agent_id,
+        session_id=s.session_id,
+        types=types,  # type: ignore[arg-type]
+        include_superseded=flag(source, "include_superseded"),
+        include_expired=flag(source, "include_expired"),
+    )
+
+
+FUSIONS: dict[str, int] = {
+    ("" if value == 0 else name.removeprefix("FUSION_METHOD_").lower()): value
+    for name, value in retrieval_pb2.FusionMethod.items()
+}
+MODES = {
+    "hybrid": retrieval_pb2.SEARCH_MODE_HYBRID,
+    "vector": retrieval_pb2.SEARCH_MODE_VECTOR,
+    "lexical": retrieval_pb2.SEARCH_MODE_LEXICAL,
+}
+
+
+def choice(source: Mapping[str, Any], field: str, choices: Mapping[str, int], default: str) -> int:
+    """The enum value of *field*'s word among *choices*; `BadRequestError` naming them otherwise."""
+    word = text(source, field, max_chars=32) or default
+    if word not in choices:
+        raise BadRequestError(f"{field}: {word!r} is not one of {', '.join(repr(c) for c in choices if c)}")
+    return choices[word]

@@ -1,0 +1,107 @@
+// Browse the workspace's memories: scope and type filters, server-side pages.
+
+import { call, query } from "../api.js";
+import { field, h, replace, scopeText, state, when } from "../dom.js";
+
+const TYPES = ["", "user", "feedback", "project", "reference", "procedural", "tool", "episodic"];
+const PAGE_SIZE = 25;
+
+function preview(text, max = 160) {
+  const flat = text.split(/\s+/).join(" ");
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+export function browseView() {
+  const inputs = {
+    user_id: h("input", { name: "user_id", size: 14 }),
+    agent_id: h("input", { name: "agent_id", size: 14 }),
+    session_id: h("input", { name: "session_id", size: 14 }),
+    type: h("select", { name: "type" }, TYPES.map((t) => h("option", { value: t }, t || "any type"))),
+    include_superseded: h("input", { type: "checkbox", name: "include_superseded" }),
+    include_expired: h("input", { type: "checkbox", name: "include_expired" }),
+  };
+  const results = h("div", { class: "results" });
+  const pager = h("div", { class: "pager" });
+  const tokens = [""]; // page tokens of the pages seen, for Previous
+  let page = 0;
+
+  function params() {
+    const p = { page_size: PAGE_SIZE, page_token: tokens[page] };
+    for (const [k, el] of Object.entries(inputs)) p[k] = el.type === "checkbox" ? el.checked : el.value.trim();
+    return p;
+  }
+
+  async function load() {
+    replace(results, state("loading", "Loading memories…"));
+    replace(pager);
+    let reply;
+    try {
+      reply = await call("GET", `memories${query(params())}`);
+    } catch (error) {
+      replace(results, state("error", `Could not list memories: ${error.message}`));
+      return;
+    }
+    if (!reply.memories.length) {
+      replace(results, state("empty", page ? "No more memories." : "No memories match these filters."));
+    } else {
+      const rows = reply.memories.map((m) =>
+        h(
+          "tr",
+          {},
+          h("td", {}, h("a", { href: `#/memory/${encodeURIComponent(m.id)}`, class: "content" }, preview(m.content))),
+          h("td", {}, m.type),
+          h("td", {}, scopeText(m.scope)),
+          h("td", { class: "num" }, String(m.version)),
+          h("td", {}, when(m.update_time)),
+        ),
+      );
+      replace(
+        results,
+        h("p", { class: "count" }, `${reply.total_size} memories`),
+        h(
+          "table",
+          { class: "memories" },
+          h("thead", {}, h("tr", {}, ["Content", "Type", "Scope", "Version", "Updated"].map((c) => h("th", {}, c)))),
+          h("tbody", {}, rows),
+        ),
+      );
+    }
+    const previous = h("button", { type: "button", disabled: page === 0, onclick: () => { page -= 1; load(); } }, "Previous");
+    const next = h(
+      "button",
+      {
+        type: "button",
+        disabled: !reply.next_page_token,
+        onclick: () => {
+          tokens[page + 1] = reply.next_page_token;
+          page += 1;
+          load();
+        },
+      },
+      "Next",
+    );
+    replace(pager, previous, h("span", {}, `page ${page + 1}`), next);
+  }
+
+  const form = h(
+    "form",
+    {
+      class: "filters",
+      onsubmit: (event) => {
+        event.preventDefault();
+        tokens.length = 1;
+        page = 0;
+        load();
+      },
+    },
+    field("user", inputs.user_id),
+    field("agent", inputs.agent_id),
+    field("session", inputs.session_id),
+    field("type", inputs.type),
+    field("superseded", inputs.include_superseded),
+    field("expired", inputs.include_expired),
+    h("button", { type: "submit" }, "Filter"),
+  );
+  load();
+  return h("section", { class: "view-browse" }, h("h1", {}, "Memories"), form, results, pager);
+}

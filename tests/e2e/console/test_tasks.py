@@ -1,0 +1,139 @@
+"""A person's tasks in the console, in real headless Chromium against a real `memplane
+console` and gRPC server: sign in, browse, search and read the explanation, open a
+memory, edit it through a version conflict, delete it, erase a scope after its preview,
+sign out. Screenshots of each view go to build/console-screenshots/."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.async_api import expect
+
+from memplane.errors import NotFoundError
+from memplane.v1 import memory_pb2
+from tests.e2e.console.conftest import Console, Tab, sign_in
+from tests.fix_server import TestWorkspace
+from tests.support import mem
+
+pytestmark = pytest.mark.e2e
+
+NOTES = [
+    mem("Alice drinks green tea every morning", user_id="alice", type=memory_pb2.MEMORY_TYPE_USER),
+    mem("Alice is allergic to peanuts", user_id="alice", type=memory_pb2.MEMORY_TYPE_USER),
+    mem("Bob prefers short answers in bullet points", user_id="bob", type=memory_pb2.MEMORY_TYPE_FEEDBACK),
+    mem("Run the migrations before deploying the chart", agent_id="ops", type=memory_pb2.MEMORY_TYPE_PROCEDURAL),
+]
+
+
+async def test_sign_in_browse_search_and_sign_out(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(NOTES)
+    page = tab.page
+    await page.goto(console.url)
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    await tab.shot("sign-in")
+    await page.get_by_label("API key").fill("mp_wrong_" + "x" * 43)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.get_by_role("alert")).to_contain_text("unknown or revoked API key")
+
+    await sign_in(tab, console, workspace)
+    assert page.url.endswith("/memplane/#/memories")
+    await expect(page.locator(".who")).to_have_text(f"key {workspace.key_id}")
+    await expect(page.locator(".count")).to_have_text("4 memories")
+    await expect(page.locator("table.memories tbody tr")).to_have_count(4)
+    await tab.shot("browse")
+
+    await page.get_by_label("user", exact=True).fill("alice")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator(".count")).to_have_text("2 memories")
+    await page.get_by_label("user", exact=True).fill("nobody")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator(".state-empty")).to_have_text("No memories match these filters.")
+
+    await page.get_by_role("link", name="Search").click()
+    await page.get_by_label("query", exact=True).fill("what does Alice drink?")
+    await page.get_by_role("button", name="Search").click()
+    first = page.locator("article.hit").first
+    await expect(first.locator(".content")).to_have_text("Alice drinks green tea every morning")
+    await expect(first.locator(".score")).to_contain_text("fused score")
+    await expect(first.locator("table.explain")).to_contain_text("vector")
+    await expect(first.locator("table.explain")).to_contain_text("lexical")
+    await expect(first.locator("table.explain")).to_contain_text("#1")
+    await expect(page.locator(".timing")).to_contain_text(" ms (embedding ")
+    await tab.shot("search")
+
+    await first.get_by_role("link", name="open").click()
+    await expect(page.locator(".view-detail .content")).to_have_text("Alice drinks green tea every morning")
+    await expect(page.locator(".history .event-add")).to_contain_text(f"ADD by key:{workspace.key_id}")
+
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert not [c for c in await tab.context.cookies() if c["name"] == "memplane_console"]
+    await page.goto(console.url + "#/memories")  # signed out: the page asks for the key again
+    await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
+
+async def test_edit_with_a_version_conflict_then_delete(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    [stored] = await workspace.client.add_memories([mem("The user lives in Paris", user_id="carol")])
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    await page.goto(f"{console.url}#/memory/{stored.id}")
+    editor = page.locator("textarea[name=content]")
+    await expect(editor).to_have_value("The user lives in Paris")
+
+    # Someone else changes it while the page shows version 1.
+    await workspace.client.update_memory(
+        stored.id, memory_pb2.MemoryInput(content="The user lives in Lyon"), ["content"], expected_version=1
+    )
+    await editor.fill("The user lives in Berlin")
+    await page.get_by_role("button", name="Save").click()
+    conflict = page.locator(".conflict")
+    await expect(conflict).to_contain_text("stored version 2, yours 1")
+    await expect(conflict).to_contain_text("Your edit was not saved")
+    await tab.shot("edit-conflict")
+    assert (await workspace.client.get_memory(stored.id)).content == "The user lives in Lyon"
+
+    await conflict.get_by_role("button", name="Reload the stored version").click()
+    await expect(editor).to_have_value("The user lives in Lyon")
+    await editor.fill("The user lives in Berlin since 2024")
+    await page.get_by_role("button", name="Save").click()
+    await expect(page.locator(".state-ok")).to_have_text("Saved.")
+    now = await workspace.client.get_memory(stored.id)
+    assert (now.content, now.version) == ("The user lives in Berlin since 2024", 3)
+
+    # The history: each change as a diff, the console's edit under console:<key id>.
+    events = page.locator(".history .event-update")
+    await expect(events).to_have_count(2)
+    console_edit = events.nth(1)
+    await expect(console_edit).to_contain_text(f"UPDATE by console:{workspace.key_id}")
+    await expect(console_edit.locator("del")).to_have_text(["Lyon"])
+    await expect(console_edit.locator("ins")).to_contain_text(["Berlin"])
+    await tab.shot("detail-history")
+
+    await page.get_by_role("button", name="Delete…").click()
+    await page.get_by_role("button", name="Really delete").click()
+    await expect(page.locator(".state-ok")).to_contain_text(f"Deleted memory {stored.id}")
+    with pytest.raises(NotFoundError):
+        await workspace.client.get_memory(stored.id)
+    await page.reload()  # the same URL, read again: the memory is gone
+    await expect(page.get_by_role("alert")).to_have_text("Memory not found (in this workspace).")
+
+
+async def test_erase_a_scope_after_its_preview(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(NOTES)
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    await page.get_by_role("link", name="Erase a scope").click()
+    await page.get_by_label("user", exact=True).fill("nobody")
+    await page.get_by_role("button", name="Preview").click()
+    await expect(page.locator(".state-empty")).to_have_text("user nobody holds no memories.")
+
+    await page.get_by_label("user", exact=True).fill("alice")
+    await page.get_by_role("button", name="Preview").click()
+    await expect(page.locator(".preview")).to_contain_text("user alice holds 2 memories")
+    await tab.shot("erase-preview")
+    await page.get_by_role("button", name="Erase 2 memories").click()
+    receipt = page.locator(".receipt")
+    await expect(receipt).to_contain_text("Memories erased: 2")
+    await expect(receipt).to_contain_text("Scope: user alice")
+    await tab.shot("erase-receipt")
+    left = await workspace.client.list_memories()
+    assert sorted(m.scope.user_id or m.scope.agent_id for m in left.memories) == ["bob", "ops"]

@@ -1,0 +1,185 @@
+"""The console's walls without a browser or a server: the ASGI app over a fake client
+(httpx's ASGI transport), for the headers, the CSRF and origin checks, the cookie's
+flags, the sign-in rate limit and the base path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from memplane.client import AsyncMemplaneClient
+from memplane.console.app import build_app, normalize_base_path
+from memplane.console.ratelimit import RateLimiter
+from memplane.console.security import CONTENT_SECURITY_POLICY
+from memplane.console.sessions import SessionStore
+from memplane.errors import NotFoundError, UnauthenticatedError
+from memplane.v1 import retrieval_pb2
+
+GOOD_KEY = "mp_k1_" + "a" * 43
+
+
+class FakeClient:
+    """The calls the console makes, answering for GOOD_KEY only."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.closed = False
+
+    async def list_memories(self, **_: Any) -> retrieval_pb2.ListMemoriesResponse:
+        if self.key != GOOD_KEY:
+            raise UnauthenticatedError("unknown or revoked API key")
+        return retrieval_pb2.ListMemoriesResponse(total_size=0)
+
+    async def get_memory(self, memory_id: str) -> Any:
+        raise NotFoundError("memory", memory_id)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def factory(key: str) -> AsyncMemplaneClient:
+    return cast(AsyncMemplaneClient, FakeClient(key))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    app = build_app(factory, base_path="/memplane", limiter=RateLimiter(burst=3, rate_per_second=1.0))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as client:
+        yield client
+
+
+ORIGIN = {"origin": "http://console.test"}
+
+
+async def sign_in(http: httpx.AsyncClient) -> str:
+    reply = await http.post("/memplane/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["csrf_token"])
+
+
+async def test_headers_on_page_and_api(http: httpx.AsyncClient) -> None:
+    for path in ("/memplane/", "/memplane/api/session", "/memplane/static/js/main.js"):
+        reply = await http.get(path)
+        assert reply.status_code == 200, path
+        assert reply.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert reply.headers["x-content-type-options"] == "nosniff"
+        assert reply.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self';" in CONTENT_SECURITY_POLICY
+    assert "frame-ancestors 'none'" in CONTENT_SECURITY_POLICY
+    assert "object-src 'none'" in CONTENT_SECURITY_POLICY
+
+
+async def test_base_path_redirects_and_page_links_are_relative(http: httpx.AsyncClient) -> None:
+    for path in ("/memplane", "/"):
+        reply = await http.get(path)
+        assert reply.status_code == 308
+        assert reply.headers["location"] == "/memplane/"
+    page = (await http.get("/memplane/")).text
+    assert 'src="static/js/main.js"' in page
+    assert "<script>" not in page  # no inline script
+
+
+async def test_cookie_flags_and_sign_out(http: httpx.AsyncClient) -> None:
+    reply = await http.post("/memplane/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)
+    cookie = reply.headers["set-cookie"].lower()
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+    assert "path=/memplane/" in cookie
+    assert GOOD_KEY.lower() not in cookie
+    csrf = reply.json()["csrf_token"]
+    assert (await http.get("/memplane/api/session")).json()["signed_in"] is True
+    out = await http.delete("/memplane/api/session", headers={**ORIGIN, "x-csrf-token": csrf})
+    assert out.status_code == 200
+    assert (await http.get("/memplane/api/session")).json() == {"signed_in": False}
+
+
+async def test_state_changes_need_the_token_and_the_origin(http: httpx.AsyncClient) -> None:
+    csrf = await sign_in(http)
+    body = {"user_id": "u1", "expected_count": 0}
+    missing = await http.post("/memplane/api/erasure", json=body, headers=ORIGIN)
+    assert missing.status_code == 403
+    assert missing.json()["error"]["code"] == "CSRF"
+    wrong = await http.post("/memplane/api/erasure", json=body, headers={**ORIGIN, "x-csrf-token": csrf + "x"})
+    assert wrong.status_code == 403
+    foreign = await http.post(
+        "/memplane/api/erasure", json=body, headers={"origin": "https://evil.example", "x-csrf-token": csrf}
+    )
+    assert foreign.status_code == 403
+    assert foreign.json()["error"]["code"] == "CROSS_SITE"
+    cross = await http.post(
+        "/memplane/api/erasure", json=body, headers={"sec-fetch-site": "cross-site", "x-csrf-token": csrf}
+    )
+    assert cross.status_code == 403
+    sign = await http.post("/memplane/api/session", json={"api_key": GOOD_KEY}, headers={"origin": "null"})
+    assert sign.status_code == 403
+
+
+async def test_signed_out_reads_are_401_and_not_found_is_404(http: httpx.AsyncClient) -> None:
+    assert (await http.get("/memplane/api/memories")).status_code == 401
+    await sign_in(http)
+    reply = await http.get("/memplane/api/memories/00000000-0000-0000-0000-000000000001")
+    assert reply.status_code == 404
+    assert reply.json()["error"]["message"] == "not found"
+
+
+async def test_bad_input_names_the_field(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    reply = await http.get("/memplane/api/memories", params={"page_size": "5000"})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["message"].startswith("page_size:")
+    reply = await http.get("/memplane/api/memories", params={"type": "dream"})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["message"].startswith("type:")
+
+
+async def test_sign_in_is_rate_limited(http: httpx.AsyncClient) -> None:
+    bad = {"api_key": "mp_nope_" + "b" * 43}
+    codes = [(await http.post("/memplane/api/session", json=bad, headers=ORIGIN)).status_code for _ in range(4)]
+    assert codes == [401, 401, 401, 429]
+    limited = await http.post("/memplane/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)
+    assert limited.status_code == 429
+    assert int(limited.headers["retry-after"]) >= 1
+
+
+def test_rate_limiter_refills_with_time() -> None:
+    clock = Clock()
+    limiter = RateLimiter(burst=2, rate_per_second=0.5, clock=clock)
+    assert [limiter.allow("a"), limiter.allow("a"), limiter.allow("a")] == [True, True, False]
+    assert limiter.allow("b")
+    assert limiter.retry_after("a") == pytest.approx(2.0)
+    clock.now += 2.0
+    assert limiter.allow("a")
+    assert not limiter.allow("a")
+
+
+async def test_idle_sessions_end_and_close_their_client() -> None:
+    clock = Clock()
+    store = SessionStore(factory, idle_seconds=60.0, clock=clock)
+    client = factory(GOOD_KEY)
+    session = await store.open(GOOD_KEY, client)
+    assert session.key_id == "k1"
+    assert await store.get(session.session_id) is session
+    clock.now += 61.0
+    assert await store.get(session.session_id) is None
+    assert cast(FakeClient, client).closed
+
+
+def test_base_path_is_checked() -> None:
+    assert normalize_base_path("") == ""
+    assert normalize_base_path("/memplane/") == "/memplane"
+    assert normalize_base_path("a/b") == "/a/b"
+    for bad in ("/a b", "/../x", "/a//b", '/"x'):
+        with pytest.raises(ValueError, match="--base-path"):
+            normalize_base_path(bad)
