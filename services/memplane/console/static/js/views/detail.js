@@ -65,7 +65,7 @@ export function detailView(id) {
   }
 
   function render({ memory, events }, notice) {
-    const editor = h("textarea", { name: "content", rows: 6, cols: 80 });
+    const editor = h("textarea", { name: "content", rows: 4, cols: 60 });
     editor.value = memory.content;
     const status = h("div", { class: "status" }, notice || null);
     const save = h("button", { type: "submit" }, "Save");
@@ -127,14 +127,26 @@ export function detailView(id) {
       section,
       h("h1", {}, memory.name || "Memory"),
       h("p", { class: "content card" }, memory.content),
-      facts(memory),
-      h("h2", {}, "Metadata"),
-      h("pre", { class: "metadata" }, JSON.stringify(memory.metadata, null, 2)),
-      edit,
-      status,
-      h("div", { class: "delete" }, del, confirmDelete, deleteStatus),
-      h("h2", {}, "History"),
-      events.length ? h("ol", { class: "history" }, events.map(eventItem)) : state("empty", "No recorded events."),
+      h(
+        "div",
+        { class: "columns" },
+        h(
+          "div",
+          {},
+          facts(memory),
+          h("h2", {}, "Metadata"),
+          h("pre", { class: "metadata" }, JSON.stringify(memory.metadata, null, 2)),
+          edit,
+          status,
+          h("div", { class: "delete" }, del, confirmDelete, deleteStatus),
+        ),
+        h(
+          "div",
+          {},
+          h("h2", {}, "History"),
+          events.length ? h("ol", { class: "history" }, events.map(eventItem)) : state("empty", "No recorded events."),
+        ),
+      ),
     );
   }
 
