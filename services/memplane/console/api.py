@@ -9,6 +9,9 @@
     GET    api/memories/{id}           -> {memory, events}
     PATCH  api/memories/{id} {content, expected_version} -> {memory}; 409 on a conflict
     DELETE api/memories/{id}?expected_version= -> {id}
+    GET    api/memories/{id}/events    -> {events} (also of a deleted memory)
+    POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
+    GET    api/export?user_id=&agent_id=&session_id=&history= -> JSON lines, streamed
     POST   api/search {query, top_k, mode, fusion, min_relevance, context_turns, scope...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
     POST   api/erasure/preview {user_id, agent_id, session_id} -> {count}
@@ -27,11 +30,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memplane import errors
-from memplane.console import inputs, jsonview
+from memplane.console import export, inputs, jsonview, restore
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -67,6 +70,9 @@ class ConsoleApi:
             Route("/memories/{memory_id}", self._signed_in(self.get_memory), methods=["GET"]),
             Route("/memories/{memory_id}", self._signed_in(self.update_memory), methods=["PATCH"]),
             Route("/memories/{memory_id}", self._signed_in(self.delete_memory), methods=["DELETE"]),
+            Route("/memories/{memory_id}/events", self._signed_in(self.memory_events), methods=["GET"]),
+            Route("/memories/{memory_id}/restore", self._signed_in(self.restore_memory), methods=["POST"]),
+            Route("/export", self._signed_in(self.export), methods=["GET"]),
             Route("/search", self._signed_in(self.search), methods=["POST"]),
             Route("/erasure/preview", self._signed_in(self.erasure_preview), methods=["POST"]),
             Route("/erasure", self._signed_in(self.erase), methods=["POST"]),
@@ -226,6 +232,31 @@ class ConsoleApi:
         expected = inputs.integer(request.query_params, "expected_version", default=0, low=0, high=2**62)
         deleted = await session.client.delete_memory(request.path_params["memory_id"], expected_version=expected)
         return JSONResponse({"id": deleted})
+
+    async def memory_events(self, request: Request, session: Session) -> Response:
+        """A memory's history, oldest first; for a deleted memory too (empty for an id the
+        workspace never had)."""
+        events = await session.client.list_memory_events(request.path_params["memory_id"])
+        return JSONResponse({"events": [jsonview.event(e) for e in events]})
+
+    async def restore_memory(self, request: Request, session: Session) -> Response:
+        """Store a deleted memory again from its last DELETE event (as `memplane restore`);
+        404 when its history holds none (never deleted, or erased by scope)."""
+        memory = await restore.restore_deleted(session.client, request.path_params["memory_id"])
+        return JSONResponse({"memory": jsonview.memory(memory)})
+
+    async def export(self, request: Request, session: Session) -> Response:
+        """The scope's memories (superseded and expired included) as JSON lines in
+        `memplane export jsonl`'s format, newest first, streamed page by page; with
+        history=true each memory's events follow it."""
+        query = request.query_params
+        lines = export.export_lines(session.client, inputs.scope(query), history=inputs.flag(query, "history"))
+        first = await anext(lines)  # the header: a bad key fails here, as a JSON error
+        return StreamingResponse(
+            export.prepend(first, lines),
+            media_type="application/x-ndjson",
+            headers={"content-disposition": 'attachment; filename="memplane-export.jsonl"'},
+        )
 
     # -- search -------------------------------------------------------------------
     async def search(self, request: Request, session: Session) -> Response:

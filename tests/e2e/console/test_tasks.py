@@ -5,6 +5,11 @@ sign out. Screenshots of each view go to build/console-screenshots/."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+from pathlib import Path
+
 import pytest
 from playwright.async_api import expect
 
@@ -113,8 +118,37 @@ async def test_edit_with_a_version_conflict_then_delete(tab: Tab, console: Conso
     await expect(page.locator(".state-ok")).to_contain_text(f"Deleted memory {stored.id}")
     with pytest.raises(NotFoundError):
         await workspace.client.get_memory(stored.id)
-    await page.reload()  # the same URL, read again: the memory is gone
-    await expect(page.get_by_role("alert")).to_have_text("Memory not found (in this workspace).")
+    await expect(page.locator(".state-error")).to_contain_text("deleted at ")
+    await expect(page.locator(".state-error")).to_contain_text(f"by console:{workspace.key_id}")
+    await page.reload()  # the same URL, read again: gone, with its history and a way back
+    await expect(page.get_by_role("alert")).to_contain_text("This memory was deleted")
+    await tab.shot("deleted")
+    await page.get_by_role("button", name="Restore it").click()
+    await expect(page).not_to_have_url(re.compile(stored.id))
+    await expect(page.locator(".view-detail p.content")).to_have_text("The user lives in Berlin since 2024")
+    restored_id = page.url.rsplit("/", 1)[1]
+    assert restored_id != stored.id
+    restored = await workspace.client.get_memory(restored_id)
+    assert (restored.content, restored.scope.user_id) == ("The user lives in Berlin since 2024", "carol")
+    await expect(page.locator(".history .event-add")).to_contain_text(f"ADD by console:{workspace.key_id}")
+
+
+async def test_export_a_scope_as_json_lines(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(NOTES)
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    await page.get_by_label("user", exact=True).fill("alice")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator(".count")).to_have_text("2 memories")
+    async with page.expect_download() as started:
+        await page.get_by_role("link", name="Export (JSON lines)").click()
+    download = await started.value
+    assert download.suggested_filename == "memplane-export.jsonl"
+    text = await asyncio.to_thread(Path(await download.path()).read_text)
+    lines = [json.loads(line) for line in text.splitlines()]
+    contents = sorted(line["memory"]["content"] for line in lines if "memory" in line)
+    assert contents == ["Alice drinks green tea every morning", "Alice is allergic to peanuts"]
+    assert len(lines) == 4  # header, two memories, end
 
 
 async def test_erase_a_scope_after_its_preview(tab: Tab, console: Console, workspace: TestWorkspace) -> None:

@@ -3,14 +3,15 @@
 
 /**
  * An element: h("a", {href: "#/x", class: "c", onclick: fn}, "text", child, ...).
- * Attributes named on* are listeners; "href" must be an in-page "#..." link.
+ * Attributes named on* are listeners; "href" must be an in-page "#..." link or one of the
+ * console's own "api/..." downloads.
  */
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs)) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
-    else if (name === "href" && !String(value).startsWith("#")) throw new Error("only in-page links");
+    else if (name === "href" && !/^(#|api\/)/.test(String(value))) throw new Error("only the console's own links");
     else if (value === true) el.setAttribute(name, "");
     else el.setAttribute(name, String(value));
   }

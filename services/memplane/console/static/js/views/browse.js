@@ -22,6 +22,7 @@ export function browseView() {
   };
   const results = h("div", { class: "results" });
   const pager = h("div", { class: "pager" });
+  const exportLink = h("a", { class: "export", href: "api/export", download: "memplane-export.jsonl" }, "Export (JSON lines)");
   const tokens = [""]; // page tokens of the pages seen, for Previous
   let page = 0;
 
@@ -32,6 +33,8 @@ export function browseView() {
   }
 
   async function load() {
+    const p = params();
+    exportLink.setAttribute("href", `api/export${query({ user_id: p.user_id, agent_id: p.agent_id, session_id: p.session_id })}`);
     replace(results, state("loading", "Loading memories…"));
     replace(pager);
     let reply;
@@ -101,6 +104,7 @@ export function browseView() {
     field("superseded", inputs.include_superseded),
     field("expired", inputs.include_expired),
     h("button", { type: "submit" }, "Filter"),
+    exportLink,
   );
   load();
   return h("section", { class: "view-browse" }, h("h1", {}, "Memories"), form, results, pager);

@@ -24,7 +24,7 @@ function facts(m) {
   return h("dl", { class: "facts" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 
-function eventItem(e) {
+function eventItem(e, useText) {
   const before = e.before;
   const after = e.after;
   const changes = [];
@@ -46,19 +46,72 @@ function eventItem(e) {
     { class: `event event-${e.kind}` },
     h("header", {}, h("strong", {}, e.kind.toUpperCase()), ` by ${e.actor || "unknown"} at ${when(e.create_time)}`, before && after ? ` (v${before.version} → v${after.version})` : ""),
     changes.length ? changes : h("p", { class: "muted" }, "no change"),
+    useText && before && after && before.content !== after.content
+      ? h("button", { type: "button", class: "secondary", onclick: () => useText(before.content) }, "Edit from the text before this")
+      : null,
   );
 }
 
 export function detailView(id) {
   const section = h("section", { class: "view-detail" }, h("h1", {}, "Memory"), state("loading", "Loading the memory…"));
 
+  const backLink = () => h("p", {}, h("a", { href: "#/memories" }, "Back to memories"));
+
+  // Not found: a memory deleted from this workspace still has its history (and can be
+  // stored again); an id the workspace never had has none.
+  async function showGone(notice) {
+    let events = [];
+    try {
+      ({ events } = await call("GET", `memories/${encodeURIComponent(id)}/events`));
+    } catch {
+      events = [];
+    }
+    const deletion = events.filter((e) => e.kind === "delete" && e.before).pop();
+    if (!deletion) {
+      replace(section, h("h1", {}, "Memory"), state("error", "Memory not found (in this workspace)."), backLink());
+      return;
+    }
+    const status = h("div", { class: "status" });
+    const restore = h(
+      "button",
+      {
+        type: "button",
+        onclick: async () => {
+          restore.disabled = true;
+          try {
+            const { memory } = await call("POST", `memories/${encodeURIComponent(id)}/restore`);
+            location.hash = `#/memory/${encodeURIComponent(memory.id)}`;
+          } catch (error) {
+            restore.disabled = false;
+            replace(status, state("error", `Not restored: ${error.message}`));
+          }
+        },
+      },
+      "Restore it",
+    );
+    replace(
+      section,
+      h("h1", {}, "Memory"),
+      notice || null,
+      state("error", `This memory was deleted at ${when(deletion.create_time)} by ${deletion.actor || "unknown"}.`),
+      h("p", { class: "content card" }, deletion.before.content),
+      h("div", { class: "delete" }, restore, status),
+      h("h2", {}, "History"),
+      h("ol", { class: "history" }, events.map((e) => eventItem(e))),
+      backLink(),
+    );
+  }
+
   async function load(notice) {
     let reply;
     try {
       reply = await call("GET", `memories/${encodeURIComponent(id)}`);
     } catch (error) {
-      const text = error.status === 404 ? "Memory not found (in this workspace)." : `Could not load the memory: ${error.message}`;
-      replace(section, h("h1", {}, "Memory"), state("error", text), h("p", {}, h("a", { href: "#/memories" }, "Back to memories")));
+      if (error.status === 404) {
+        await showGone(notice);
+        return;
+      }
+      replace(section, h("h1", {}, "Memory"), state("error", `Could not load the memory: ${error.message}`), backLink());
       return;
     }
     render(reply, notice);
@@ -113,7 +166,7 @@ export function detailView(id) {
           confirmDelete.disabled = true;
           try {
             await call("DELETE", `memories/${encodeURIComponent(memory.id)}?expected_version=${memory.version}`);
-            replace(section, h("h1", {}, "Memory"), state("ok", `Deleted memory ${memory.id}.`), h("p", {}, h("a", { href: "#/memories" }, "Back to memories")));
+            await showGone(state("ok", `Deleted memory ${memory.id}.`));
           } catch (error) {
             confirmDelete.disabled = false;
             replace(deleteStatus, state("error", `Not deleted: ${error.message}`));
@@ -144,7 +197,9 @@ export function detailView(id) {
           "div",
           {},
           h("h2", {}, "History"),
-          events.length ? h("ol", { class: "history" }, events.map(eventItem)) : state("empty", "No recorded events."),
+          events.length
+            ? h("ol", { class: "history" }, events.map((e) => eventItem(e, (text) => { editor.value = text; editor.focus(); })))
+            : state("empty", "No recorded events."),
         ),
       ),
     );
