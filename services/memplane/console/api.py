@@ -12,6 +12,7 @@
     GET    api/memories/{id}/events    -> {events} (also of a deleted memory)
     POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
     GET    api/export?user_id=&agent_id=&session_id=&history= -> JSON lines, streamed
+    GET    api/sessions/{session_id}/transcript, POST .../preview (`sessionview`)
     POST   api/search {query, top_k, mode, fusion, min_relevance, context_turns, scope...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
     POST   api/erasure/preview {user_id, agent_id, session_id} -> {count}
@@ -34,7 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memplane import errors
-from memplane.console import export, inputs, jsonview, restore
+from memplane.console import export, inputs, jsonview, restore, sessionview
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -73,6 +74,8 @@ class ConsoleApi:
             Route("/memories/{memory_id}/events", self._signed_in(self.memory_events), methods=["GET"]),
             Route("/memories/{memory_id}/restore", self._signed_in(self.restore_memory), methods=["POST"]),
             Route("/export", self._signed_in(self.export), methods=["GET"]),
+            Route("/sessions/{session_id}/transcript", self._signed_in(sessionview.transcript), methods=["GET"]),
+            Route("/sessions/{session_id}/preview", self._signed_in(sessionview.preview), methods=["POST"]),
             Route("/search", self._signed_in(self.search), methods=["POST"]),
             Route("/erasure/preview", self._signed_in(self.erasure_preview), methods=["POST"]),
             Route("/erasure", self._signed_in(self.erase), methods=["POST"]),

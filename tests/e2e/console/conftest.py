@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_playwright, expect
 
 from tests.fix_server import TestWorkspace
 
@@ -24,6 +24,10 @@ CHROMIUM = os.environ.get("MEMPLANE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = REPO / "build" / "console-screenshots"
 BASE_PATH = "/memplane"
 START_SECONDS = 60.0
+# What a page or an expectation may wait for: generous, since benchmarks may share the
+# machine's two cores (a wait ends as soon as the thing happens, so a pass is no slower).
+WAIT_MS = 20_000
+expect.set_options(timeout=WAIT_MS)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class Tab:
 async def tab(browser: Browser) -> AsyncIterator[Tab]:
     """A fresh browser context (no cookies) and page at 1280x800."""
     context = await browser.new_context(viewport={"width": 1280, "height": 800})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(WAIT_MS)
     page = await context.new_page()
     opened = Tab(page=page, context=context)
 

@@ -1,6 +1,7 @@
 // The console's entry: who is signed in, then one view per hash route.
 //   #/memories        browse           #/memory/<id>   detail, history, edit, delete
 //   #/search          search playground #/erase         erasure by scope
+//   #/session/<id>    transcript and what the agent will see
 
 import { call, setCsrf } from "./api.js";
 import { replace, state } from "./dom.js";
@@ -8,6 +9,7 @@ import { browseView } from "./views/browse.js";
 import { detailView } from "./views/detail.js";
 import { eraseView } from "./views/erase.js";
 import { searchView } from "./views/search.js";
+import { sessionView } from "./views/session.js";
 import { signInView } from "./views/signin.js";
 
 const view = document.getElementById("view");
@@ -37,7 +39,12 @@ function route() {
   const [path] = hash.split("?");
   for (const a of nav.querySelectorAll("a")) a.classList.toggle("active", a.getAttribute("href") === `#${path}`);
   const memory = /^\/memory\/([^/]+)$/.exec(path);
+  const session = /^\/session(?:\/([^/]*))?$/.exec(path);
+  for (const a of nav.querySelectorAll("a")) {
+    if (session && a.getAttribute("href") === "#/session") a.classList.add("active");
+  }
   if (memory) replace(view, detailView(decodeURIComponent(memory[1])));
+  else if (session) replace(view, sessionView(decodeURIComponent(session[1] || "")));
   else if (path === "/search") replace(view, searchView());
   else if (path === "/erase") replace(view, eraseView());
   else replace(view, browseView());

@@ -11,7 +11,7 @@ function facts(m) {
   const rows = [
     ["id", m.id],
     ["type", m.type],
-    ["scope", scopeText(m.scope)],
+    ["scope", m.scope.session_id ? [scopeText(m.scope), " ", h("a", { href: `#/session/${encodeURIComponent(m.scope.session_id)}` }, "open the session")] : scopeText(m.scope)],
     ["name", m.name],
     ["description", m.description],
     ["version", String(m.version)],
