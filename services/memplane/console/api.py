@@ -13,6 +13,7 @@
     POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
     GET    api/export?user_id=&agent_id=&session_id=&history= -> JSON lines, streamed
     GET    api/sessions/{session_id}/transcript, POST .../preview (`sessionview`)
+    api/admin/... with the admin key: workspaces, usage, keys (`admin`)
     POST   api/search {query, top_k, mode, fusion, min_relevance, context_turns, scope...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
     POST   api/erasure/preview {user_id, agent_id, session_id} -> {count}
@@ -35,7 +36,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from memplane import errors
-from memplane.console import export, inputs, jsonview, restore, sessionview
+from memplane.client import AsyncMemplaneClient
+from memplane.console import admin, export, inputs, jsonview, restore, sessionview
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -48,6 +50,22 @@ MAX_PAGE_SIZE = 200
 MAX_TOP_K = 100
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
+
+
+def _session_json(session: Session) -> dict[str, Any]:
+    return {"signed_in": True, "key_id": session.key_id, "csrf_token": session.csrf_token, "admin": session.admin}
+
+
+async def _check_key(client: AsyncMemplaneClient) -> bool:
+    """Whether the client's key is the admin key (True) or a workspace's (False), by a
+    one-item list of memories, else of workspaces. Raises `UnauthenticatedError` (or
+    `PermissionDeniedError`) for a key that is neither."""
+    try:
+        await client.list_memories(page_size=1)
+    except errors.PermissionDeniedError:  # the admin key: it owns no memories
+        await client.list_workspaces(page_size=1)
+        return True
+    return False
 
 
 class ConsoleApi:
@@ -79,15 +97,20 @@ class ConsoleApi:
             Route("/search", self._signed_in(self.search), methods=["POST"]),
             Route("/erasure/preview", self._signed_in(self.erasure_preview), methods=["POST"]),
             Route("/erasure", self._signed_in(self.erase), methods=["POST"]),
+            *[Route(path, self._signed_in(h, admin=True), methods=[m]) for path, h, m in admin.ROUTES],
         ]
 
-    def _signed_in(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def _signed_in(self, handler: Handler, *, admin: bool = False) -> Callable[[Request], Awaitable[Response]]:
         """*handler* behind the checks: a live session (401), for a state-changing method
-        the same origin and the CSRF token (403); failures as JSON errors."""
+        the same origin and the CSRF token (403), the right kind of key — the admin key
+        for *admin* routes, a workspace key for the others (403); failures as JSON errors."""
 
         async def endpoint(request: Request) -> Response:
             try:
                 session = await self._session(request)
+                if session.admin != admin:
+                    which = "the admin key" if admin else "a workspace key (the admin key has no memories)"
+                    raise RefusedError(403, "WRONG_KEY", f"this needs {which}")
             except RefusedError as refused:
                 return refused.response()
             try:
@@ -126,7 +149,7 @@ class ConsoleApi:
         session = await self._store.get(request.cookies.get(COOKIE))
         if session is None:
             return JSONResponse({"signed_in": False})
-        return JSONResponse({"signed_in": True, "key_id": session.key_id, "csrf_token": session.csrf_token})
+        return JSONResponse(_session_json(session))
 
     async def sign_in(self, request: Request) -> Response:
         """Check the key against the server (a one-memory list), then open a session."""
@@ -134,23 +157,21 @@ class ConsoleApi:
             key = await self._signing_in(request)
             client = self._store.client_for(key)
             try:
-                await client.list_memories(page_size=1)
+                is_admin = await _check_key(client)
             except BaseException:
                 await client.close()
                 raise
         except RefusedError as refused:
             return refused.response()
-        except errors.UnauthenticatedError:
+        except (errors.UnauthenticatedError, errors.PermissionDeniedError):
             return error_response(401, "UNAUTHENTICATED", "unknown or revoked API key")
-        except errors.PermissionDeniedError:
-            return error_response(403, "ADMIN_KEY", "the admin key has no memories: sign in with a workspace key")
         except errors.MemplaneError as error:
             return from_memplane(error)
         old = request.cookies.get(COOKIE)
         if old:
             await self._store.close(old)
-        session = await self._store.open(key, client)
-        response = JSONResponse({"signed_in": True, "key_id": session.key_id, "csrf_token": session.csrf_token})
+        session = await self._store.open(key, client, admin=is_admin)
+        response = JSONResponse(_session_json(session))
         response.set_cookie(
             COOKIE,
             session.session_id,

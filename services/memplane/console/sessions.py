@@ -24,13 +24,15 @@ ClientFactory = Callable[[str], AsyncMemplaneClient]
 
 @dataclass
 class Session:
-    """One signed-in person: the key's id (public), the CSRF token, the client."""
+    """One signed-in person: the key's id (public), the CSRF token, the client, and
+    whether the key is the admin key (workspaces and keys) or a workspace's (memories)."""
 
     session_id: str
     key_id: str
     csrf_token: str
     client: AsyncMemplaneClient
     last_used: float = field(default=0.0)
+    admin: bool = False
 
 
 def key_id_of(api_key: str) -> str:
@@ -61,9 +63,10 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    async def open(self, api_key: str, client: AsyncMemplaneClient) -> Session:
+    async def open(self, api_key: str, client: AsyncMemplaneClient, *, admin: bool = False) -> Session:
         """A new session for *api_key* whose *client* has been checked against the
-        server; the oldest session is closed when the store is full."""
+        server (*admin*: it is the admin key); the oldest session is closed when the
+        store is full."""
         await self._expire()
         while len(self._sessions) >= self._max:
             _, oldest = self._sessions.popitem(last=False)
@@ -74,6 +77,7 @@ class SessionStore:
             csrf_token=secrets.token_urlsafe(32),
             client=client,
             last_used=self._clock(),
+            admin=admin,
         )
         self._sessions[session.session_id] = session
         return session

@@ -2,8 +2,10 @@
 //   #/memories        browse           #/memory/<id>   detail, history, edit, delete
 //   #/search          search playground #/erase         erasure by scope
 //   #/session/<id>    transcript and what the agent will see
+// With the admin key: #/admin (workspaces, usage) and #/admin/ws/<name> (keys).
 
 import { call, setCsrf } from "./api.js";
+import { keysView, workspacesView } from "./views/admin.js";
 import { replace, state } from "./dom.js";
 import { browseView } from "./views/browse.js";
 import { detailView } from "./views/detail.js";
@@ -14,29 +16,39 @@ import { signInView } from "./views/signin.js";
 
 const view = document.getElementById("view");
 const nav = document.getElementById("nav");
+const adminNav = document.getElementById("nav-admin");
 const who = document.getElementById("who");
 const signOut = document.getElementById("sign-out");
 let signedIn = false;
+let admin = false;
 
 function showSignedIn(session) {
   signedIn = Boolean(session && session.signed_in);
+  admin = signedIn && Boolean(session.admin);
   setCsrf(signedIn ? session.csrf_token : "");
-  nav.hidden = !signedIn;
+  nav.hidden = !signedIn || admin;
+  adminNav.hidden = !admin;
   signOut.hidden = !signedIn;
-  who.textContent = signedIn ? `key ${session.key_id || "(unnamed)"}` : "";
+  who.textContent = signedIn ? `${admin ? "admin key" : "key"} ${session.key_id || "(unnamed)"}` : "";
 }
 
 function route() {
   if (!signedIn) {
     replace(view, signInView(async (session) => {
       showSignedIn(session);
-      if (!location.hash || location.hash === "#/") location.hash = "#/memories";
+      const home = admin ? "#/admin" : "#/memories";
+      if (!location.hash || location.hash === "#/" || admin !== location.hash.startsWith("#/admin")) location.hash = home;
       else route();
     }));
     return;
   }
-  const hash = location.hash.replace(/^#/, "") || "/memories";
+  const hash = location.hash.replace(/^#/, "") || (admin ? "/admin" : "/memories");
   const [path] = hash.split("?");
+  if (admin) {
+    const ws = /^\/admin\/ws\/([^/]+)$/.exec(path);
+    replace(view, ws ? keysView(decodeURIComponent(ws[1])) : workspacesView());
+    return;
+  }
   for (const a of nav.querySelectorAll("a")) a.classList.toggle("active", a.getAttribute("href") === `#${path}`);
   const memory = /^\/memory\/([^/]+)$/.exec(path);
   const session = /^\/session(?:\/([^/]*))?$/.exec(path);
