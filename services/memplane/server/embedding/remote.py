@@ -147,7 +147,16 @@ class OpenAIEmbedder:
         return head(text, self._max_input_tokens, self._counter.count_text, max_tokens_per_char=MAX_TOKENS_PER_CHAR)
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        sent, counts = list(texts), self._counter.count_texts(texts)
+        sent = list(texts)
+        # A cl100k_base token is at least one UTF-8 byte, so texts within the limits by bytes
+        # are within them by tokens: one request, nothing cut, no tokenizer pass (a query).
+        sizes = [len(t.encode()) for t in sent]
+        if len(sent) <= self._batch_size and sum(sizes) <= MAX_REQUEST_TOKENS:
+            if not sent:
+                return np.empty((0, self._dims), dtype=np.float32)
+            if self._max_input_tokens <= 0 or max(sizes) <= self._max_input_tokens:
+                return await self._call(sent)
+        counts = self._counter.count_texts(sent)
         for i, n in enumerate(counts):
             if 0 < self._max_input_tokens < n:
                 sent[i] = self.head(sent[i])

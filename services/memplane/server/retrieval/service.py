@@ -27,7 +27,7 @@ import binascii
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -196,48 +196,54 @@ class RetrievalService:
         ranking = Ranking.resolve(self._settings, request.ranking)
         if not use_lexical:
             ranking = replace(ranking, prf_terms=0)  # RM3 expands the lexical signal only
-        # The scope's row count (a round trip unless cached) runs while the queries embed.
-        counting = asyncio.ensure_future(self._exact(workspace, request.filter, now))
-        counting.add_done_callback(_consume)
-        embed_seconds = 0.0
-        vectors = None
-        try:
-            if use_vector:
-                ensure_compatible(workspace, self._embedder)
-                t0 = time.perf_counter()
-                vectors = await self._meter.for_workspace(workspace).embed_queries(list(request.queries))
-                embed_seconds = time.perf_counter() - t0
-            t0 = time.perf_counter()  # database time from here: what embedding did not overlap
-            exact = await counting
-        finally:
-            counting.cancel()  # a no-op once done; stops the count when embedding failed
-        keep = max(request.top_k, self._reranker.top_n) if self._reranker is not None else request.top_k
-        if request.min_relevance > 0:  # room for the next relevant hits after those cut
-            keep = max(keep, min(depth, RELEVANCE_OVERFETCH * request.top_k))
-        spec = SearchSpec(
-            use_vector=use_vector,
-            use_lexical=use_lexical,
-            depth=depth,
-            top_k=keep,
-            min_score=request.min_score,
-            exact=exact,
-            prefilter=exact and request.filter.narrows,
-            lexical_budget=self._settings.lexical_candidate_postings,
-            lexical_cap=self._settings.lexical_max_candidates,
-            ranking=ranking,
-            k1=self._settings.bm25_k1,
-            b=self._settings.bm25_b,
-            prf_docs=self._settings.prf_docs,
-            prf_weight=self._settings.prf_weight,
-            context_turns=request.context_turns,
-        )
-        queries: list[QueryText] = []
-        for i, q in enumerate(request.queries):
-            text, vector = segment(q) if use_lexical else "", vectors[i] if vectors is not None else None
-            # Query understanding (names, time, phrases, when) only when a term reads it.
-            queries.append(
-                _query_text(q, text, vector, now, self._settings) if spec.boosted else QueryText(text, vector)
+        # The queries embed (an HTTP round trip, or the model in a thread) while this task
+        # counts the scope's rows (a round trip unless cached) and reads the query texts.
+        embedding: asyncio.Future[tuple[np.ndarray, float]] | None = None
+        if use_vector:
+            ensure_compatible(workspace, self._embedder)
+            embedding = asyncio.ensure_future(
+                _timed(self._meter.for_workspace(workspace).embed_queries(request.queries))
             )
+            embedding.add_done_callback(_consume)
+        vectors, embed_seconds = None, 0.0
+        try:
+            t0 = time.perf_counter()
+            exact = await self._exact(workspace, request.filter, now)
+            count_seconds = time.perf_counter() - t0
+            keep = max(request.top_k, self._reranker.top_n) if self._reranker is not None else request.top_k
+            if request.min_relevance > 0:  # room for the next relevant hits after those cut
+                keep = max(keep, min(depth, RELEVANCE_OVERFETCH * request.top_k))
+            spec = SearchSpec(
+                use_vector=use_vector,
+                use_lexical=use_lexical,
+                depth=depth,
+                top_k=keep,
+                min_score=request.min_score,
+                exact=exact,
+                prefilter=exact and request.filter.narrows,
+                lexical_budget=self._settings.lexical_candidate_postings,
+                lexical_cap=self._settings.lexical_max_candidates,
+                ranking=ranking,
+                k1=self._settings.bm25_k1,
+                b=self._settings.bm25_b,
+                prf_docs=self._settings.prf_docs,
+                prf_weight=self._settings.prf_weight,
+                context_turns=request.context_turns,
+            )
+            texts = [segment(q) if use_lexical else "" for q in request.queries]
+            # Query understanding (names, time, phrases, when) only when a term reads it.
+            queries = [
+                _query_text(q, text, None, now, self._settings) if spec.boosted else QueryText(text, None)
+                for q, text in zip(request.queries, texts, strict=True)
+            ]
+            if embedding is not None:
+                vectors, embed_seconds = await embedding
+        finally:
+            if embedding is not None:
+                embedding.cancel()  # a no-op once done; stops the embedding when the count failed
+        t0 = time.perf_counter()
+        if vectors is not None:
+            queries = [replace(q, vector=vectors[i]) for i, q in enumerate(queries)]
         settings = {} if exact or not use_vector else _hnsw_settings(self._settings.hnsw_ef_search, depth)
 
         async def send(conn: Connection) -> list[search_sql.Cursor]:
@@ -245,7 +251,7 @@ class RetrievalService:
 
         cursors = await self._reads.read(workspace.key, send, after_lsn=after_lsn, pipeline_settings=settings)
         per_query = await search_sql.read(cursors)
-        db_seconds = time.perf_counter() - t0
+        db_seconds = count_seconds + time.perf_counter() - t0  # the count's (beside the embedding) and the statement's
         merged = search_sql.merge_queries(per_query)
         relevances = _relevances(calibration_for(workspace.embedding_model), per_query)
         if request.min_relevance > 0:
@@ -426,9 +432,16 @@ def _hnsw_settings(ef_search: int, depth: int) -> dict[str, str]:
     return {"hnsw.ef_search": str(max(ef_search, depth)), "hnsw.iterative_scan": "relaxed_order"}
 
 
-def _consume(task: asyncio.Future[bool]) -> None:
-    """Retrieve a finished count's exception (it reaches the caller through the await,
-    or nobody when embedding failed first), so asyncio does not log it as unretrieved."""
+async def _timed(embedding: Awaitable[np.ndarray]) -> tuple[np.ndarray, float]:
+    """The vectors and the seconds the embedding took."""
+    started = time.perf_counter()
+    vectors = await embedding
+    return vectors, time.perf_counter() - started
+
+
+def _consume(task: asyncio.Future[tuple[np.ndarray, float]]) -> None:
+    """Retrieve a finished embedding's exception (it reaches the caller through the await,
+    or nobody when the count failed first), so asyncio does not log it as unretrieved."""
     if not task.cancelled():
         task.exception()
 
