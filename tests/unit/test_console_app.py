@@ -139,9 +139,15 @@ async def test_bad_input_names_the_field(http: httpx.AsyncClient) -> None:
     reply = await http.get("/memplane/api/memories", params={"page_size": "5000"})
     assert reply.status_code == 400
     assert reply.json()["error"]["message"].startswith("page_size:")
-    reply = await http.get("/memplane/api/memories", params={"type": "dream"})
-    assert reply.status_code == 400
-    assert reply.json()["error"]["message"].startswith("type:")
+    for field, value in (
+        ("type", "dream"),
+        ("metadata", "novalue"),
+        ("created_after", "May"),
+        ("include_expired", "2"),
+    ):
+        reply = await http.get("/memplane/api/memories", params={field: value})
+        assert reply.status_code == 400, field
+        assert reply.json()["error"]["message"].startswith(f"{field}:")
 
 
 async def test_sign_in_is_rate_limited(http: httpx.AsyncClient) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from starlette.requests import Request
 
 from memplane.console.errors import BadRequestError
@@ -79,8 +81,49 @@ def scope(source: Mapping[str, Any]) -> memory_pb2.Scope:
     return memory_pb2.Scope(**{f: text(source, f, max_chars=256) for f in SCOPE_FIELDS})
 
 
+def timestamp(source: Mapping[str, Any], field: str) -> timestamp_pb2.Timestamp | None:
+    """*field* as a Timestamp: an ISO 8601 date ("2026-05-01", midnight UTC) or date and
+    time with a zone ("2026-05-01T12:00:00Z"); None when absent. `BadRequestError` otherwise."""
+    value = text(source, field, max_chars=40).strip()
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequestError(f"{field}: {value!r} is not an ISO 8601 date or time") from None
+    if when.tzinfo is None:
+        if len(value) > 10:
+            raise BadRequestError(f"{field}: {value!r} needs a time zone (e.g. Z)")
+        when = when.replace(tzinfo=UTC)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(when)
+    return ts
+
+
+def metadata_condition(source: Mapping[str, Any], field: str = "metadata") -> filter_pb2.MetadataFilter | None:
+    """*field* as one equality condition "key=value" (value: JSON if it parses — a
+    number, true, "text" — else the text as it is); None when absent."""
+    raw = text(source, field, max_chars=1_000).strip()
+    if not raw:
+        return None
+    key, sep, value = raw.partition("=")
+    if not sep or not key.strip():
+        raise BadRequestError(f"{field}: write key=value, not {raw!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    literal = json_format.ParseDict(parsed, struct_pb2.Value())
+    return filter_pb2.MetadataFilter(
+        condition=filter_pb2.MetadataCondition(
+            key=key.strip(), operator=filter_pb2.CONDITION_OPERATOR_EQ, value=literal
+        )
+    )
+
+
 def memory_filter(source: Mapping[str, Any]) -> filter_pb2.MemoryFilter:
-    """A MemoryFilter: the scope fields, `type` (one memory type or ""), and the flags
+    """A MemoryFilter: the scope fields, `type` (one memory type or ""), created_after /
+    created_before (ISO dates or times), `metadata` ("key=value"), and the flags
     include_superseded / include_expired."""
     s = scope(source)
     word = text(source, "type", max_chars=32)
@@ -90,6 +133,9 @@ def memory_filter(source: Mapping[str, Any]) -> filter_pb2.MemoryFilter:
         agent_id=s.agent_id,
         session_id=s.session_id,
         types=types,  # type: ignore[arg-type]
+        metadata=metadata_condition(source),
+        create_time_start=timestamp(source, "created_after"),
+        create_time_end=timestamp(source, "created_before"),
         include_superseded=flag(source, "include_superseded"),
         include_expired=flag(source, "include_expired"),
     )

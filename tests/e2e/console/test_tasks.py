@@ -22,7 +22,12 @@ from tests.support import mem
 pytestmark = pytest.mark.e2e
 
 NOTES = [
-    mem("Alice drinks green tea every morning", user_id="alice", type=memory_pb2.MEMORY_TYPE_USER),
+    mem(
+        "Alice drinks green tea every morning",
+        user_id="alice",
+        type=memory_pb2.MEMORY_TYPE_USER,
+        metadata={"mood": "calm"},
+    ),
     mem("Alice is allergic to peanuts", user_id="alice", type=memory_pb2.MEMORY_TYPE_USER),
     mem("Bob prefers short answers in bullet points", user_id="bob", type=memory_pb2.MEMORY_TYPE_FEEDBACK),
     mem("Run the migrations before deploying the chart", agent_id="ops", type=memory_pb2.MEMORY_TYPE_PROCEDURAL),
@@ -49,9 +54,20 @@ async def test_sign_in_browse_search_and_sign_out(tab: Tab, console: Console, wo
     await page.get_by_label("user", exact=True).fill("alice")
     await page.get_by_role("button", name="Filter").click()
     await expect(page.locator(".count")).to_have_text("2 memories")
-    await page.get_by_label("user", exact=True).fill("nobody")
+    await page.get_by_label("user", exact=True).fill("")
+    await page.get_by_label("metadata").fill("mood=calm")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator("table.memories tbody tr")).to_have_count(1)
+    await expect(page.locator("table.memories")).to_contain_text("Alice drinks green tea")
+    await page.get_by_label("metadata").fill("")
+    await page.get_by_label("created before").fill("2001-01-01")
     await page.get_by_role("button", name="Filter").click()
     await expect(page.locator(".state-empty")).to_have_text("No memories match these filters.")
+    await page.get_by_label("created before").fill("")
+    await page.get_by_label("metadata").fill("no equals sign")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.get_by_role("alert")).to_contain_text("metadata: write key=value")
+    await page.get_by_label("metadata").fill("")
 
     await page.get_by_role("link", name="Search").click()
     await page.get_by_label("query", exact=True).fill("what does Alice drink?")

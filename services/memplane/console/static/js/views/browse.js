@@ -1,4 +1,5 @@
-// Browse the workspace's memories: scope and type filters, server-side pages.
+// Browse the workspace's memories, newest first: scope, type, creation date and metadata
+// (key=value) filters, superseded and expired ones on request, server-side pages.
 
 import { call, query } from "../api.js";
 import { field, h, replace, scopeText, state, when } from "../dom.js";
@@ -17,6 +18,9 @@ export function browseView() {
     agent_id: h("input", { name: "agent_id", size: 14 }),
     session_id: h("input", { name: "session_id", size: 14 }),
     type: h("select", { name: "type" }, TYPES.map((t) => h("option", { value: t }, t || "any type"))),
+    created_after: h("input", { type: "date", name: "created_after" }),
+    created_before: h("input", { type: "date", name: "created_before" }),
+    metadata: h("input", { name: "metadata", size: 16, placeholder: "key=value" }),
     include_superseded: h("input", { type: "checkbox", name: "include_superseded" }),
     include_expired: h("input", { type: "checkbox", name: "include_expired" }),
   };
@@ -101,6 +105,9 @@ export function browseView() {
     field("agent", inputs.agent_id),
     field("session", inputs.session_id),
     field("type", inputs.type),
+    field("created from", inputs.created_after),
+    field("created before", inputs.created_before),
+    field("metadata", inputs.metadata),
     field("superseded", inputs.include_superseded),
     field("expired", inputs.include_expired),
     h("button", { type: "submit" }, "Filter"),
