@@ -235,6 +235,21 @@ class AsyncMemplaneClient:
         reply = await self._call(self.writeback.GetExtractionJob, writeback_pb2.GetExtractionJobRequest(id=job_id))
         return reply.job
 
+    async def list_extraction_jobs(
+        self, *, statuses: Sequence[int] = (), page_size: int = 0, page_token: str = ""
+    ) -> writeback_pb2.ListExtractionJobsResponse:
+        """A page of the workspace's extraction jobs, newest first; *statuses*
+        (`writeback_pb2.EXTRACTION_JOB_STATUS_FAILED`, ...) keeps only those states;
+        *page_size* 1-500 (0: 50). Raises `InvalidArgumentError` naming the field."""
+        return await self._call(
+            self.writeback.ListExtractionJobs,
+            writeback_pb2.ListExtractionJobsRequest(
+                statuses=statuses,  # type: ignore[arg-type]
+                page_size=page_size,
+                page_token=page_token,
+            ),
+        )
+
     async def update_memory(
         self,
         memory_id: str,

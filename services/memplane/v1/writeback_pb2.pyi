@@ -546,6 +546,68 @@ class GetExtractionJobResponse(_message.Message):
 Global___GetExtractionJobResponse: _TypeAlias = GetExtractionJobResponse  # noqa: Y015
 
 @_typing.final
+class ListExtractionJobsRequest(_message.Message):
+    """Request of ListExtractionJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUSES_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Page size, 1 to 500; 0 means 50."""
+    page_token: _builtins.str
+    """Token from a previous response's next_page_token (with the same statuses); empty
+    for the first page.
+    """
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[Global___ExtractionJobStatus.ValueType]:
+        """Only jobs in these states; empty: every state."""
+
+    def __init__(
+        self,
+        *,
+        statuses: _abc.Iterable[Global___ExtractionJobStatus.ValueType] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExtractionJobsRequest: _TypeAlias = ListExtractionJobsRequest  # noqa: Y015
+
+@_typing.final
+class ListExtractionJobsResponse(_message.Message):
+    """Response of ListExtractionJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractionJob]:
+        """Jobs of this page, newest first (create_time, then id)."""
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___ExtractionJob] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListExtractionJobsResponse: _TypeAlias = ListExtractionJobsResponse  # noqa: Y015
+
+@_typing.final
 class UpdateMemoryRequest(_message.Message):
     """Request of UpdateMemory."""
 

@@ -56,6 +56,11 @@ class WriteBackServiceStub:
                 request_serializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.FromString,
                 _registered_method=True)
+        self.ListExtractionJobs = channel.unary_unary(
+                '/memplane.v1.WriteBackService/ListExtractionJobs',
+                request_serializer=memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsResponse.FromString,
+                _registered_method=True)
         self.UpdateMemory = channel.unary_unary(
                 '/memplane.v1.WriteBackService/UpdateMemory',
                 request_serializer=memplane_dot_v1_dot_writeback__pb2.UpdateMemoryRequest.SerializeToString,
@@ -126,6 +131,17 @@ class WriteBackServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListExtractionJobs(self, request, context):
+        """A page of the workspace's extraction jobs, newest first (create_time, then id),
+        optionally only those in some states (e.g. queued, running and failed: what is
+        pending or needs a look).
+        Errors: INVALID_ARGUMENT for a page_size out of range or a page_token not from this
+        RPC; UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UpdateMemory(self, request, context):
         """Change fields of one memory (field mask), with optimistic concurrency. A
         conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
@@ -190,6 +206,11 @@ def add_WriteBackServiceServicer_to_server(servicer, server):
                     servicer.GetExtractionJob,
                     request_deserializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.SerializeToString,
+            ),
+            'ListExtractionJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExtractionJobs,
+                    request_deserializer=memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsResponse.SerializeToString,
             ),
             'UpdateMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateMemory,
@@ -300,6 +321,33 @@ class WriteBackService:
             '/memplane.v1.WriteBackService/GetExtractionJob',
             memplane_dot_v1_dot_writeback__pb2.GetExtractionJobRequest.SerializeToString,
             memplane_dot_v1_dot_writeback__pb2.GetExtractionJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExtractionJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.WriteBackService/ListExtractionJobs',
+            memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsRequest.SerializeToString,
+            memplane_dot_v1_dot_writeback__pb2.ListExtractionJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

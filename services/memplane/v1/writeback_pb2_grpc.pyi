@@ -66,6 +66,13 @@ class WriteBackServiceStub:
     Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
     malformed id; UNAUTHENTICATED.
     """
+    ListExtractionJobs: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.ListExtractionJobsRequest, _writeback_pb2.ListExtractionJobsResponse]
+    """A page of the workspace's extraction jobs, newest first (create_time, then id),
+    optionally only those in some states (e.g. queued, running and failed: what is
+    pending or needs a look).
+    Errors: INVALID_ARGUMENT for a page_size out of range or a page_token not from this
+    RPC; UNAUTHENTICATED.
+    """
     UpdateMemory: _grpc.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]
     """Change fields of one memory (field mask), with optimistic concurrency. A
     conversation turn's memory (EPISODIC, metadata `message_id`: what WriteConversation
@@ -135,6 +142,13 @@ class WriteBackServiceAsyncStub(WriteBackServiceStub):
     """The state of one extraction job (queued by WriteConversation with `extract`).
     Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
     malformed id; UNAUTHENTICATED.
+    """
+    ListExtractionJobs: _aio.UnaryUnaryMultiCallable[_writeback_pb2.ListExtractionJobsRequest, _writeback_pb2.ListExtractionJobsResponse]  # type: ignore[assignment]
+    """A page of the workspace's extraction jobs, newest first (create_time, then id),
+    optionally only those in some states (e.g. queued, running and failed: what is
+    pending or needs a look).
+    Errors: INVALID_ARGUMENT for a page_size out of range or a page_token not from this
+    RPC; UNAUTHENTICATED.
     """
     UpdateMemory: _aio.UnaryUnaryMultiCallable[_writeback_pb2.UpdateMemoryRequest, _writeback_pb2.UpdateMemoryResponse]  # type: ignore[assignment]
     """Change fields of one memory (field mask), with optimistic concurrency. A
@@ -220,6 +234,19 @@ class WriteBackServiceServicer(metaclass=_abc_1.ABCMeta):
         """The state of one extraction job (queued by WriteConversation with `extract`).
         Errors: NOT_FOUND when the workspace has no such job; INVALID_ARGUMENT for a
         malformed id; UNAUTHENTICATED.
+        """
+
+    @_abc_1.abstractmethod
+    def ListExtractionJobs(
+        self,
+        request: _writeback_pb2.ListExtractionJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_writeback_pb2.ListExtractionJobsResponse, _abc.Awaitable[_writeback_pb2.ListExtractionJobsResponse]]:
+        """A page of the workspace's extraction jobs, newest first (create_time, then id),
+        optionally only those in some states (e.g. queued, running and failed: what is
+        pending or needs a look).
+        Errors: INVALID_ARGUMENT for a page_size out of range or a page_token not from this
+        RPC; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

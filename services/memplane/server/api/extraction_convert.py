@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from memplane.convert import duration, timestamp
 from memplane.domain.extraction import ExtractionJob, JobStatus
+from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.v1 import memory_pb2, writeback_pb2
 
 _STATUS = {
@@ -12,6 +15,21 @@ _STATUS = {
     JobStatus.DONE: writeback_pb2.EXTRACTION_JOB_STATUS_DONE,
     JobStatus.FAILED: writeback_pb2.EXTRACTION_JOB_STATUS_FAILED,
 }
+
+
+_STATUS_FROM_PROTO = {value: status for status, value in _STATUS.items()}
+
+
+def statuses_from_proto(values: Iterable[int], field: str) -> list[JobStatus]:
+    """The JobStatus of each ExtractionJobStatus value. Raises `InvalidArgumentError`
+    naming *field*[i] for UNSPECIFIED or an unknown value."""
+    out: list[JobStatus] = []
+    for i, value in enumerate(values):
+        status = _STATUS_FROM_PROTO.get(value)  # type: ignore[call-overload]
+        if status is None:
+            raise InvalidArgumentError(FieldViolation(f"{field}[{i}]", "must be QUEUED, RUNNING, DONE or FAILED"))
+        out.append(status)
+    return out
 
 
 def job_to_proto(job: ExtractionJob) -> writeback_pb2.ExtractionJob:

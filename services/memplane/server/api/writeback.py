@@ -7,7 +7,7 @@ from memplane import convert
 from memplane.domain.models import MemoryType, NewMemory
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.server.admin.auth import Authenticator
-from memplane.server.api.extraction_convert import job_to_proto
+from memplane.server.api.extraction_convert import job_to_proto, statuses_from_proto
 from memplane.server.api.handler import Context, rpc, workspace_of
 from memplane.server.api.read_tokens import ReadYourWrites
 from memplane.server.writeback.conversation import ConversationWriter
@@ -87,6 +87,15 @@ class WriteBackServicer(writeback_pb2_grpc.WriteBackServiceServicer):
         _, workspace = await workspace_of(self._auth, context)
         job = await self._service.extraction_job(workspace, request.id)
         return writeback_pb2.GetExtractionJobResponse(job=job_to_proto(job))
+
+    @rpc
+    async def ListExtractionJobs(
+        self, request: writeback_pb2.ListExtractionJobsRequest, context: Context
+    ) -> writeback_pb2.ListExtractionJobsResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        statuses = statuses_from_proto(request.statuses, "statuses")
+        jobs, token = await self._service.extraction_jobs(workspace, statuses, request.page_size, request.page_token)
+        return writeback_pb2.ListExtractionJobsResponse(jobs=[job_to_proto(j) for j in jobs], next_page_token=token)
 
     @rpc
     async def UpdateMemory(

@@ -125,6 +125,33 @@ class ExtractionJobStore:
         row = await cur.fetchone()
         return _job(row) if row is not None else None
 
+    async def page(
+        self,
+        conn: Connection,
+        workspace: Workspace,
+        *,
+        statuses: Sequence[JobStatus],
+        limit: int,
+        after: tuple[datetime, str] | None,
+    ) -> list[ExtractionJob]:
+        """At most *limit* jobs of the workspace, newest first (created_at, then id), in
+        *statuses* (empty: any), after the (created_at, id) position *after* (None: from
+        the newest)."""
+        cur = await conn.execute(
+            "SELECT * FROM extraction_jobs WHERE workspace_key = %(ws)s"
+            " AND (cardinality(%(st)s::text[]) = 0 OR status = ANY(%(st)s::text[]))"
+            " AND (%(at)s::timestamptz IS NULL OR (created_at, id) < (%(at)s::timestamptz, %(id)s::uuid))"
+            " ORDER BY created_at DESC, id DESC LIMIT %(n)s",
+            {
+                "ws": workspace.key,
+                "st": [str(s) for s in statuses],
+                "at": after[0] if after else None,
+                "id": after[1] if after else None,
+                "n": limit,
+            },
+        )
+        return [_job(row) for row in await cur.fetchall()]
+
     async def claim(
         self, db: Database, *, lease_seconds: float, workspace_key: int | None = None, job_id: str = ""
     ) -> ExtractionJob | None:

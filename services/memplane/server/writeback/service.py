@@ -14,15 +14,18 @@ reused id with another body is INVALID_ARGUMENT on `request_id`.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import functools
+import json
 import random
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from memplane.domain.extraction import ExtractionJob
+from memplane.domain.extraction import ExtractionJob, JobStatus
 from memplane.domain.models import (
     Memory,
     MemoryEvent,
@@ -236,6 +239,26 @@ class WriteBackService:
             raise NotFoundError("extraction job", job_id)
         return job
 
+    async def extraction_jobs(
+        self, workspace: Workspace, statuses: Sequence[JobStatus], page_size: int, page_token: str
+    ) -> tuple[list[ExtractionJob], str]:
+        """A page of the workspace's extraction jobs, newest first, in *statuses* (empty:
+        any), and the next page's token ("" on the last). *page_size* 0 means 50.
+        Raises `InvalidArgumentError` for a page_size outside 0..500 or a page_token not
+        from this method."""
+        v = Violations()
+        if not 0 <= page_size <= MAX_JOB_PAGE_SIZE:
+            v.add("page_size", f"must be 0 to {MAX_JOB_PAGE_SIZE}")
+        after = _decode_job_token(v, page_token)
+        v.raise_if_any()
+        limit = page_size or DEFAULT_JOB_PAGE_SIZE
+        async with self._db.tenant(workspace.key) as conn:
+            jobs = await self._jobs.page(conn, workspace, statuses=statuses, limit=limit + 1, after=after)
+        if len(jobs) <= limit:
+            return jobs, ""
+        last = jobs[limit - 1]
+        return jobs[:limit], _encode_job_token(last.created_at, last.id)
+
     async def update(
         self,
         principal: Principal,
@@ -398,3 +421,31 @@ class WriteBackService:
         if not events:
             raise NotFoundError("memory", memory_id)
         return events
+
+
+DEFAULT_JOB_PAGE_SIZE = 50
+MAX_JOB_PAGE_SIZE = 500
+_NOT_A_JOB_PAGE = "is not a token returned by ListExtractionJobs"
+
+
+def _encode_job_token(created_at: datetime, job_id: str) -> str:
+    raw = json.dumps({"t": created_at.isoformat(), "i": job_id}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_job_token(v: Violations, token: str) -> tuple[datetime, str] | None:
+    """The (created_at, id) position of a ListExtractionJobs page token; None for "" and,
+    with a violation of page_token added, for anything else that is not one."""
+    if not token:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        created = datetime.fromisoformat(data["t"])
+        job_id = str(uuid.UUID(data["i"]))
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        v.add("page_token", _NOT_A_JOB_PAGE)
+        return None
+    if created.tzinfo is None:
+        v.add("page_token", _NOT_A_JOB_PAGE)
+        return None
+    return created, job_id
