@@ -1,7 +1,7 @@
 // The console's entry: who is signed in, then one view per hash route.
 //   #/memories        browse           #/memory/<id>   detail, history, edit, delete
 //   #/search          search playground #/erase         erasure by scope
-//   #/session/<id>    transcript and what the agent will see
+//   #/session/<id>    transcript and what the agent will see    #/jobs  write-back jobs
 // With the admin key: #/admin (workspaces, usage) and #/admin/ws/<name> (keys).
 
 import { call, setCsrf } from "./api.js";
@@ -10,6 +10,7 @@ import { replace, state } from "./dom.js";
 import { browseView } from "./views/browse.js";
 import { detailView } from "./views/detail.js";
 import { eraseView } from "./views/erase.js";
+import { jobsView } from "./views/jobs.js";
 import { searchView } from "./views/search.js";
 import { sessionView } from "./views/session.js";
 import { signInView } from "./views/signin.js";
@@ -59,6 +60,7 @@ function route() {
   else if (session) replace(view, sessionView(decodeURIComponent(session[1] || "")));
   else if (path === "/search") replace(view, searchView());
   else if (path === "/erase") replace(view, eraseView());
+  else if (path === "/jobs") replace(view, jobsView());
   else replace(view, browseView());
 }
 
