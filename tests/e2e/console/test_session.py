@@ -57,6 +57,17 @@ async def test_transcript_and_what_the_agent_will_see(tab: Tab, console: Console
     await expect(facts).to_contain_text("were summarised (extractive)")
     await expect(page.locator("pre.summary")).not_to_be_empty()
     await tab.shot("session")
+    # The playground narrowed to the session, with the turns around each hit.
+    await page.get_by_role("link", name="Search").click()
+    await page.get_by_label("query", exact=True).fill("row 12 tomatoes")
+    await page.get_by_label("session", exact=True).fill(SESSION)
+    await page.locator(".view-search select[name=type]").select_option("episodic")
+    await page.get_by_label("context turns").fill("1")
+    await page.get_by_role("button", name="Search").click()
+    first = page.locator("article.hit").first
+    await expect(first.locator(".content")).to_have_text(turn(12))
+    await expect(first.locator(".context li")).to_have_count(2)  # the turn before and the one after
+    await expect(first.locator(".context")).to_contain_text(turn(11))
     # The preview recorded nothing: still exactly the 10 compacted by the agent.
     transcript = await workspace.client.get_transcript(SESSION, page_size=100)
     assert sum(t.compacted for t in transcript.messages) == 10

@@ -49,7 +49,10 @@ function hitCard(hit, index) {
     h("p", { class: "muted" }, `${m.type} · ${scopeText(m.scope)} · version ${m.version}`),
     explanation(hit),
     hit.context.length
-      ? h("ol", { class: "context" }, hit.context.map((t) => h("li", {}, `${t.name ? `${t.name}: ` : ""}${t.content}`)))
+      ? [
+          h("p", { class: "muted" }, "Context turns around it in its session:"),
+          h("ol", { class: "context" }, hit.context.map((t) => h("li", { value: t.offset }, `${t.name ? `${t.name}: ` : ""}${t.content}`))),
+        ]
       : null,
   );
 }
@@ -64,7 +67,11 @@ export function searchView() {
     [["", "server default"], ["rrf", "rrf"], ["weighted", "weighted"]].map(([v, t]) => h("option", { value: v }, t)),
   );
   const minRelevance = h("input", { name: "min_relevance", type: "number", min: 0, max: 1, step: 0.05, value: 0 });
-  const userId = h("input", { name: "user_id", size: 12 });
+  const userId = h("input", { name: "user_id", size: 10 });
+  const agentId = h("input", { name: "agent_id", size: 10 });
+  const sessionId = h("input", { name: "session_id", size: 10 });
+  const type = h("select", { name: "type" }, ["", "user", "feedback", "project", "reference", "procedural", "tool", "episodic"].map((t) => h("option", { value: t }, t || "any type")));
+  const contextTurns = h("input", { name: "context_turns", type: "number", min: 0, max: 10, value: 0 });
   const results = h("div", { class: "results" }, state("empty", "Type a query to search the workspace."));
   const form = h(
     "form",
@@ -82,6 +89,10 @@ export function searchView() {
             fusion: fusion.value,
             min_relevance: Number(minRelevance.value),
             user_id: userId.value.trim(),
+            agent_id: agentId.value.trim(),
+            session_id: sessionId.value.trim(),
+            type: type.value,
+            context_turns: Number(contextTurns.value),
           });
         } catch (error) {
           replace(results, state("error", `Search failed: ${error.message}`));
@@ -103,6 +114,10 @@ export function searchView() {
     field("fusion", fusion),
     field("min relevance", minRelevance),
     field("user", userId),
+    field("agent", agentId),
+    field("session", sessionId),
+    field("type", type),
+    field("context turns", contextTurns),
     h("button", { type: "submit" }, "Search"),
   );
   return h("section", { class: "view-search" }, h("h1", {}, "Search playground"), form, results);
