@@ -4,7 +4,10 @@ flags, the sign-in rate limit and the base path."""
 
 from __future__ import annotations
 
+import fnmatch
+import tomllib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -189,3 +192,29 @@ def test_base_path_is_checked() -> None:
     for bad in ("/a b", "/../x", "/a//b", '/"x'):
         with pytest.raises(ValueError, match="--base-path"):
             normalize_base_path(bad)
+
+
+STATIC = Path(__file__).resolve().parents[2] / "services/memplane/console/static"
+
+
+def test_the_page_never_parses_html_from_strings() -> None:
+    """Memory text is set as text: no innerHTML and its kin in the page's modules, and no
+    inline script or handler in its HTML (the CSP would refuse them anyway)."""
+    for path in STATIC.rglob("*.js"):
+        text = path.read_text(encoding="utf-8")
+        for sink in (".innerHTML", ".outerHTML", ".insertAdjacentHTML", "document.write", "eval(", "new Function("):
+            assert sink not in text, f"{path.name} uses {sink}"
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    assert "<script>" not in page
+    assert " on" not in page.replace("<noscript>", "")  # no onclick= and the like
+
+
+def test_every_static_file_ships_in_the_wheel() -> None:
+    """Each file of the page matches a package-data pattern of pyproject.toml."""
+    config = tomllib.loads((STATIC.parents[3] / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["memplane"]
+    package = STATIC.parent.parent
+    for path in STATIC.rglob("*"):
+        if path.is_file():
+            relative = path.relative_to(package).as_posix()
+            assert any(fnmatch.fnmatch(relative, p) and relative.count("/") == p.count("/") for p in patterns), relative
