@@ -7,7 +7,7 @@
                         &include_expired=&page_size=&page_token=
                                        -> {memories, next_page_token, total_size}
     GET    api/memories/{id}           -> {memory, events}
-    PATCH  api/memories/{id} {content, expected_version} -> {memory}; 409 on a conflict
+    PATCH  api/memories/{id} {content?, reopen?, expected_version} -> {memory}; 409 on a conflict
     DELETE api/memories/{id}?expected_version= -> {id}
     GET    api/memories/{id}/events    -> {events} (also of a deleted memory)
     POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
@@ -236,19 +236,26 @@ class ConsoleApi:
         return JSONResponse({"memory": jsonview.memory(memory), "events": [jsonview.event(e) for e in events]})
 
     async def update_memory(self, request: Request, session: Session) -> Response:
-        """Replace the content, only if the memory is still at expected_version (409 with
-        the stored version otherwise: nothing is overwritten)."""
+        """Replace the content (`content`) and/or make a superseded memory current again
+        (`reopen`: its valid_to cleared), only if the memory is still at expected_version
+        (409 with the stored version otherwise: nothing is overwritten)."""
         body = await inputs.json_body(request)
+        reopen = inputs.flag(body, "reopen")
+        fields = ["valid_to_time"] if reopen else []
         content = inputs.text(body, "content", max_chars=100_000)
-        if not content.strip():
-            raise BadRequestError("content: must not be empty")
+        if "content" in body:
+            if not content.strip():
+                raise BadRequestError("content: must not be empty")
+            fields.append("content")
+        if not fields:
+            raise BadRequestError("content: required (or reopen: true)")
         expected = inputs.integer(body, "expected_version", default=0, low=1, high=2**62)
         if expected == 0:
             raise BadRequestError("expected_version: required")
         memory = await session.client.update_memory(
             request.path_params["memory_id"],
             memory_pb2.MemoryInput(content=content),
-            ["content"],
+            fields,
             expected_version=expected,
         )
         return JSONResponse({"memory": jsonview.memory(memory)})

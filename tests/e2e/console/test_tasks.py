@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from google.protobuf import timestamp_pb2
 from playwright.async_api import expect
 
 from memplane.errors import NotFoundError
@@ -187,3 +188,24 @@ async def test_erase_a_scope_after_its_preview(tab: Tab, console: Console, works
     await tab.shot("erase-receipt")
     left = await workspace.client.list_memories()
     assert sorted(m.scope.user_id or m.scope.agent_id for m in left.memories) == ["bob", "ops"]
+
+
+async def test_a_superseded_memory_made_current_again(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    closed = timestamp_pb2.Timestamp(seconds=1_600_000_000)  # September 2020
+    opened = timestamp_pb2.Timestamp(seconds=1_500_000_000)
+    [old] = await workspace.client.add_memories(
+        [mem("The user lives in Oslo", user_id="olaf", valid_from_time=opened, valid_to_time=closed)]
+    )
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    await expect(page.locator(".state-empty")).to_have_text("No memories match these filters.")  # superseded: hidden
+    await page.get_by_label("superseded").check()
+    await page.get_by_role("button", name="Filter").click()
+    await page.get_by_role("link", name="The user lives in Oslo").click()
+    await expect(page.locator(".view-detail .state-empty")).to_contain_text("Superseded since 2020-09-13")
+    await page.get_by_role("button", name="Make it current again").click()
+    await expect(page.locator(".state-ok")).to_have_text("It is current again.")
+    now = await workspace.client.get_memory(old.id)
+    assert not now.HasField("valid_to_time")
+    assert now.version == 2
+    await expect(page.locator(".history .event-update")).to_contain_text(f"UPDATE by console:{workspace.key_id}")

@@ -176,9 +176,30 @@ export function detailView(id) {
       "Really delete",
     );
     const del = h("button", { type: "button", class: "danger", onclick: () => { confirmDelete.hidden = false; } }, "Delete…");
+    const superseded = memory.valid_to_time && new Date(memory.valid_to_time) <= new Date();
+    const reopen = superseded
+      ? h(
+          "button",
+          {
+            type: "button",
+            onclick: async () => {
+              reopen.disabled = true;
+              try {
+                await call("PATCH", `memories/${encodeURIComponent(memory.id)}`, { reopen: true, expected_version: memory.version });
+                await load(state("ok", "It is current again."));
+              } catch (error) {
+                reopen.disabled = false;
+                replace(deleteStatus, state("error", error.status === 409 ? `Conflict: it changed since you opened it (stored version ${error.details.actual_version}); reload.` : `Not changed: ${error.message}`));
+              }
+            },
+          },
+          "Make it current again",
+        )
+      : null;
     replace(
       section,
       h("h1", {}, memory.name || "Memory"),
+      superseded ? state("empty", `Superseded since ${when(memory.valid_to_time)}: searches leave it out unless asked to include superseded memories.`) : null,
       h("p", { class: "content card" }, memory.content),
       h(
         "div",
@@ -191,7 +212,7 @@ export function detailView(id) {
           h("pre", { class: "metadata" }, JSON.stringify(memory.metadata, null, 2)),
           edit,
           status,
-          h("div", { class: "delete" }, del, confirmDelete, deleteStatus),
+          h("div", { class: "delete" }, reopen, del, confirmDelete, deleteStatus),
         ),
         h(
           "div",
