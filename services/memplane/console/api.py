@@ -14,6 +14,7 @@
     GET    api/export?user_id=&agent_id=&session_id=&history= -> JSON lines, streamed
     GET    api/sessions/{session_id}/transcript, POST .../preview (`sessionview`)
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
+    GET    api/usage/daily?days=           -> memories added per day (`usage`)
     api/admin/... with the admin key: workspaces, usage, keys (`admin`)
     POST   api/search {query, top_k, mode, fusion, min_relevance, context_turns, scope...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
@@ -38,7 +39,7 @@ from starlette.routing import Route
 
 from memplane import errors
 from memplane.client import AsyncMemplaneClient
-from memplane.console import admin, export, inputs, jobs, jsonview, restore, sessionview
+from memplane.console import admin, export, inputs, jobs, jsonview, restore, sessionview, usage
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -94,6 +95,7 @@ class ConsoleApi:
             Route("/memories/{memory_id}/restore", self._signed_in(self.restore_memory), methods=["POST"]),
             Route("/export", self._signed_in(self.export), methods=["GET"]),
             Route("/jobs", self._signed_in(jobs.list_jobs), methods=["GET"]),
+            Route("/usage/daily", self._signed_in(usage.daily), methods=["GET"]),
             Route("/sessions/{session_id}/transcript", self._signed_in(sessionview.transcript), methods=["GET"]),
             Route("/sessions/{session_id}/preview", self._signed_in(sessionview.preview), methods=["POST"]),
             Route("/search", self._signed_in(self.search), methods=["POST"]),

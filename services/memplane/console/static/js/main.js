@@ -14,6 +14,7 @@ import { jobsView } from "./views/jobs.js";
 import { searchView } from "./views/search.js";
 import { sessionView } from "./views/session.js";
 import { signInView } from "./views/signin.js";
+import { usageView } from "./views/usage.js";
 
 const view = document.getElementById("view");
 const nav = document.getElementById("nav");
@@ -61,6 +62,7 @@ function route() {
   else if (path === "/search") replace(view, searchView());
   else if (path === "/erase") replace(view, eraseView());
   else if (path === "/jobs") replace(view, jobsView());
+  else if (path === "/usage") replace(view, usageView());
   else replace(view, browseView());
 }
 
