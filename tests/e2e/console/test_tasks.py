@@ -167,6 +167,13 @@ async def test_export_a_scope_as_json_lines(tab: Tab, console: Console, workspac
     assert contents == ["Alice drinks green tea every morning", "Alice is allergic to peanuts"]
     assert len(lines) == 4  # header, two memories, end
 
+    await page.get_by_label("with history").check()
+    async with page.expect_download() as started:
+        await page.get_by_role("link", name="Export (JSON lines)").click()
+    text = await asyncio.to_thread(Path(await (await started.value).path()).read_text)
+    kinds = [json.loads(line)["kind"] for line in text.splitlines()]
+    assert kinds == ["header", "memory", "event", "memory", "event", "end"]  # each memory's ADD after it
+
 
 async def test_erase_a_scope_after_its_preview(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
     await workspace.client.add_memories(NOTES)

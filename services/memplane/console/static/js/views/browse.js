@@ -27,6 +27,13 @@ export function browseView() {
   const results = h("div", { class: "results" });
   const pager = h("div", { class: "pager" });
   const exportLink = h("a", { class: "export", href: "api/export", download: "memplane-export.jsonl" }, "Export (JSON lines)");
+  const withHistory = h("input", { type: "checkbox", name: "history" });
+  const exportHref = () => {
+    const p = params();
+    const scope = { user_id: p.user_id, agent_id: p.agent_id, session_id: p.session_id, history: withHistory.checked };
+    exportLink.setAttribute("href", `api/export${query(scope)}`);
+  };
+  withHistory.addEventListener("change", exportHref);
   const tokens = [""]; // page tokens of the pages seen, for Previous
   let page = 0;
 
@@ -37,8 +44,7 @@ export function browseView() {
   }
 
   async function load() {
-    const p = params();
-    exportLink.setAttribute("href", `api/export${query({ user_id: p.user_id, agent_id: p.agent_id, session_id: p.session_id })}`);
+    exportHref();
     replace(results, state("loading", "Loading memories…"));
     replace(pager);
     let reply;
@@ -112,6 +118,7 @@ export function browseView() {
     field("expired", inputs.include_expired),
     h("button", { type: "submit" }, "Filter"),
     exportLink,
+    field("with history", withHistory),
   );
   load();
   return h("section", { class: "view-browse" }, h("h1", {}, "Memories"), form, results, pager);
