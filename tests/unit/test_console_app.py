@@ -5,6 +5,7 @@ flags, the sign-in rate limit and the base path."""
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import re
 import tomllib
 from collections.abc import AsyncIterator
@@ -14,7 +15,9 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from memplane.cli import entry
 from memplane.client import AsyncMemplaneClient
+from memplane.console import cli as console_cli
 from memplane.console.app import build_app, normalize_base_path
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
@@ -219,3 +222,25 @@ def test_every_static_file_ships_in_the_wheel() -> None:
         if path.is_file():
             relative = path.relative_to(package).as_posix()
             assert any(fnmatch.fnmatch(relative, p) and relative.count("/") == p.count("/") for p in patterns), relative
+
+
+def test_the_command_reads_its_target_and_tls_from_flags_then_the_environment(tmp_path: Path) -> None:
+    parser = console_cli.build_parser()
+    environ = {"MEMPLANE_GRPC__PORT": "6000", "MEMPLANE_WRITEBACK_TARGET": "wb:7000"}
+    ns = parser.parse_args([])
+    assert console_cli._default_target(environ) == "127.0.0.1:6000"
+    factory = console_cli.client_factory(ns, environ)
+    assert callable(factory)
+    with pytest.raises(console_cli.ConsoleUsageError, match="--ca-file"):
+        console_cli.client_factory(parser.parse_args(["--ca-file", str(tmp_path / "missing.pem")]), {})
+
+
+def test_the_command_needs_only_the_console_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without uvicorn, `memplane console` says which extra to install (exit 1); it never
+    loads the server's settings."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    assert entry.main(["console"]) == 1
+    assert "pip install 'memplane[console]'" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """The `memplane` script's entry point. The command line comes with the server extra
 (settings, logging and the server itself); in a bare client install (`pip install
 memplane`) it says so in one line and exits 1 instead of printing an import traceback.
-`memplane mcp` is the exception: a client of a server, it needs the mcp extra only
-(`memplane.integrations.mcp.cli`), and says so when that is missing. Every command runs
+`memplane mcp` and `memplane console` are the exceptions: clients of a server, they need
+the mcp or the console extra only (`memplane.integrations.mcp.cli`,
+`memplane.console.cli`), and say so when it is missing. Every command runs
 inside `memplane.cli.usage.guarded`: a bad path is one line and exit status 2, a closed
 pipe ends quietly."""
 
@@ -16,6 +17,10 @@ from memplane.cli.usage import Parser, guarded
 
 SERVER_EXTRA = "pip install 'memplane[server]'"
 MCP_EXTRA = "pip install 'memplane[mcp]'"
+CONSOLE_EXTRA = "pip install 'memplane[console]'"
+
+# Top-level modules that `memplane[console]` brings.
+CONSOLE_MODULES = frozenset({"starlette", "uvicorn"})
 
 # Top-level modules that `memplane[mcp]` brings (the SDK and what its server runs on).
 MCP_MODULES = frozenset({"mcp", "mcp_types", "jsonschema", "starlette", "uvicorn", "anyio"})
@@ -61,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["mcp"]:
         return guarded(lambda: _run_mcp(args[1:]))
+    if args[:1] == ["console"]:
+        return guarded(lambda: _run_console(args[1:]))
     return guarded(lambda: _run(argv))
 
 
@@ -91,5 +98,22 @@ def _run_mcp(argv: list[str]) -> int:
         if name not in MCP_MODULES:
             raise
         print(f"memplane mcp: needs the mcp extra (no module {name!r}): {MCP_EXTRA}", file=sys.stderr)
+        return 1
+    return run(argv, parser_class=Parser)
+
+
+def _run_console(argv: list[str]) -> int:
+    """`memplane console`; exit status 1 with "... pip install 'memplane[console]'" on
+    stderr when a module of the console extra is missing."""
+    try:
+        for name in sorted(CONSOLE_MODULES):
+            if importlib.util.find_spec(name) is None:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        from memplane.console.cli import main as run
+    except ModuleNotFoundError as error:
+        name = (error.name or "").partition(".")[0]
+        if name not in CONSOLE_MODULES:
+            raise
+        print(f"memplane console: needs the console extra (no module {name!r}): {CONSOLE_EXTRA}", file=sys.stderr)
         return 1
     return run(argv, parser_class=Parser)
