@@ -405,8 +405,9 @@ async def run_peer(
             await worker.close()
 
 
-def memplane_env(ep: Endpoint, *, cache_size: int) -> dict[str, str]:
+def memplane_env(ep: Endpoint, *, cache_size: int, workers: int = 1) -> dict[str, str]:
     return {
+        "MEMPLANE_GRPC__WORKERS": str(workers),
         "MEMPLANE_EMBEDDING__PROVIDER": "openai",
         "MEMPLANE_EMBEDDING__BASE_URL": ep.url,
         "MEMPLANE_EMBEDDING__MODEL": MODEL,
@@ -422,7 +423,7 @@ async def run_memplane(
 ) -> list[Row]:  # fmt: skip
     pgdata = stack.data_dir / "pgdata"
     rows = []
-    async with server_process(stack, **memplane_env(ep, cache_size=0)) as served:
+    async with server_process(stack, **memplane_env(ep, cache_size=0, workers=args.workers)) as served:
         client = served.client()
         try:
 
@@ -438,7 +439,7 @@ async def run_memplane(
                     await batch_client.add_memories([_turn_memory(t, np.empty(0, dtype=np.float32)) for t in chunk])
 
                 batch_rate, _ = await timed_ingest(add_batch, first, args.batch)
-            call = await memplane_call(served, questions, True)
+            call = await memplane_call(served, questions, True, connections=args.connections)
             level1, level8 = await search_levels("memplane", call, questions, args, pgdata)
             row = Row("memplane default hybrid over gRPC", level1, level8, rate, first_last, batch_rate)
             row.extra = _timing(level1)
@@ -446,8 +447,8 @@ async def run_memplane(
         finally:
             await client.close()
     if args.cached:
-        async with server_process(stack, **memplane_env(ep, cache_size=100_000)) as served:
-            call = await memplane_call(served, questions, True)
+        async with server_process(stack, **memplane_env(ep, cache_size=100_000, workers=args.workers)) as served:
+            call = await memplane_call(served, questions, True, connections=args.connections)
             await run_load(call, concurrency=8, requests=len(questions), max_seconds=600)  # fills its cache
             level1, level8 = await search_levels("memplane cached", call, questions, args, pgdata)
             row = Row("memplane, query embedding cached in process", level1, level8)
@@ -596,6 +597,10 @@ if __name__ == "__main__":
     parser.add_argument("--max-seconds", type=float, default=120.0, help="time budget of one pass")
     parser.add_argument("--batch", type=int, default=64, help="memories per call of the batched ingest")
     parser.add_argument("--no-cached", dest="cached", action="store_false", help="skip memplane with its cache on")
+    parser.add_argument("--workers", type=int, default=1, help="memplane serve --workers (processes on its port)")
+    parser.add_argument(
+        "--connections", type=int, default=1, help="memplane's search clients, each a connection (round robin)"
+    )
     parser.add_argument("--plot", type=Path, default=None, help="also draw the figures into this SVG or PNG")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     asyncio.run(main(parser.parse_args()))

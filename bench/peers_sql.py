@@ -248,13 +248,17 @@ def _message_id(memory: memory_pb2.Memory) -> str:
     return str(memory.metadata["message_id"]) if "message_id" in memory.metadata else memory.id
 
 
-async def memplane_call(stack: Stack, questions: Sequence[Question], scoped: bool) -> Callable[[int], Awaitable[Any]]:
-    client = stack.client()
+async def memplane_call(
+    stack: Stack, questions: Sequence[Question], scoped: bool, *, connections: int = 1
+) -> Callable[[int], Awaitable[Any]]:
+    """Request i searches question i over client i mod *connections* (each a channel, so a
+    connection, of its own: as many agents would)."""
+    clients = [stack.client() for _ in range(connections)]
 
     async def call(i: int) -> tuple[int, list[str], float, float]:
         q = questions[i % len(questions)]
         flt = filter_pb2.MemoryFilter(user_id=q.user_id if scoped else "")
-        reply = await client.search(q.text, top_k=TOP_K, filter=flt)
+        reply = await clients[i % connections].search(q.text, top_k=TOP_K, filter=flt)
         ids = [_message_id(h.memory) for h in reply.hits]
         timing = reply.timing
         return (

@@ -43,6 +43,20 @@ async def cmd_serve(ns: argparse.Namespace, settings: Settings) -> int:
     from memplane.server.serving import serve, stop_serving
     from memplane.server.telemetry import setup_telemetry
 
+    workers = settings.grpc.workers if ns.workers is None else ns.workers
+    if workers > 1:
+        from memplane.cli.workers import supervise
+
+        grpc_settings = settings.grpc
+        return await supervise(
+            workers,
+            host=ns.host or grpc_settings.host,
+            port=grpc_settings.port if ns.port is None else ns.port,
+            services=ns.services,
+            migrate=settings.database.migrate_on_start and not ns.no_migrate,
+            # a worker's own bound (`memplane.server.serving.stop_serving`), and a margin to exit
+            stop_seconds=grpc_settings.drain_seconds + grpc_settings.grace_period + grpc_settings.close_seconds + 5,
+        )
     if ns.no_migrate:
         settings = settings.model_copy(
             update={"database": settings.database.model_copy(update={"migrate_on_start": False})}
@@ -247,6 +261,14 @@ def build_parser(settings: Settings | None = None) -> argparse.ArgumentParser:
         type=int,
         default=None,
         help=f"port (default {settings.grpc.port}: MEMPLANE_GRPC__PORT; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        choices=range(1, 65),
+        metavar="N",
+        help=f"server processes on the one port, 1-64 (default {settings.grpc.workers}: MEMPLANE_GRPC__WORKERS)",
     )
     p.add_argument(
         "--no-migrate",

@@ -63,6 +63,7 @@ async def serve(
         port=port,
         interceptors=interceptors,
         tls=tls,
+        reuse_port=app.settings.grpc.reuse_port,
     )
 
 

@@ -134,6 +134,19 @@ class GrpcSettings(BaseModel):
 
     host: str = Field(default="127.0.0.1", description="Address to bind; 0.0.0.0 in a cluster.")
     port: int = Field(default=50051, ge=0, le=65535, description="TCP port; 0 picks a free one.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Server processes on the one port (`memplane serve --workers`): the kernel spreads new "
+        "connections over them (SO_REUSEPORT). Pools, caches, admission and the LLM's requests-per-minute limit "
+        "are each process's own. In a cluster, run more replicas instead.",
+    )
+    reuse_port: bool = Field(
+        default=False,
+        description="Bind with SO_REUSEPORT, sharing the port with other processes (set by --workers for its "
+        "workers). Off: a second server on the port fails with 'address in use'.",
+    )
     grace_period: float = Field(default=5.0, ge=0, description="Seconds in-flight RPCs get on shutdown.")
     drain_seconds: float = Field(
         default=0.0,

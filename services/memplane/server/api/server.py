@@ -144,13 +144,15 @@ async def start_server(
     port: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     tls: TlsFiles | None = None,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """Register *servicers* (one per service), health and reflection on a server, bind it
     to host:port (port 0 picks a free one), plaintext, or TLS only with *tls*'s files,
     re-read when they change (`memplane.server.api.tls`), and start it. Readiness follows
     *database* for every service and *embedder* (an embedding endpoint's health; None for
     a local model) for EMBEDDING_SERVICES; messages are limited to *max_message_bytes*
-    each way.
+    each way. *reuse_port*: bind with SO_REUSEPORT, sharing the port with the other
+    workers of `memplane serve --workers`.
 
     Raises `ValueError` for no servicer or two of one service, or unusable TLS files, and
     `RuntimeError` if the port cannot be bound.
@@ -166,8 +168,9 @@ async def start_server(
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
             # gRPC sets SO_REUSEPORT by default: a second server on the same port would start
-            # and silently share its traffic. Fail with "address in use" instead.
-            ("grpc.so_reuseport", 0),
+            # and silently share its traffic. Fail with "address in use" instead, unless
+            # sharing is the point (the workers of `memplane serve --workers`).
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
     for servicer in servicers:
