@@ -39,7 +39,8 @@ from starlette.routing import Route
 
 from memplane import errors
 from memplane.client import AsyncMemplaneClient
-from memplane.console import admin, export, inputs, jobs, jsonview, restore, sessionview, usage
+from memplane.client.restore import restore_deleted
+from memplane.console import admin, export, inputs, jobs, jsonview, sessionview, usage
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -277,7 +278,7 @@ class ConsoleApi:
     async def restore_memory(self, request: Request, session: Session) -> Response:
         """Store a deleted memory again from its last DELETE event (as `memplane restore`);
         404 when its history holds none (never deleted, or erased by scope)."""
-        memory = await restore.restore_deleted(session.client, request.path_params["memory_id"])
+        memory = await restore_deleted(session.client, request.path_params["memory_id"])
         return JSONResponse({"memory": jsonview.memory(memory)})
 
     async def export(self, request: Request, session: Session) -> Response:

@@ -14,7 +14,7 @@ One pass (`sync_once`) compares each file under ``Memory/`` with what the last p
   edit, then written back under its rendered name;
 - a deleted memory file -> DeleteMemory (same ``expected_version``). History keeps it:
   ListMemoryEvents(id) ends with a DELETE event whose ``before`` is the memory, which
-  AddMemories can store again (`memplane.filesync.restore`);
+  AddMemories can store again (`memplane.client.restore`);
 - both sides changed (the file edited and the memory's version moved, or the memory
   gone) -> the file is stored as a new memory with metadata ``conflict: true``,
   ``conflict_with`` (the memory's id) and ``conflict_file``; the memory stays as it is.

@@ -1,17 +1,19 @@
-"""Restoring from a memory's history: a deleted memory stored again from the `before` of
-its last DELETE event (the same as `memplane restore`, which the file sync owns)."""
+"""Restoring a deleted memory: its history's last DELETE event holds the memory as it was
+(`before`), which is stored again with AddMemories — a new id and version 1, every other
+field as it was. `memplane restore` (a memory file deleted in a sandbox by mistake: the
+next sync renders it again) and the console's restore both use it."""
 
 from __future__ import annotations
 
-from memplane.client import AsyncMemplaneClient
+from memplane.client.aio import AsyncMemplaneClient
 from memplane.errors import NotFoundError
 from memplane.v1 import memory_pb2
 
 
 async def restore_deleted(client: AsyncMemplaneClient, memory_id: str) -> memory_pb2.Memory:
-    """Store the deleted memory *memory_id* again; returns the new memory (a new id, version 1).
-    Raises `NotFoundError` when its history holds no DELETE event with the memory (never
-    deleted, erased by scope, or of another workspace)."""
+    """Store the deleted memory *memory_id* of the key's workspace again; returns the new
+    memory. Raises `NotFoundError` when its history holds no DELETE event with the memory
+    (never deleted, or erased by scope: that keeps no content)."""
     events = await client.list_memory_events(memory_id)
     deletes = [e for e in events if e.kind == memory_pb2.EVENT_KIND_DELETE and e.HasField("before")]
     if not deletes:
@@ -29,5 +31,4 @@ async def restore_deleted(client: AsyncMemplaneClient, memory_id: str) -> memory
     for name in ("valid_from_time", "valid_to_time", "expire_time"):
         if before.HasField(name):
             getattr(item, name).CopyFrom(getattr(before, name))
-    [stored] = await client.add_memories([item])
-    return stored
+    return (await client.add_memories([item]))[0]
