@@ -85,7 +85,9 @@ async def console(server: str) -> AsyncIterator[Console]:
 
 @pytest.fixture(scope="session")
 async def browser() -> AsyncIterator[Browser]:
-    """Debian's Chromium, headless."""
+    """Debian's Chromium, headless. Fails (never skips) without it: CI installs it."""
+    if not await asyncio.to_thread(Path(CHROMIUM).exists):
+        pytest.fail(f"no {CHROMIUM}: run scripts/install-browser-deps.sh as root (apt-get install chromium)")
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM)
         yield launched
