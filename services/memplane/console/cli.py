@@ -64,6 +64,13 @@ def build_parser(
         help="sign-in attempts allowed per client address and minute (and at once); default 10",
     )
     parser.add_argument(
+        "--forwarded-allow-ips",
+        default="",
+        metavar="IPS",
+        help="comma-separated proxy addresses (or *) whose X-Forwarded-For / -Proto are trusted: the sign-in "
+        "limit then counts the person's address, not the proxy's (default: none trusted)",
+    )
+    parser.add_argument(
         "--target",
         default=None,
         help=f"memplane server host:port (default {_default_target(os.environ)}: MEMPLANE_TARGET, "
@@ -136,7 +143,15 @@ async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) ->
     shown = f"[{host}]" if ":" in host else host
     base = ns.base_path.strip("/")
     print(f"memplane console: http://{shown}:{port}/{base + '/' if base else ''}", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        proxy_headers=bool(ns.forwarded_allow_ips),
+        forwarded_allow_ips=ns.forwarded_allow_ips or None,
+    )
     await uvicorn.Server(config).serve(sockets=[sock])
     return 0
 

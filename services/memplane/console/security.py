@@ -72,6 +72,6 @@ def cross_site(request: Request) -> str | None:
 
 def client_address(request: Request) -> str:
     """The peer's address (the key of the sign-in rate limit); "unknown" without one.
-    Behind a proxy this is the proxy's: run uvicorn with --forwarded-allow-ips to trust
-    X-Forwarded-For there."""
+    Behind a proxy this is the proxy's, unless `memplane console --forwarded-allow-ips`
+    names the proxy (uvicorn then takes the address from X-Forwarded-For)."""
     return request.client.host if request.client else "unknown"
