@@ -40,6 +40,9 @@ class FakeClient:
             raise UnauthenticatedError("unknown or revoked API key")
         return retrieval_pb2.ListMemoriesResponse(total_size=0)
 
+    async def search(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("bad input reached the server")
+
     async def get_memory(self, memory_id: str) -> Any:
         raise NotFoundError("memory", memory_id)
 
@@ -153,6 +156,15 @@ async def test_bad_input_names_the_field(http: httpx.AsyncClient) -> None:
         ("include_expired", "2"),
     ):
         reply = await http.get("/memplane/api/memories", params={field: value})
+        assert reply.status_code == 400, field
+        assert reply.json()["error"]["message"].startswith(f"{field}:")
+
+
+async def test_search_checks_its_numbers(http: httpx.AsyncClient) -> None:
+    csrf = await sign_in(http)
+    headers = {**ORIGIN, "x-csrf-token": csrf}
+    for field, value in (("vector_weight", 2), ("min_relevance", -0.1), ("top_k", 0), ("fusion", "best")):
+        reply = await http.post("/memplane/api/search", json={"query": "tea", field: value}, headers=headers)
         assert reply.status_code == 400, field
         assert reply.json()["error"]["message"].startswith(f"{field}:")
 

@@ -16,7 +16,7 @@
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
     GET    api/usage/daily?days=           -> memories added per day (`usage`)
     api/admin/... with the admin key: workspaces, usage, keys (`admin`)
-    POST   api/search {query, top_k, mode, fusion, min_relevance, context_turns, scope...}
+    POST   api/search {query, top_k, mode, fusion, vector_weight, min_relevance, context_turns, filters...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
     POST   api/erasure/preview {user_id, agent_id, session_id} -> {count}
     POST   api/erasure {user_id, agent_id, session_id, expected_count} -> the receipt
@@ -301,17 +301,17 @@ class ConsoleApi:
         query = inputs.text(body, "query", max_chars=2_000).strip()
         if not query:
             raise BadRequestError("query: required")
-        min_relevance = body.get("min_relevance", 0.0) or 0.0
-        if not isinstance(min_relevance, int | float) or not 0.0 <= float(min_relevance) <= 1.0:
-            raise BadRequestError("min_relevance: must be a number from 0 to 1")
+        min_relevance = inputs.fraction(body, "min_relevance")
+        vector_weight = inputs.fraction(body, "vector_weight")
         reply = await session.client.search(
             query,
             top_k=inputs.integer(body, "top_k", default=10, low=1, high=MAX_TOP_K),
-            min_relevance=float(min_relevance),
+            min_relevance=min_relevance,
             filter=inputs.memory_filter(body),
             mode=inputs.choice(body, "mode", inputs.MODES, "hybrid"),
             context_turns=inputs.integer(body, "context_turns", default=0, low=0, high=10),
             fusion=inputs.choice(body, "fusion", inputs.FUSIONS, ""),
+            vector_weight=vector_weight or None,  # 0: the server's default for the fusion
         )
         return JSONResponse(jsonview.search_reply(reply))
 

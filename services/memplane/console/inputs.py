@@ -64,6 +64,16 @@ def integer(source: Mapping[str, Any], field: str, *, default: int, low: int, hi
     return number
 
 
+def fraction(source: Mapping[str, Any], field: str) -> float:
+    """*field* as a number from 0 to 1 (0 when absent); `BadRequestError` otherwise."""
+    value = source.get(field, 0.0)
+    if value is None or value == "":
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise BadRequestError(f"{field}: must be a number from 0 to 1")
+    return float(value)
+
+
 def flag(source: Mapping[str, Any], field: str) -> bool:
     """*field* as a boolean: JSON true/false, or "1"/"true"/"0"/"false"/"" in a query."""
     value = source.get(field, False)

@@ -228,3 +228,18 @@ async def test_usage_counts_the_memories_added_per_day(tab: Tab, console: Consol
     )
     await expect(page.locator("svg.bars rect.bar")).to_have_count(14)
     await tab.shot("usage")
+
+
+async def test_search_with_another_fusion_and_weight(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+    await workspace.client.add_memories(NOTES)
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    await page.get_by_role("link", name="Search").click()
+    await page.get_by_label("query", exact=True).fill("what does Alice drink?")
+    await page.get_by_label("fusion").select_option("zscore")
+    await page.get_by_label("vector weight").fill("0.7")
+    await page.get_by_role("button", name="Search").click()
+    first = page.locator("article.hit").first
+    await expect(first.locator(".content")).to_have_text("Alice drinks green tea every morning")
+    await page.get_by_label("vector weight").fill("2")  # the form refuses it before sending
+    assert not await page.locator("input[name=vector_weight]").evaluate("el => el.checkValidity()")

@@ -64,8 +64,11 @@ export function searchView() {
   const fusion = h(
     "select",
     { name: "fusion" },
-    [["", "server default"], ["rrf", "rrf"], ["weighted", "weighted"]].map(([v, t]) => h("option", { value: v }, t)),
+    [["", "server default"], ["rrf", "rrf"], ["weighted", "weighted"], ["dbsf", "dbsf"], ["zscore", "zscore"]].map(([v, t]) =>
+      h("option", { value: v }, t),
+    ),
   );
+  const vectorWeight = h("input", { name: "vector_weight", type: "number", min: 0, max: 1, step: 0.05, value: 0, title: "0: the server's default" });
   const minRelevance = h("input", { name: "min_relevance", type: "number", min: 0, max: 1, step: 0.05, value: 0 });
   const userId = h("input", { name: "user_id", size: 10 });
   const agentId = h("input", { name: "agent_id", size: 10 });
@@ -87,6 +90,7 @@ export function searchView() {
             top_k: Number(topK.value),
             mode: mode.value,
             fusion: fusion.value,
+            vector_weight: Number(vectorWeight.value),
             min_relevance: Number(minRelevance.value),
             user_id: userId.value.trim(),
             agent_id: agentId.value.trim(),
@@ -112,6 +116,7 @@ export function searchView() {
     field("top k", topK),
     field("mode", mode),
     field("fusion", fusion),
+    field("vector weight", vectorWeight),
     field("min relevance", minRelevance),
     field("user", userId),
     field("agent", agentId),
