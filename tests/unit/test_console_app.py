@@ -18,6 +18,7 @@ import pytest
 from memplane.cli import entry
 from memplane.client import AsyncMemplaneClient
 from memplane.console import cli as console_cli
+from memplane.console import inputs
 from memplane.console.app import build_app, normalize_base_path
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
@@ -256,3 +257,29 @@ def test_the_command_needs_only_the_console_extra(
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
     assert entry.main(["console"]) == 1
     assert "pip install 'memplane[console]'" in capsys.readouterr().err
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_read(http: httpx.AsyncClient) -> None:
+    """A Content-Length over 1 MiB is a 413 naming `body` before a byte is read (the
+    sign-in needs no session); a chunked body stops being read just past the limit."""
+    declared = await http.post(
+        "/memplane/api/session",
+        content=b'{"api_key": "x"}',
+        headers={**ORIGIN, "content-type": "application/json", "content-length": str(400 * 1024 * 1024)},
+    )
+    assert declared.status_code == 413, declared.text
+    assert declared.json()["error"]["message"].startswith("body:")
+    sent = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield b'{"api_key": "'
+        for _ in range(64):
+            sent += 64 * 1024
+            yield b"a" * (64 * 1024)
+
+    chunked = await http.post("/memplane/api/session", content=chunks(), headers=ORIGIN)
+    assert chunked.status_code == 413, chunked.text
+    assert chunked.json()["error"]["message"].startswith("body:")
+    assert "content-length" not in chunked.request.headers
+    assert sent <= inputs.MAX_BODY_BYTES + 64 * 1024

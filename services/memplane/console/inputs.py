@@ -11,7 +11,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from starlette.requests import Request
 
-from memplane.console.errors import BadRequestError
+from memplane.console.errors import BadRequestError, RefusedError
 from memplane.console.jsonview import memory_type_value
 from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
 
@@ -19,12 +19,38 @@ MAX_BODY_BYTES = 1 << 20  # 1 MiB: a memory's content is far less
 SCOPE_FIELDS = ("user_id", "agent_id", "session_id")
 
 
+class BodyTooLargeError(RefusedError):
+    """A request body over `MAX_BODY_BYTES` (413, naming `body`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(413, "TOO_LARGE", message)
+
+
+async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, at most *limit* bytes. Raises `BodyTooLargeError` at once for a
+    Content-Length over *limit* (nothing is read), and as soon as a body without one
+    (chunked) passes *limit*: no more than *limit* + one chunk is ever held."""
+    declared = request.headers.get("content-length", "").strip()
+    if declared:
+        if not (declared.isascii() and declared.isdigit()):
+            raise BadRequestError(f"body: Content-Length {declared[:40]!r} is not a number")
+        if len(declared.lstrip("0")) > len(str(limit)) or int(declared) > limit:
+            raise BodyTooLargeError(f"body: {declared[:40]} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(f"body: over {limit} bytes; the limit is {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object. Raises `BadRequestError` for a body over 1 MiB, one that is
-    not JSON, or JSON that is not an object."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise BadRequestError(f"body: {len(raw)} bytes; the limit is {MAX_BODY_BYTES}")
+    """The request's JSON object. Raises `BodyTooLargeError` (413) for a body over 1 MiB
+    (`read_body`), `BadRequestError` for one that is not JSON, or JSON that is not an
+    object."""
+    raw = await read_body(request)
     try:
         value = json.loads(raw or b"{}")
     except ValueError:
