@@ -45,6 +45,8 @@ class FakeClient:
         raise AssertionError("bad input reached the server")
 
     async def get_memory(self, memory_id: str) -> Any:
+        if memory_id == "boom":
+            raise RuntimeError("an unexpected failure with a secret in it")
         raise NotFoundError("memory", memory_id)
 
     async def close(self) -> None:
@@ -283,3 +285,80 @@ async def test_a_body_over_the_limit_is_refused_before_it_is_read(http: httpx.As
     assert chunked.json()["error"]["message"].startswith("body:")
     assert "content-length" not in chunked.request.headers
     assert sent <= inputs.MAX_BODY_BYTES + 64 * 1024
+
+
+def assert_headers(reply: httpx.Response) -> None:
+    assert reply.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert reply.headers["x-content-type-options"] == "nosniff"
+    assert reply.headers["x-frame-options"] == "DENY"
+    assert reply.headers["cache-control"] == "no-store"
+
+
+async def test_numbers_json_cannot_hold_are_400s_naming_the_field(http: httpx.AsyncClient) -> None:
+    """NaN, Infinity, 1e400 and a 400-digit integer are 400s naming the body or the field
+    (never an OverflowError's 500), with the security headers."""
+    csrf = await sign_in(http)
+    headers = {**ORIGIN, "x-csrf-token": csrf, "content-type": "application/json"}
+    huge = "9" * 400
+    cases = [
+        ("/memplane/api/search", '{"query": "tea", "top_k": Infinity}', "body:"),
+        ("/memplane/api/search", '{"query": "tea", "top_k": NaN}', "body:"),
+        ("/memplane/api/search", '{"query": "tea", "top_k": 1e400}', "body:"),
+        ("/memplane/api/search", f'{{"query": "tea", "top_k": {huge}}}', "top_k:"),
+        ("/memplane/api/search", f'{{"query": "tea", "min_relevance": {huge}}}', "min_relevance:"),
+        ("/memplane/api/sessions/s1/preview", '{"max_input_tokens": -Infinity}', "body:"),
+        ("/memplane/api/sessions/s1/preview", f'{{"max_input_tokens": {huge}}}', "max_input_tokens:"),
+        ("/memplane/api/search", "[" * 100_000 + "]" * 100_000, "body:"),
+    ]
+    for path, body, field in cases:
+        reply = await http.post(path, content=body.encode(), headers=headers)
+        assert reply.status_code == 400, (body[:60], reply.text)
+        assert reply.json()["error"]["message"].startswith(field), body[:60]
+        assert_headers(reply)
+    patch = await http.patch(
+        "/memplane/api/memories/m1", content=b'{"content": "x", "expected_version": Infinity}', headers=headers
+    )
+    assert patch.status_code == 400
+    assert patch.json()["error"]["message"].startswith("body:")
+
+
+async def test_times_and_metadata_out_of_range_are_400s_naming_the_param(http: httpx.AsyncClient) -> None:
+    await sign_in(http)
+    for field, value in (
+        ("created_after", "0001-01-01T00:00:00+14:00"),
+        ("created_before", "9999-12-31T23:59:59-14:00"),
+        ("metadata", "k=" + "[" * 300 + "]" * 300),
+        ("metadata", "k=" + "[" * 499 + "]" * 499),
+        ("metadata", "k=" + "9" * 400),
+    ):
+        reply = await http.get("/memplane/api/memories", params={field: value})
+        assert reply.status_code == 400, (field, value[:40], reply.text)
+        assert reply.json()["error"]["message"].startswith(f"{field}:")
+        assert_headers(reply)
+
+
+async def test_an_api_key_grpc_metadata_cannot_carry_is_a_400_naming_it() -> None:
+    """A key with non-ASCII or control characters never reaches the client (whose gRPC
+    metadata would refuse it with a 500)."""
+    made: list[str] = []
+    app = build_app(lambda key: made.append(key) or factory(key), limiter=RateLimiter(burst=10, rate_per_second=1.0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as client:
+        for key in ("mp_\u00e9_\u00fc", "mp_abc\nx: 1", "mp_\u0000", "mp_a b"):
+            reply = await client.post("/api/session", json={"api_key": key}, headers=ORIGIN)
+            assert reply.status_code == 400, (key, reply.text)
+            assert reply.json()["error"]["message"].startswith("api_key:")
+    assert made == []
+
+
+async def test_an_unexpected_failure_is_a_json_500_with_the_security_headers() -> None:
+    app = build_app(factory, limiter=RateLimiter(burst=3, rate_per_second=1.0))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as client:
+        reply = await client.post("/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)
+        assert reply.status_code == 200
+        failed = await client.get("/api/memories/boom")
+    assert failed.status_code == 500
+    assert failed.json() == {"error": {"code": "INTERNAL", "message": "internal error"}}
+    assert "secret" not in failed.text
+    assert "Traceback" not in failed.text
+    assert_headers(failed)

@@ -202,6 +202,8 @@ class ConsoleApi:
         key = inputs.text(await inputs.json_body(request), "api_key", max_chars=512).strip()
         if not key:
             raise BadRequestError("api_key: required")
+        if not all(" " < c < "\x7f" for c in key):  # gRPC metadata carries printable ASCII only
+            raise BadRequestError("api_key: printable ASCII only (no spaces, control or non-ASCII characters)")
         return key
 
     async def sign_out(self, request: Request, session: Session) -> Response:

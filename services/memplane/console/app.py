@@ -15,8 +15,9 @@ from starlette.staticfiles import StaticFiles
 
 from memplane.client import AsyncMemplaneClient
 from memplane.console.api import ConsoleApi
+from memplane.console.errors import error_response
 from memplane.console.ratelimit import RateLimiter
-from memplane.console.security import SecurityHeaders
+from memplane.console.security import HEADERS, SecurityHeaders
 from memplane.console.sessions import SessionStore
 
 STATIC = Path(__file__).parent / "static"
@@ -34,6 +35,16 @@ def normalize_base_path(base_path: str) -> str:
 
 async def _index(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """An unexpected failure's answer: a JSON error without a traceback, carrying the
+    security headers itself (Starlette's ServerErrorMiddleware, outside `SecurityHeaders`,
+    sends it). uvicorn logs the exception."""
+    response = error_response(500, "INTERNAL", "internal error")
+    for name, value in HEADERS:
+        response.headers[name.decode()] = value.decode()
+    return response
 
 
 def build_app(
@@ -73,6 +84,6 @@ def build_app(
         yield
         await store.close_all()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: _internal_error})
     app.add_middleware(SecurityHeaders)
     return app

@@ -4,6 +4,7 @@ arguments. Every bad value raises `BadRequestError` naming the field."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -46,15 +47,34 @@ async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
+class NonFiniteError(ValueError):
+    """A JSON number that is NaN or infinite (``NaN``, ``Infinity``, ``1e400``)."""
+
+
+def _no_constant(word: str) -> float:
+    raise NonFiniteError(word)
+
+
+def _finite_float(digits: str) -> float:
+    number = float(digits)
+    if not math.isfinite(number):
+        raise NonFiniteError(digits)
+    return number
+
+
 async def json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object. Raises `BodyTooLargeError` (413) for a body over 1 MiB
     (`read_body`), `BadRequestError` for one that is not JSON, or JSON that is not an
     object."""
     raw = await read_body(request)
     try:
-        value = json.loads(raw or b"{}")
+        value = json.loads(raw or b"{}", parse_constant=_no_constant, parse_float=_finite_float)
+    except NonFiniteError:
+        raise BadRequestError("body: NaN/Infinity not allowed") from None
     except ValueError:
         raise BadRequestError("body: not JSON") from None
+    except RecursionError:
+        raise BadRequestError("body: nested too deeply") from None
     if not isinstance(value, dict):
         raise BadRequestError("body: must be a JSON object")
     return value
@@ -83,10 +103,11 @@ def integer(source: Mapping[str, Any], field: str, *, default: int, low: int, hi
         raise BadRequestError(f"{field}: must be a whole number")
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         raise BadRequestError(f"{field}: must be a whole number, not {value!r}") from None
     if not low <= number <= high:
-        raise BadRequestError(f"{field}: must be {low} to {high}, not {number}")
+        shown = str(number) if len(str(number)) <= 40 else f"a {len(str(number))}-digit number"
+        raise BadRequestError(f"{field}: must be {low} to {high}, not {shown}")
     return number
 
 
@@ -95,8 +116,8 @@ def fraction(source: Mapping[str, Any], field: str) -> float:
     value = source.get(field, 0.0)
     if value is None or value == "":
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise BadRequestError(f"{field}: must be a number from 0 to 1")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise BadRequestError(f"{field}: must be a number from 0 to 1")  # NaN fails 0 <= value too
     return float(value)
 
 
@@ -132,7 +153,10 @@ def timestamp(source: Mapping[str, Any], field: str) -> timestamp_pb2.Timestamp 
             raise BadRequestError(f"{field}: {value!r} needs a time zone (e.g. Z)")
         when = when.replace(tzinfo=UTC)
     ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(when)
+    try:
+        ts.FromDatetime(when)  # in UTC: 0001-01-01T00:00:00+14:00 is before year 1
+    except (OverflowError, ValueError):
+        raise BadRequestError(f"{field}: {value!r} is out of range (years 1 to 9999 in UTC)") from None
     return ts
 
 
@@ -146,10 +170,16 @@ def metadata_condition(source: Mapping[str, Any], field: str = "metadata") -> fi
     if not sep or not key.strip():
         raise BadRequestError(f"{field}: write key=value, not {raw!r}")
     try:
-        parsed = json.loads(value)
-    except ValueError:
+        parsed = json.loads(value, parse_constant=_no_constant, parse_float=_finite_float)
+    except ValueError:  # not JSON (NaN and Infinity included): the text as it is
         parsed = value
-    literal = json_format.ParseDict(parsed, struct_pb2.Value())
+    except RecursionError:
+        raise BadRequestError(f"{field}: the value is nested too deeply") from None
+    try:
+        literal = json_format.ParseDict(parsed, struct_pb2.Value())
+    except (json_format.ParseError, OverflowError, RecursionError, ValueError):
+        # "Message too deep", or an integer too large for a double
+        raise BadRequestError(f"{field}: the value is nested too deeply or holds a number too large") from None
     return filter_pb2.MetadataFilter(
         condition=filter_pb2.MetadataCondition(
             key=key.strip(), operator=filter_pb2.CONDITION_OPERATOR_EQ, value=literal
