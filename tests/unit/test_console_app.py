@@ -22,11 +22,12 @@ from memplane.console import inputs
 from memplane.console.app import build_app, normalize_base_path
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
-from memplane.console.sessions import SessionStore
+from memplane.console.sessions import SessionStore, TooManySessionsError
 from memplane.errors import NotFoundError, UnauthenticatedError
 from memplane.v1 import retrieval_pb2
 
 GOOD_KEY = "mp_k1_" + "a" * 43
+OTHER_KEY = "mp_k2_" + "b" * 43
 
 
 class FakeClient:
@@ -37,7 +38,7 @@ class FakeClient:
         self.closed = False
 
     async def list_memories(self, **_: Any) -> retrieval_pb2.ListMemoriesResponse:
-        if self.key != GOOD_KEY:
+        if self.key not in (GOOD_KEY, OTHER_KEY):
             raise UnauthenticatedError("unknown or revoked API key")
         return retrieval_pb2.ListMemoriesResponse(total_size=0)
 
@@ -362,3 +363,47 @@ async def test_an_unexpected_failure_is_a_json_500_with_the_security_headers() -
     assert "secret" not in failed.text
     assert "Traceback" not in failed.text
     assert_headers(failed)
+
+
+async def test_one_key_signing_in_again_and_again_never_signs_another_out() -> None:
+    """Key B's 20 sign-ins keep at most 8 sessions of B (its oldest closed, with their
+    clients); key A's session stays signed in."""
+    store = SessionStore(factory, max_sessions=10)
+    app = build_app(factory, store=store, limiter=RateLimiter(burst=100, rate_per_second=1.0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as a:
+        assert (await a.post("/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)).status_code == 200
+        for _ in range(20):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as b:
+                assert (await b.post("/api/session", json={"api_key": OTHER_KEY}, headers=ORIGIN)).status_code == 200
+        assert (await a.get("/api/session")).json()["signed_in"] is True
+    assert len(store) == 9
+
+
+async def test_a_full_store_refuses_sign_ins_instead_of_ending_sessions() -> None:
+    clock = Clock()
+    store = SessionStore(factory, max_sessions=2, max_per_key=8, idle_seconds=60.0, clock=clock)
+    a = await store.open(GOOD_KEY, factory(GOOD_KEY))
+    b_clients = [factory(OTHER_KEY) for _ in range(3)]
+    first = await store.open(OTHER_KEY, b_clients[0])
+    with pytest.raises(TooManySessionsError):
+        await store.open(OTHER_KEY, b_clients[1])
+    assert await store.get(a.session_id) is a
+    assert await store.get(first.session_id) is first
+    clock.now += 61.0  # both idle: they end first, and the sign-in succeeds
+    await store.open(OTHER_KEY, b_clients[2])
+    assert len(store) == 1
+    assert cast(FakeClient, b_clients[0]).closed
+
+    per_key = SessionStore(factory, max_per_key=2)
+    clients = [factory(OTHER_KEY) for _ in range(3)]
+    sessions = [await per_key.open(OTHER_KEY, c) for c in clients]
+    assert await per_key.get(sessions[0].session_id) is None
+    assert cast(FakeClient, clients[0]).closed
+    assert len(per_key) == 2
+
+    app = build_app(factory, store=SessionStore(factory, max_sessions=1), limiter=RateLimiter(burst=9))
+    for key, status in ((GOOD_KEY, 200), (OTHER_KEY, 503)):  # two browsers
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as http:
+            refused = await http.post("/api/session", json={"api_key": key}, headers=ORIGIN)
+            assert refused.status_code == status
+    assert refused.json()["error"]["message"] == "too many console sessions; try again later"

@@ -175,7 +175,11 @@ class ConsoleApi:
         old = request.cookies.get(COOKIE)
         if old:
             await self._store.close(old)
-        session = await self._store.open(key, client, admin=is_admin)
+        try:
+            session = await self._store.open(key, client, admin=is_admin)
+        except RefusedError as refused:  # the store is full
+            await client.close()
+            return refused.response()
         response = JSONResponse(_session_json(session))
         response.set_cookie(
             COOKIE,

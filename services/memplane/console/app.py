@@ -60,7 +60,7 @@ def build_app(
     URL; *secure_cookie* marks the session cookie Secure even on plain http (behind a
     TLS-terminating proxy). Raises `ValueError` for a bad *base_path*."""
     base = normalize_base_path(base_path)
-    store = store or SessionStore(client_factory)
+    store = store if store is not None else SessionStore(client_factory)  # an empty store is falsy
     api = ConsoleApi(store, limiter or RateLimiter(), cookie_path=base + "/", secure_cookie=secure_cookie)
     inner: list[BaseRoute] = [
         Route("/", _index, methods=["GET", "HEAD"]),

@@ -3,11 +3,13 @@
 A session id is 256 random bits (the HttpOnly cookie's value); it maps to the API key,
 the key's id, a CSRF token and the session's own `AsyncMemplaneClient`. Nothing of the
 key reaches the browser. A session ends at sign-out, after `idle_seconds` without a
-request, or when the store is full and it is the least recently used.
+request, or when the same key opens more than `max_per_key` sessions (its least recently
+used goes). A full store refuses new sign-ins (503) rather than end another key's session.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import time
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memplane.client import AsyncMemplaneClient
+from memplane.console.errors import RefusedError
 from memplane.domain.apikeys import split_key
 
 Clock = Callable[[], float]
@@ -33,6 +36,7 @@ class Session:
     client: AsyncMemplaneClient
     last_used: float = field(default=0.0)
     admin: bool = False
+    key_hash: str = ""  # SHA-256 of the key: its sessions are counted together
 
 
 def key_id_of(api_key: str) -> str:
@@ -41,10 +45,19 @@ def key_id_of(api_key: str) -> str:
     return parts[0] if parts else ""
 
 
+class TooManySessionsError(RefusedError):
+    """The store holds `max_sessions` live sessions: a sign-in is refused (503)."""
+
+    def __init__(self) -> None:
+        super().__init__(503, "TOO_MANY_SESSIONS", "too many console sessions; try again later")
+
+
 class SessionStore:
     """Sessions by id. *idle_seconds* (default 8 h) ends an unused session;
-    *max_sessions* bounds memory (the least recently used goes first); *clock* is
-    `time.monotonic` unless a test gives its own."""
+    *max_per_key* (default 8) bounds one key's sessions (its least recently used goes);
+    *max_sessions* (default 1,000) bounds memory and gRPC channels (past it a sign-in is
+    refused: one key can never sign another out); *clock* is `time.monotonic` unless a
+    test gives its own."""
 
     def __init__(
         self,
@@ -52,11 +65,13 @@ class SessionStore:
         *,
         idle_seconds: float = 8 * 3600.0,
         max_sessions: int = 1_000,
+        max_per_key: int = 8,
         clock: Clock = time.monotonic,
     ) -> None:
         self._factory = client_factory
         self._idle = idle_seconds
         self._max = max_sessions
+        self._max_per_key = max_per_key
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
 
@@ -65,12 +80,17 @@ class SessionStore:
 
     async def open(self, api_key: str, client: AsyncMemplaneClient, *, admin: bool = False) -> Session:
         """A new session for *api_key* whose *client* has been checked against the
-        server (*admin*: it is the admin key); the oldest session is closed when the
-        store is full."""
+        server (*admin*: it is the admin key). Idle sessions end first; then the key's
+        least recently used session when it holds `max_per_key`. Raises
+        `TooManySessionsError` (503) when the store is still full; *client* is then the
+        caller's to close."""
         await self._expire()
-        while len(self._sessions) >= self._max:
-            _, oldest = self._sessions.popitem(last=False)
-            await oldest.client.close()
+        key_hash = hashlib.sha256(api_key.encode()).hexdigest()
+        mine = [sid for sid, s in self._sessions.items() if s.key_hash == key_hash]  # least recently used first
+        for sid in mine[: max(0, len(mine) - self._max_per_key + 1)]:
+            await self.close(sid)
+        if len(self._sessions) >= self._max:
+            raise TooManySessionsError
         session = Session(
             session_id=secrets.token_urlsafe(32),
             key_id=key_id_of(api_key),
@@ -78,6 +98,7 @@ class SessionStore:
             client=client,
             last_used=self._clock(),
             admin=admin,
+            key_hash=key_hash,
         )
         self._sessions[session.session_id] = session
         return session
