@@ -22,6 +22,7 @@ from memplane.console.errors import BadRequestError
 from memplane.console.sessions import Session
 from memplane.v1 import compaction_pb2, memory_pb2
 
+SERVER_ID_PREFIXES = ("#", "~")  # transcript ids the server assigned; PrepareContext refuses them from a client
 TRANSCRIPT_PAGE_SIZE = 200
 PREVIEW_MAX_MESSAGES = 1_000  # the newest messages of a long session are previewed
 
@@ -75,13 +76,25 @@ async def transcript(request: Request, session: Session) -> Response:
     )
 
 
+def _as_sent(m: compaction_pb2.ContextMessage) -> compaction_pb2.ContextMessage:
+    """*m* as a client may send it: a server-assigned id ("#<seq>" for a message written
+    without an id, "~<hash>" for one compacted without) dropped; a client's id kept."""
+    if not m.id.startswith(SERVER_ID_PREFIXES):
+        return m
+    sent = compaction_pb2.ContextMessage()
+    sent.CopyFrom(m)
+    sent.ClearField("id")
+    return sent
+
+
 async def _recent_messages(client: AsyncMemplaneClient, session_id: str) -> list[compaction_pb2.ContextMessage]:
-    """The session's transcript, oldest first, at most the newest PREVIEW_MAX_MESSAGES."""
+    """The session's transcript, oldest first, at most the newest PREVIEW_MAX_MESSAGES,
+    each as a client may send it to PrepareContext (`_as_sent`)."""
     out: list[compaction_pb2.ContextMessage] = []
     token = ""
     while True:
         page = await client.get_transcript(session_id, page_size=TRANSCRIPT_PAGE_SIZE, page_token=token)
-        out += [t.message for t in page.messages]
+        out += [_as_sent(t.message) for t in page.messages]
         out = out[-PREVIEW_MAX_MESSAGES:]
         token = page.next_page_token
         if not token:

@@ -4,6 +4,7 @@ preview that records nothing)."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from playwright.async_api import expect
 
@@ -71,3 +72,26 @@ async def test_transcript_and_what_the_agent_will_see(tab: Tab, console: Console
     # The preview recorded nothing: still exactly the 10 compacted by the agent.
     transcript = await workspace.client.get_transcript(SESSION, page_size=100)
     assert sum(t.compacted for t in transcript.messages) == 10
+
+
+async def test_preview_of_a_transcript_written_without_message_ids(console: Console, workspace: TestWorkspace) -> None:
+    """Messages written without client ids carry server-assigned ids ("#<seq>"), which
+    PrepareContext refuses from a client: the preview sends them without an id."""
+    session = "s-no-ids"
+    scope = memory_pb2.Scope(user_id="gina", session_id=session)
+    said = [writeback_pb2.ConversationMessage(role=ROLES[i % 2], content=turn(i)) for i in range(4)]
+    await workspace.client.write_conversation(scope, said)
+    transcript = await workspace.client.get_transcript(session, page_size=100)
+    assert [t.message.id[:1] for t in transcript.messages] == ["#"] * 4
+    origin = console.url.split("/memplane/")[0]
+    async with httpx.AsyncClient(base_url=console.url, headers={"origin": origin}) as http:
+        signed = await http.post("api/session", json={"api_key": workspace.key})
+        assert signed.status_code == 200, signed.text
+        reply = await http.post(
+            f"api/sessions/{session}/preview",
+            json={"max_input_tokens": 0},
+            headers={"x-csrf-token": signed.json()["csrf_token"]},
+        )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["previewed_message_count"] == 4
+    assert turn(3) in str(reply.json()["messages"])
