@@ -407,3 +407,17 @@ async def test_a_full_store_refuses_sign_ins_instead_of_ending_sessions() -> Non
             refused = await http.post("/api/session", json={"api_key": key}, headers=ORIGIN)
             assert refused.status_code == status
     assert refused.json()["error"]["message"] == "too many console sessions; try again later"
+
+
+def test_console_calls_have_a_deadline_a_browser_can_wait_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each client the console makes gives its calls 15 s (not the SDK's 60 s), so a hung
+    server is a 504 on the page within it; --timeout changes it and must be above 0."""
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(console_cli, "AsyncMemplaneClient", lambda *a, **kw: made.append(kw))
+    parser = console_cli.build_parser()
+    console_cli.client_factory(parser.parse_args([]), {})("mp_k1_x")
+    console_cli.client_factory(parser.parse_args(["--timeout", "2.5"]), {})("mp_k1_x")
+    assert [kw["timeout"] for kw in made] == [15.0, 2.5]
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(console_cli.ConsoleUsageError, match="--timeout"):
+            console_cli.client_factory(parser.parse_args(["--timeout", bad]), {})

@@ -27,6 +27,7 @@ from typing import NoReturn
 from memplane.client.aio import SERVICE_NAMES, AsyncMemplaneClient
 
 DEFAULT_PORT = 8080
+DEFAULT_TIMEOUT_SECONDS = 15.0  # a page waits this long for a hung server, then shows 504
 
 
 def _default_target(environ: Mapping[str, str]) -> str:
@@ -77,6 +78,13 @@ def build_parser(
         "else MEMPLANE_GRPC__HOST:MEMPLANE_GRPC__PORT)",
     )
     parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"deadline of each call to memplane; past it the page shows 504 (default {DEFAULT_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
         "--ca-file",
         default=None,
         help="PEM CA bundle that signed the memplane server's certificate; turns TLS on (env MEMPLANE_TLS_CA_FILE)",
@@ -90,8 +98,11 @@ class ConsoleUsageError(Exception):
 
 def client_factory(ns: argparse.Namespace, environ: Mapping[str, str]) -> Callable[[str], AsyncMemplaneClient]:
     """Clients of the flags' and environment's target and TLS, each holding the key it is
-    given and naming the console as its channel (writes recorded as console:<key id>).
-    Raises `ConsoleUsageError` for an unreadable CA file."""
+    given and naming the console as its channel (writes recorded as console:<key id>),
+    each call's deadline ``--timeout`` seconds (an export's every page has its own).
+    Raises `ConsoleUsageError` for an unreadable CA file or a --timeout not above 0."""
+    if not ns.timeout > 0:  # NaN too
+        raise ConsoleUsageError(f"--timeout: must be more than 0 seconds, not {ns.timeout}")
     target = ns.target or _default_target(environ)
     targets = (
         {} if ns.target else {n: environ[v] for n in SERVICE_NAMES if environ.get(v := f"MEMPLANE_{n.upper()}_TARGET")}
@@ -101,7 +112,10 @@ def client_factory(ns: argparse.Namespace, environ: Mapping[str, str]) -> Callab
         roots = Path(ca_path).read_bytes() if ca_path else None
     except OSError as error:
         raise ConsoleUsageError(f"--ca-file {ca_path}: {error.strerror or error}") from None
-    return lambda key: AsyncMemplaneClient(target, key, targets=targets, root_certificates=roots, via="console")
+    timeout = float(ns.timeout)
+    return lambda key: AsyncMemplaneClient(
+        target, key, targets=targets, root_certificates=roots, via="console", timeout=timeout
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:
