@@ -421,3 +421,26 @@ def test_console_calls_have_a_deadline_a_browser_can_wait_for(monkeypatch: pytes
     for bad in ("0", "-1", "nan"):
         with pytest.raises(console_cli.ConsoleUsageError, match="--timeout"):
             console_cli.client_factory(parser.parse_args(["--timeout", bad]), {})
+
+
+async def test_without_the_flag_no_proxy_header_is_trusted_not_even_from_loopback() -> None:
+    """uvicorn trusts X-Forwarded-For from 127.0.0.1 by default (every `kubectl
+    port-forward` user): the console does only for the addresses --forwarded-allow-ips names."""
+    parser = console_cli.build_parser()
+    seen: list[str] = []
+
+    async def peer(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["client"][0])
+
+    for args, expected in (([], "127.0.0.1"), (["--forwarded-allow-ips", "127.0.0.1"], "203.0.113.9")):
+        config = console_cli.server_config(peer, parser.parse_args(args))
+        assert config.proxy_headers is bool(args)
+        config.load()
+        scope = {
+            "type": "http",
+            "client": ("127.0.0.1", 40000),
+            "scheme": "http",
+            "headers": [(b"x-forwarded-for", b"203.0.113.9")],
+        }
+        await config.loaded_app(scope, None, None)
+        assert seen[-1] == expected, args

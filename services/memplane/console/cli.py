@@ -22,9 +22,13 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from memplane.client.aio import SERVICE_NAMES, AsyncMemplaneClient
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
 
 DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT_SECONDS = 15.0  # a page waits this long for a hung server, then shows 504
@@ -131,6 +135,24 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_config(app: ASGIApp, ns: argparse.Namespace) -> uvicorn.Config:
+    """uvicorn's settings for the console *app* (an ASGI app). X-Forwarded-For / -Proto
+    are read only from the addresses ``--forwarded-allow-ips`` names: without it none is
+    trusted, not even 127.0.0.1 (uvicorn's own default, which would let anyone behind a
+    `kubectl port-forward` pick the address the sign-in limit counts)."""
+    import uvicorn  # noqa: PLC0415 - the console extra
+
+    return uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        proxy_headers=bool(ns.forwarded_allow_ips),
+        forwarded_allow_ips=ns.forwarded_allow_ips or None,
+    )
+
+
 async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> int:
     """Serve the console of the parsed flags *ns* until SIGINT/SIGTERM; 0, or 1 with the
     reason on stderr for an address in use. A bad flag goes to *usage_error* (exit 2);
@@ -157,16 +179,7 @@ async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) ->
     shown = f"[{host}]" if ":" in host else host
     base = ns.base_path.strip("/")
     print(f"memplane console: http://{shown}:{port}/{base + '/' if base else ''}", flush=True)
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        server_header=False,
-        proxy_headers=bool(ns.forwarded_allow_ips),
-        forwarded_allow_ips=ns.forwarded_allow_ips or None,
-    )
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await uvicorn.Server(server_config(app, ns)).serve(sockets=[sock])
     return 0
 
 
