@@ -4,6 +4,7 @@ flags, the sign-in rate limit and the base path."""
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import importlib.util
 import re
@@ -23,8 +24,8 @@ from memplane.console.app import build_app, normalize_base_path
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
 from memplane.console.sessions import SessionStore, TooManySessionsError
-from memplane.errors import NotFoundError, UnauthenticatedError
-from memplane.v1 import retrieval_pb2
+from memplane.errors import NotFoundError, QuotaExceededError, UnauthenticatedError
+from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
 
 GOOD_KEY = "mp_k1_" + "a" * 43
 OTHER_KEY = "mp_k2_" + "b" * 43
@@ -444,3 +445,63 @@ async def test_without_the_flag_no_proxy_header_is_trusted_not_even_from_loopbac
         }
         await config.loaded_app(scope, None, None)
         assert seen[-1] == expected, args
+
+
+class CountingClient(FakeClient):
+    """Records each ListMemories filter and how many calls ran at once; refuses every
+    call with the workspace's rate quota when *quota* is set."""
+
+    quota = False
+    filters: list[filter_pb2.MemoryFilter] = []  # noqa: RUF012 - one test's record, reset by it
+    running = peak = 0
+
+    async def list_memories(self, **kwargs: Any) -> retrieval_pb2.ListMemoriesResponse:
+        cls = CountingClient
+        if cls.quota:
+            raise QuotaExceededError(
+                "max_requests_per_second", "more than 2 calls per second", quota_id="max_requests_per_second", limit=2
+            )
+        cls.filters.append(kwargs.get("filter") or filter_pb2.MemoryFilter())
+        cls.running += 1
+        cls.peak = max(cls.peak, cls.running)
+        await asyncio.sleep(0)  # a yield, as a gRPC call's: lets the other calls start
+        cls.running -= 1
+        return await super().list_memories(**kwargs)
+
+
+async def test_usage_sends_two_calls_at_a_time_and_a_rate_quota_is_a_clear_429() -> None:
+    app = build_app(lambda key: cast(AsyncMemplaneClient, CountingClient(key)), limiter=RateLimiter(burst=3))
+    CountingClient.peak = 0
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as http:
+        assert (await http.post("/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)).status_code == 200
+        reply = await http.get("/api/usage/daily", params={"days": 30})
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["days"]) == 30
+        assert CountingClient.peak == 2
+        CountingClient.quota = True
+        try:
+            refused = await http.get("/api/usage/daily", params={"days": 30})
+        finally:
+            CountingClient.quota = False
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["message"] == (
+        "the workspace's request quota (2 per second) was reached; try again in a moment"
+    )
+
+
+async def test_export_follows_the_filters_on_screen() -> None:
+    app = build_app(lambda key: cast(AsyncMemplaneClient, CountingClient(key)), limiter=RateLimiter(burst=3))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as http:
+        assert (await http.post("/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)).status_code == 200
+        CountingClient.filters = []
+        params = {"user_id": "alice", "type": "user", "created_after": "2026-05-01", "metadata": "mood=calm"}
+        reply = await http.get("/api/export", params=params)
+    assert reply.status_code == 200, reply.text
+    (flt,) = CountingClient.filters
+    assert flt.user_id == "alice"
+    assert list(flt.types) == [memory_pb2.MEMORY_TYPE_USER]
+    assert flt.metadata.condition.key == "mood"
+    assert flt.HasField("create_time_start")
+    assert flt.include_superseded
+    assert flt.include_expired

@@ -11,7 +11,8 @@
     DELETE api/memories/{id}?expected_version= -> {id}
     GET    api/memories/{id}/events    -> {events} (also of a deleted memory)
     POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
-    GET    api/export?user_id=&agent_id=&session_id=&history= -> JSON lines, streamed
+    GET    api/export?user_id=&agent_id=&session_id=&type=&created_after=&created_before=&metadata=&history=
+                                       -> JSON lines, streamed
     GET    api/sessions/{session_id}/transcript, POST .../preview (`sessionview`)
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
     GET    api/usage/daily?days=           -> memories added per day (`usage`)
@@ -288,11 +289,13 @@ class ConsoleApi:
         return JSONResponse({"memory": jsonview.memory(memory)})
 
     async def export(self, request: Request, session: Session) -> Response:
-        """The scope's memories (superseded and expired included) as JSON lines in
-        `memplane export jsonl`'s format, newest first, streamed page by page; with
-        history=true each memory's events follow it."""
+        """The memories the browse view's filters match (scope, type, creation dates,
+        metadata; superseded and expired always included) as JSON lines in `memplane
+        export jsonl`'s format, newest first, streamed page by page; with history=true
+        each memory's events follow it."""
         query = request.query_params
-        lines = export.export_lines(session.client, inputs.scope(query), history=inputs.flag(query, "history"))
+        flt = inputs.memory_filter(query)
+        lines = export.export_lines(session.client, flt, history=inputs.flag(query, "history"))
         first = await anext(lines)  # the header: a bad key fails here, as a JSON error
         return StreamingResponse(
             export.prepend(first, lines),

@@ -63,4 +63,9 @@ def from_memplane(error: errors.MemplaneError) -> JSONResponse:
     if isinstance(error, errors.InvalidArgumentError):
         extra = {"fields": [{"field": v.field, "description": v.description} for v in error.violations]}
     message = "not found" if isinstance(error, errors.NotFoundError) else str(error)
+    if isinstance(error, errors.QuotaExceededError) and error.quota_id == "max_requests_per_second":
+        message = f"the workspace's request quota ({error.limit} per second) was reached; try again in a moment"
+        response = error_response(status, error.reason, message, quota_id=error.quota_id, limit=error.limit)
+        response.headers["retry-after"] = "1"
+        return response
     return error_response(status, error.reason, message, **extra)

@@ -9,24 +9,21 @@ from collections.abc import AsyncIterator
 
 from memplane.client import AsyncMemplaneClient
 from memplane.client.export_format import end_line, event_line, header_line, memory_line
-from memplane.v1 import filter_pb2, memory_pb2
+from memplane.v1 import filter_pb2
 
 PAGE_SIZE = 500  # memories per ListMemories call
 
 
 async def export_lines(
-    client: AsyncMemplaneClient, scope: memory_pb2.Scope, *, history: bool = False
+    client: AsyncMemplaneClient, memory_filter: filter_pb2.MemoryFilter, *, history: bool = False
 ) -> AsyncIterator[str]:
-    """The lines of the export of *scope* (empty fields: any), newest memory first.
+    """The lines of the export of the memories *memory_filter* matches (its scope, types,
+    creation range, metadata; superseded and expired ones always included), newest first.
     The first line is the header, yielded after the first page was read, so a refused
     key or a bad filter fails before anything is sent. Raises what ListMemories raises."""
-    flt = filter_pb2.MemoryFilter(
-        user_id=scope.user_id,
-        agent_id=scope.agent_id,
-        session_id=scope.session_id,
-        include_superseded=True,
-        include_expired=True,
-    )
+    flt = filter_pb2.MemoryFilter()
+    flt.CopyFrom(memory_filter)
+    flt.include_superseded = flt.include_expired = True
     page = await client.list_memories(filter=flt, page_size=PAGE_SIZE)
     yield header_line(history=history)
     memories = events = 0

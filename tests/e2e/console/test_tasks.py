@@ -174,6 +174,16 @@ async def test_export_a_scope_as_json_lines(tab: Tab, console: Console, workspac
     kinds = [json.loads(line)["kind"] for line in text.splitlines()]
     assert kinds == ["header", "memory", "event", "memory", "event", "end"]  # each memory's ADD after it
 
+    # The export is of what the filters on screen match, not of the whole scope.
+    await page.get_by_label("metadata", exact=True).fill("mood=calm")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page.locator(".count")).to_have_text("1 memory")
+    async with page.expect_download() as started:
+        await page.get_by_role("link", name="Export (JSON lines)").click()
+    text = await asyncio.to_thread(Path(await (await started.value).path()).read_text)
+    exported = [json.loads(line)["memory"]["content"] for line in text.splitlines() if '"memory"' in line]
+    assert exported == ["Alice drinks green tea every morning"]
+
 
 async def test_erase_a_scope_after_its_preview(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
     await workspace.client.add_memories(NOTES)

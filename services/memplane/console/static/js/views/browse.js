@@ -29,9 +29,19 @@ export function browseView() {
   const exportLink = h("a", { class: "export", href: "api/export", download: "memplane-export.jsonl" }, "Export (JSON lines)");
   const withHistory = h("input", { type: "checkbox", name: "history" });
   const exportHref = () => {
+    // The filters on screen, but every memory they match: superseded and expired included.
     const p = params();
-    const scope = { user_id: p.user_id, agent_id: p.agent_id, session_id: p.session_id, history: withHistory.checked };
-    exportLink.setAttribute("href", `api/export${query(scope)}`);
+    const filters = {
+      user_id: p.user_id,
+      agent_id: p.agent_id,
+      session_id: p.session_id,
+      type: p.type,
+      created_after: p.created_after,
+      created_before: p.created_before,
+      metadata: p.metadata,
+      history: withHistory.checked,
+    };
+    exportLink.setAttribute("href", `api/export${query(filters)}`);
   };
   withHistory.addEventListener("change", exportHref);
   const tokens = [""]; // page tokens of the pages seen, for Previous
@@ -43,7 +53,9 @@ export function browseView() {
     return p;
   }
 
+  let loads = 0; // only the latest load's reply is shown (an earlier one may arrive after it)
   async function load() {
+    const mine = ++loads;
     exportHref();
     replace(results, state("loading", "Loading memories…"));
     replace(pager);
@@ -51,9 +63,10 @@ export function browseView() {
     try {
       reply = await call("GET", `memories${query(params())}`);
     } catch (error) {
-      replace(results, state("error", `Could not list memories: ${error.message}`));
+      if (mine === loads) replace(results, state("error", `Could not list memories: ${error.message}`));
       return;
     }
+    if (mine !== loads) return;
     if (!reply.memories.length) {
       replace(results, state("empty", page ? "No more memories." : "No memories match these filters."));
     } else {
@@ -70,7 +83,7 @@ export function browseView() {
       );
       replace(
         results,
-        h("p", { class: "count" }, `${reply.total_size} memories`),
+        h("p", { class: "count" }, `${reply.total_size} ${reply.total_size === 1 ? "memory" : "memories"}`),
         h(
           "table",
           { class: "memories" },
