@@ -6,6 +6,7 @@ next sync renders it again) and the console's restore both use it."""
 from __future__ import annotations
 
 from memplane.client.aio import AsyncMemplaneClient
+from memplane.client.export_format import memory_input
 from memplane.errors import NotFoundError
 from memplane.v1 import memory_pb2
 
@@ -18,17 +19,4 @@ async def restore_deleted(client: AsyncMemplaneClient, memory_id: str) -> memory
     deletes = [e for e in events if e.kind == memory_pb2.EVENT_KIND_DELETE and e.HasField("before")]
     if not deletes:
         raise NotFoundError("deleted memory", memory_id)
-    before = deletes[-1].before
-    item = memory_pb2.MemoryInput(
-        content=before.content,
-        scope=before.scope,
-        type=before.type,
-        name=before.name,
-        description=before.description,
-        metadata=before.metadata,
-        provenance=before.provenance,
-    )
-    for name in ("valid_from_time", "valid_to_time", "expire_time"):
-        if before.HasField(name):
-            getattr(item, name).CopyFrom(getattr(before, name))
-    return (await client.add_memories([item]))[0]
+    return (await client.add_memories([memory_input(deletes[-1].before)]))[0]
