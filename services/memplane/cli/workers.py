@@ -65,9 +65,10 @@ async def _accepts(host: str, port: int) -> bool:
 async def supervise(workers: int, *, host: str, port: int, services: str, migrate: bool, stop_seconds: float) -> int:
     """Run *workers* `memplane serve` processes on host:port (port 0: a free one, chosen
     here) until a signal (SIGINT/SIGTERM, passed on to them) or until one exits. Returns 0
-    when every worker stopped cleanly after a signal, else the first failing status (1
-    for a worker killed by a signal). A worker still running *stop_seconds* after it was
-    told to stop is killed."""
+    when every worker stopped cleanly after a signal, else the first failing status (128 + N
+    for a worker killed by signal N; 1 when worker 0 did not accept connections within
+    FIRST_WORKER_SECONDS). A worker still running *stop_seconds* after it was told to stop
+    is killed."""
     port = port or free_port(host)
     environment = {**os.environ, "MEMPLANE_GRPC__REUSE_PORT": "true", "MEMPLANE_GRPC__WORKERS": "1"}
 
@@ -86,11 +87,15 @@ async def supervise(workers: int, *, host: str, port: int, services: str, migrat
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
     processes = [await start(0)]
-    async with asyncio.timeout(FIRST_WORKER_SECONDS):
-        while not await _accepts(host, port):
-            if processes[0].returncode is not None or not signals.empty():
-                return await _stop(processes, signals, stop_seconds)
-            await asyncio.sleep(ACCEPT_POLL_SECONDS)  # polling a port for its first listener
+    deadline = loop.time() + FIRST_WORKER_SECONDS
+    while not await _accepts(host, port):
+        if processes[0].returncode is not None or not signals.empty():
+            return await _stop(processes, signals, stop_seconds)
+        if loop.time() > deadline:
+            _log.error("worker 0 did not accept connections within %.0f s: stopping it", FIRST_WORKER_SECONDS)
+            signals.put_nowait(signal.SIGTERM)
+            return max(await _stop(processes, signals, stop_seconds), 1)
+        await asyncio.sleep(ACCEPT_POLL_SECONDS)  # polling a port for its first listener
     processes += [await start(i) for i in range(1, workers)]
     _log.info("%d workers serving on %s:%d", workers, host, port)
     return await _stop(processes, signals, stop_seconds)
@@ -132,7 +137,14 @@ async def _stop(
                 process.kill()
         await asyncio.gather(*exits)
     received.cancel()
-    statuses = [p.returncode for p in processes]
     if failed is not None:
-        return failed.returncode or 1
-    return next((1 if s < 0 else s for s in statuses if s), 0) if signalled else 1
+        return _status(failed.returncode)
+    return next((_status(p.returncode) for p in processes if p.returncode), 0) if signalled else 1
+
+
+def _status(returncode: int | None) -> int:
+    """A worker's exit as the supervisor's: its status, or 128 + N for death by signal N
+    (as a shell reports it); never 0 for a worker that failed."""
+    if returncode is None or returncode == 0:
+        return 1
+    return 128 - returncode if returncode < 0 else returncode
