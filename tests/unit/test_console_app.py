@@ -25,7 +25,7 @@ from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
 from memplane.console.sessions import SessionStore, TooManySessionsError
 from memplane.errors import NotFoundError, QuotaExceededError, UnauthenticatedError
-from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
+from memplane.v1 import compaction_pb2, filter_pb2, memory_pb2, retrieval_pb2
 
 GOOD_KEY = "mp_k1_" + "a" * 43
 OTHER_KEY = "mp_k2_" + "b" * 43
@@ -51,8 +51,15 @@ class FakeClient:
             raise RuntimeError("an unexpected failure with a secret in it")
         raise NotFoundError("memory", memory_id)
 
+    async def get_transcript(self, session_id: str, **_: Any) -> compaction_pb2.GetTranscriptResponse:
+        TRANSCRIPTS_ASKED.append(session_id)
+        return compaction_pb2.GetTranscriptResponse()
+
     async def close(self) -> None:
         self.closed = True
+
+
+TRANSCRIPTS_ASKED: list[str] = []
 
 
 def factory(key: str) -> AsyncMemplaneClient:
@@ -308,8 +315,8 @@ async def test_numbers_json_cannot_hold_are_400s_naming_the_field(http: httpx.As
         ("/memplane/api/search", '{"query": "tea", "top_k": 1e400}', "body:"),
         ("/memplane/api/search", f'{{"query": "tea", "top_k": {huge}}}', "top_k:"),
         ("/memplane/api/search", f'{{"query": "tea", "min_relevance": {huge}}}', "min_relevance:"),
-        ("/memplane/api/sessions/s1/preview", '{"max_input_tokens": -Infinity}', "body:"),
-        ("/memplane/api/sessions/s1/preview", f'{{"max_input_tokens": {huge}}}', "max_input_tokens:"),
+        ("/memplane/api/session/preview?session_id=s1", '{"max_input_tokens": -Infinity}', "body:"),
+        ("/memplane/api/session/preview?session_id=s1", f'{{"max_input_tokens": {huge}}}', "max_input_tokens:"),
         ("/memplane/api/search", "[" * 100_000 + "]" * 100_000, "body:"),
     ]
     for path, body, field in cases:
@@ -505,3 +512,17 @@ async def test_export_follows_the_filters_on_screen() -> None:
     assert flt.HasField("create_time_start")
     assert flt.include_superseded
     assert flt.include_expired
+
+
+async def test_a_session_id_with_a_slash_or_dots_reaches_the_server_whole(http: httpx.AsyncClient) -> None:
+    """The id is a query parameter: in the path, "team/alpha" would be split by the
+    router and "." / ".." collapsed by the browser (the tester's 404s)."""
+    await sign_in(http)
+    TRANSCRIPTS_ASKED.clear()
+    for session_id in ("team/alpha", ".", "..", "a b?#&"):
+        reply = await http.get("/memplane/api/session/transcript", params={"session_id": session_id})
+        assert reply.status_code == 200, reply.text
+    assert TRANSCRIPTS_ASKED == ["team/alpha", ".", "..", "a b?#&"]
+    missing = await http.get("/memplane/api/session/transcript")
+    assert missing.status_code == 400
+    assert "session_id" in missing.json()["error"]["message"]

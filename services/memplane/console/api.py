@@ -13,7 +13,7 @@
     POST   api/memories/{id}/restore   -> {memory}: a deleted memory stored again (new id)
     GET    api/export?user_id=&agent_id=&session_id=&type=&created_after=&created_before=&metadata=&history=
                                        -> JSON lines, streamed
-    GET    api/sessions/{session_id}/transcript, POST .../preview (`sessionview`)
+    GET    api/session/transcript?session_id=, POST api/session/preview?session_id= (`sessionview`)
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
     GET    api/usage/daily?days=           -> memories added per day (`usage`)
     api/admin/... with the admin key: workspaces, usage, keys (`admin`)
@@ -98,8 +98,8 @@ class ConsoleApi:
             Route("/export", self._signed_in(self.export), methods=["GET"]),
             Route("/jobs", self._signed_in(jobs.list_jobs), methods=["GET"]),
             Route("/usage/daily", self._signed_in(usage.daily), methods=["GET"]),
-            Route("/sessions/{session_id}/transcript", self._signed_in(sessionview.transcript), methods=["GET"]),
-            Route("/sessions/{session_id}/preview", self._signed_in(sessionview.preview), methods=["POST"]),
+            Route("/session/transcript", self._signed_in(sessionview.transcript), methods=["GET"]),
+            Route("/session/preview", self._signed_in(sessionview.preview), methods=["POST"]),
             Route("/search", self._signed_in(self.search), methods=["POST"]),
             Route("/erasure/preview", self._signed_in(self.erasure_preview), methods=["POST"]),
             Route("/erasure", self._signed_in(self.erase), methods=["POST"]),

@@ -3,8 +3,10 @@
 without a scope, so the preview records nothing (no compaction in the transcript, no
 memories).
 
-    GET  api/sessions/{session_id}/transcript?page_token= -> {messages, next_page_token}
-    POST api/sessions/{session_id}/preview {max_input_tokens, system_prompt}
+    GET  api/session/transcript?session_id=&page_token= -> {messages, next_page_token}
+    POST api/session/preview?session_id= {max_input_tokens, system_prompt}
+The session id is a query parameter, not a path segment: an id may hold "/" or be "." or
+"..", which a URL path would split or a browser collapse.
          -> {messages, summary, summary_method, split, compacted, failure, truncated_tool_results,
              previewed_message_count}
 """
@@ -54,7 +56,7 @@ def message(m: compaction_pb2.ContextMessage) -> JsonObject:
 
 
 def _session_id(request: Request) -> str:
-    session_id = str(request.path_params["session_id"])
+    session_id = request.query_params.get("session_id", "")
     if not session_id or len(session_id) > 256:
         raise BadRequestError("session_id: 1 to 256 characters")
     return session_id

@@ -88,7 +88,8 @@ async def test_preview_of_a_transcript_written_without_message_ids(console: Cons
         signed = await http.post("api/session", json={"api_key": workspace.key})
         assert signed.status_code == 200, signed.text
         reply = await http.post(
-            f"api/sessions/{session}/preview",
+            "api/session/preview",
+            params={"session_id": session},
             json={"max_input_tokens": 0},
             headers={"x-csrf-token": signed.json()["csrf_token"]},
         )

@@ -47,7 +47,8 @@ function chooser() {
 
 export function sessionView(sessionId) {
   if (!sessionId) return chooser();
-  const path = `sessions/${encodeURIComponent(sessionId)}`;
+  // The id goes in the query, not the path: a session id may hold "/" or be "." or "..",
+  // which a URL path would split or collapse.
   const list = h("ol", { class: "transcript" });
   const transcriptState = h("div", {}, state("loading", "Loading the transcript…"));
   const more = h("div", { class: "pager" });
@@ -56,7 +57,7 @@ export function sessionView(sessionId) {
   async function loadPage(token) {
     let reply;
     try {
-      reply = await call("GET", `${path}/transcript${query({ page_token: token })}`);
+      reply = await call("GET", `session/transcript${query({ session_id: sessionId, page_token: token })}`);
     } catch (error) {
       replace(transcriptState, state("error", `Could not read the transcript: ${error.message}`));
       return;
@@ -93,7 +94,7 @@ export function sessionView(sessionId) {
         replace(preview, state("loading", "Preparing the context…"));
         let r;
         try {
-          r = await call("POST", `${path}/preview`, { max_input_tokens: Number(windowInput.value), system_prompt: systemPrompt.value });
+          r = await call("POST", `session/preview${query({ session_id: sessionId })}`, { max_input_tokens: Number(windowInput.value), system_prompt: systemPrompt.value });
         } catch (error) {
           replace(preview, state("error", `No preview: ${error.message}`));
           return;
