@@ -143,6 +143,32 @@ async def test_a_server_answering_float_lists_is_read_the_same() -> None:
     np.testing.assert_array_equal(got, normalize(np.stack([fake.vector(t) for t in TEXTS[:2]])))
 
 
+async def test_a_200_without_a_list_of_embeddings_is_unavailable_naming_what_came() -> None:
+    """An endpoint that answers 200 with something else than OpenAI's `data` list (a proxy's
+    page, another API) is UNAVAILABLE saying so, not a KeyError."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b'{"data": "not a list"}'
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    embedder = await OpenAIEmbedder.connect(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", model="m", dimensions=24, timeout_seconds=5.0
+    )
+    try:
+        with pytest.raises(UnavailableError, match="returned no list of embeddings"):
+            await embedder.embed_queries(["a question"])
+    finally:
+        await embedder.close()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_endpoint_errors_are_unavailable_and_its_refusals_failed_precondition(endpoint: FakeLLM) -> None:
     embedder = await connect(endpoint, dimensions=24)
     for status in (400, 401, 404):  # not retried by the openai client; no retry can help

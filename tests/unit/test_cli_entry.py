@@ -55,3 +55,13 @@ def test_every_server_extra_module_is_named() -> None:
     }
     modules = {imports.get(n, n.split("-")[0].replace("-", "_")) for n in names}
     assert modules <= entry.SERVER_MODULES, sorted(modules - entry.SERVER_MODULES)
+
+
+@pytest.mark.parametrize("workers", ["0", "65", "two"])
+def test_serve_workers_out_of_range_is_refused_naming_the_flag(
+    workers: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli_main.build_parser().parse_args(["serve", "--workers", workers])
+    assert refused.value.code == 2
+    assert "--workers" in capsys.readouterr().err

@@ -148,25 +148,21 @@ class OpenAIEmbedder:
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         sent = list(texts)
+        if not sent:
+            return np.empty((0, self._dims), dtype=np.float32)
         # A cl100k_base token is at least one UTF-8 byte, so texts within the limits by bytes
         # are within them by tokens: one request, nothing cut, no tokenizer pass (a query).
         sizes = [len(t.encode()) for t in sent]
-        if len(sent) <= self._batch_size and sum(sizes) <= MAX_REQUEST_TOKENS:
-            if not sent:
-                return np.empty((0, self._dims), dtype=np.float32)
-            if self._max_input_tokens <= 0 or max(sizes) <= self._max_input_tokens:
-                return await self._call(sent)
+        whole = self._max_input_tokens <= 0 or max(sizes) <= self._max_input_tokens
+        if whole and len(sent) <= self._batch_size and sum(sizes) <= MAX_REQUEST_TOKENS:
+            return await self._call(sent)
         counts = self._counter.count_texts(sent)
         for i, n in enumerate(counts):
             if 0 < self._max_input_tokens < n:
                 sent[i] = self.head(sent[i])
                 counts[i] = self._counter.count_text(sent[i])
-        parts = []
-        for start, end in _requests(counts, self._batch_size, MAX_REQUEST_TOKENS):
-            parts.append(await self._call(sent[start:end]))
-        if not parts:
-            return np.empty((0, self._dims), dtype=np.float32)
-        return np.vstack(parts)
+        ranges = _requests(counts, self._batch_size, MAX_REQUEST_TOKENS)
+        return np.vstack([await self._call(sent[start:end]) for start, end in ranges])
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return await self._embed(texts)
