@@ -11,6 +11,8 @@ Modes:
   probe SECONDS         one health check, waiting up to SECONDS for a connection; {"ok", "code"}
   qps SECONDS CLIENTS   CLIENTS closed-loop searchers for SECONDS (a new query each time, so
                         each is embedded); {"searches", "failed", "seconds"}
+  console URL           a person at the console: sign in at URL with the Secret's key, list the
+                        memories over HTTP; {"signed_in", "contents"}
   load STOP_FILE PERIOD add + search every PERIOD seconds until STOP_FILE exists; prints
                         ``STARTED`` once the first pair succeeded, then
                         {"calls", "failed", "errors": [code: message, ...], "max_latency_s"}
@@ -19,10 +21,13 @@ Modes:
 from __future__ import annotations
 
 import asyncio
+import http.cookiejar
 import json
 import os
 import sys
 import time
+import urllib.request
+from urllib.parse import urlsplit
 
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import MemplaneError
@@ -101,10 +106,30 @@ async def qps(client: AsyncMemplaneClient, seconds: float, clients: int) -> None
     _result({"searches": done, "failed": failed, "seconds": round(time.monotonic() - started, 3)})
 
 
+def console(url: str) -> None:
+    """Sign in to the console at *url* (same origin, as its page does), list the memories."""
+    parts = urlsplit(url)
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    sign_in = urllib.request.Request(  # noqa: S310 - the console Service's http URL, given by the test
+        url + "api/session",
+        data=json.dumps({"api_key": os.environ["MEMPLANE_API_KEY"]}).encode(),
+        headers={"content-type": "application/json", "origin": f"{parts.scheme}://{parts.netloc}"},
+        method="POST",
+    )
+    with opener.open(sign_in, timeout=60) as reply:
+        signed = json.load(reply)
+    with opener.open(url + "api/memories", timeout=60) as reply:
+        listed = json.load(reply)
+    _result({"signed_in": bool(signed.get("csrf_token")), "contents": [m["content"] for m in listed["memories"]]})
+
+
 async def main(argv: list[str]) -> None:
     mode, *args = argv
     if mode == "probe":
         await probe(float(args[0]))
+        return
+    if mode == "console":
+        console(args[0])
         return
     async with AsyncMemplaneClient.from_env() as client:
         await client.check_health(wait_for_ready=True)

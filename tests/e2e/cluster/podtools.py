@@ -34,6 +34,7 @@ VALUES = {
     "image.pullPolicy": "Never",
     "postgresql.enabled": "true",
     "operator.resyncSeconds": "3600",  # so that a Ready after the operator's restart is not the resync's
+    "console.enabled": "true",  # off by default; on here so its Pod runs on the real node too
 }
 
 

@@ -61,7 +61,8 @@ def release(node: KubeCluster) -> Iterator[dict[str, float]]:
 def test_install_with_the_bundled_database_makes_every_pod_ready(node: KubeCluster, release: dict[str, float]) -> None:
     deployments = json.loads(node.kubectl("get", "deployments", "-n", NAMESPACE, "-o", "json").stdout)["items"]
     names = {d["metadata"]["name"]: d for d in deployments}
-    assert set(names) == {f"{RELEASE}-{c}" for c in ("retrieval", "writeback", "compaction", "admin", "operator")}
+    services = ("retrieval", "writeback", "compaction", "admin", "operator", "console")
+    assert set(names) == {f"{RELEASE}-{c}" for c in services}
     for name, d in names.items():
         assert d["status"].get("readyReplicas") == d["spec"]["replicas"], (name, d["status"])
     [database] = json.loads(node.kubectl("get", "statefulsets", "-n", NAMESPACE, "-o", "json").stdout)["items"]
@@ -94,6 +95,18 @@ def test_an_agent_pod_adds_and_searches_with_the_mounted_secret(node: KubeCluste
     result = run_agent(node, "agent-roundtrip", "team-a", "support-bot-memplane", "roundtrip", TENANT_TEXT)
     assert result["id"]
     assert TENANT_TEXT in result["hits"]
+
+
+def test_a_person_signs_in_to_the_console_and_sees_the_agents_memory(
+    node: KubeCluster, release: dict[str, float]
+) -> None:
+    """The console's Pod (console.enabled) on the real node: signed in over its Service with
+    the workspace's key, it lists what the agent stored, calling the services through its
+    NetworkPolicy."""
+    url = f"http://{RELEASE}-console.{NAMESPACE}.svc:8080/"
+    result = run_agent(node, "agent-console", "team-a", "support-bot-memplane", "console", url)
+    assert result["signed_in"] is True
+    assert TENANT_TEXT in result["contents"]
 
 
 def test_another_tenants_pod_sees_nothing_of_the_first(node: KubeCluster, release: dict[str, float]) -> None:
