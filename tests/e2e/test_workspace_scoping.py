@@ -32,6 +32,8 @@ from tests.support import mem, text_message, tool_call, tool_output
 GLOBAL: dict[str, str] = {
     "DELETE FROM idempotency_keys WHERE ctid IN": "the expiry sweep of request records (memplane.server.storage."
     "idempotency): maintenance over every workspace of the database it runs on, one sweep per database cluster",
+    "FROM extraction_jobs WHERE status IN ('queued', 'running')": "the extraction worker's wake-up: when the next "
+    "job of any workspace falls due (memplane.server.storage.jobs), so one worker per database serves them all",
 }
 # The control plane's tables: a key is found by its id before its workspace is known (that
 # is how the workspace becomes known), and an admin names workspaces and keys, not rows of
