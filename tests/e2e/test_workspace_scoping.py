@@ -89,6 +89,7 @@ async def _every_rpc(ws: TestWorkspace, other: TestWorkspace, admin: AsyncMempla
     for mode in (retrieval_pb2.SEARCH_MODE_HYBRID, retrieval_pb2.SEARCH_MODE_VECTOR, retrieval_pb2.SEARCH_MODE_LEXICAL):
         await client.search("what is the dog's name?", mode=mode, filter=filter_pb2.MemoryFilter(user_id="u1"))
     await client.search("what is the dog's name?", context_turns=2)
+    await client.get_daily_usage()  # flushes this process's search counts of the workspace first
     await client.get_memory(stored[0].id)
     await client.list_memories()
     updated = await client.update_memory(

@@ -4,7 +4,6 @@ flags, the sign-in rate limit and the base path."""
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import importlib.util
 import re
@@ -455,41 +454,44 @@ async def test_without_the_flag_no_proxy_header_is_trusted_not_even_from_loopbac
 
 
 class CountingClient(FakeClient):
-    """Records each ListMemories filter and how many calls ran at once; refuses every
-    call with the workspace's rate quota when *quota* is set."""
+    """Records each ListMemories filter."""
 
-    quota = False
     filters: list[filter_pb2.MemoryFilter] = []  # noqa: RUF012 - one test's record, reset by it
-    running = peak = 0
 
     async def list_memories(self, **kwargs: Any) -> retrieval_pb2.ListMemoriesResponse:
-        cls = CountingClient
-        if cls.quota:
-            raise QuotaExceededError(
-                "max_requests_per_second", "more than 2 calls per second", quota_id="max_requests_per_second", limit=2
-            )
-        cls.filters.append(kwargs.get("filter") or filter_pb2.MemoryFilter())
-        cls.running += 1
-        cls.peak = max(cls.peak, cls.running)
-        await asyncio.sleep(0)  # a yield, as a gRPC call's: lets the other calls start
-        cls.running -= 1
+        CountingClient.filters.append(kwargs.get("filter") or filter_pb2.MemoryFilter())
         return await super().list_memories(**kwargs)
 
 
-async def test_usage_sends_two_calls_at_a_time_and_a_rate_quota_is_a_clear_429() -> None:
-    app = build_app(lambda key: cast(AsyncMemplaneClient, CountingClient(key)), limiter=RateLimiter(burst=3))
-    CountingClient.peak = 0
+class QuotaClient(FakeClient):
+    """Answers GetDailyUsage with *days* empty days, or refuses it with the workspace's
+    rate quota when *quota* is set."""
+
+    quota = False
+
+    async def get_daily_usage(self, days: int = 0) -> retrieval_pb2.GetDailyUsageResponse:
+        if QuotaClient.quota:
+            raise QuotaExceededError(
+                "max_requests_per_second", "more than 2 calls per second", quota_id="max_requests_per_second", limit=2
+            )
+        return retrieval_pb2.GetDailyUsageResponse(days=[retrieval_pb2.DailyUsage() for _ in range(days)])
+
+
+async def test_usage_is_one_daily_usage_call_and_a_rate_quota_is_a_clear_429() -> None:
+    app = build_app(lambda key: cast(AsyncMemplaneClient, QuotaClient(key)), limiter=RateLimiter(burst=3))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as http:
         assert (await http.post("/api/session", json={"api_key": GOOD_KEY}, headers=ORIGIN)).status_code == 200
         reply = await http.get("/api/usage/daily", params={"days": 30})
         assert reply.status_code == 200, reply.text
-        assert len(reply.json()["days"]) == 30
-        assert CountingClient.peak == 2
-        CountingClient.quota = True
+        assert [set(d) for d in reply.json()["days"]] == [{"date", "memories_added", "searches"}] * 30
+        bad = await http.get("/api/usage/daily", params={"days": 61})
+        assert bad.status_code == 400
+        assert "days" in bad.text
+        QuotaClient.quota = True
         try:
             refused = await http.get("/api/usage/daily", params={"days": 30})
         finally:
-            CountingClient.quota = False
+            QuotaClient.quota = False
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["message"] == (

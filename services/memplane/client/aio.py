@@ -354,6 +354,14 @@ class AsyncMemplaneClient:
             retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token),
         )
 
+    async def get_daily_usage(self, days: int = 0) -> retrieval_pb2.GetDailyUsageResponse:
+        """The workspace's searches and memories added on each of the last *days* UTC days
+        (1-60; 0: 14), oldest first, today so far included. Searches reach it within
+        `retrieval.search_count_flush_seconds` (default 5) of being answered by another
+        retrieval process, at once from the one answering this call. Raises
+        `InvalidArgumentError` naming `days` out of range."""
+        return await self._call(self.retrieval.GetDailyUsage, retrieval_pb2.GetDailyUsageRequest(days=days))
+
     async def select_memory_files(
         self,
         query: str,

@@ -15,7 +15,7 @@
                                        -> JSON lines, streamed
     GET    api/session/transcript?session_id=, POST api/session/preview?session_id= (`sessionview`)
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
-    GET    api/usage/daily?days=           -> memories added per day (`usage`)
+    GET    api/usage/daily?days=           -> memories added and searches per day (`usage`)
     api/admin/... with the admin key: workspaces, usage, keys (`admin`)
     POST   api/search {query, top_k, mode, fusion, vector_weight, min_relevance, context_turns, filters...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}

@@ -45,6 +45,7 @@ from memplane.server.resources import (
 from memplane.server.retrieval.file_selection import FileSelector
 from memplane.server.retrieval.rerank import Reranker
 from memplane.server.retrieval.service import RetrievalService
+from memplane.server.retrieval.usage import DailyUsage, SearchCounter
 from memplane.server.settings import Settings
 from memplane.server.shutdown import Budget, Step, close_all
 from memplane.server.storage.blobs import BlobCleaner, ToolResultBlobStore
@@ -87,6 +88,7 @@ IDEMPOTENCY_SWEEPER = "idempotency sweeper"  # request-id records past their ret
 EXTRACTION_WORKERS = "extraction workers"  # extraction jobs, run by the servers that queue them (with an LLM)
 JOB_LISTENER = "job listener"  # wakes the workers when another process queues a job
 BLOB_CLEANER = "blob cleaner"  # expired tool outputs, deleted by the server that stores them
+SEARCH_COUNTER = "search counter"  # searches per workspace and day, flushed by the retrieval servers that count them
 
 
 @dataclass
@@ -103,6 +105,8 @@ class App:
     chat_model: ChatModel | None = None  # None without an LLM endpoint, or when no LLM_SERVICES are served
     retrieval: RetrievalService | None = None
     file_selector: FileSelector | None = None
+    searches: SearchCounter | None = None  # the retrieval process's search counts (GetDailyUsage)
+    daily_usage: DailyUsage | None = None
     reranker: Reranker | None = None  # the rerank endpoint's client; None without rerank.url
     writeback: WriteBackService | None = None  # also compaction's (SummarizeSession writes through it)
     conversations: ConversationWriter | None = None
@@ -208,7 +212,8 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
 
 
 def _wire_retrieval(app: App, meter: EmbeddingMeter, memories: MemoryStore) -> None:
-    """RetrievalService, the rerank endpoint's client and SelectFiles' FileSelector."""
+    """RetrievalService, the rerank endpoint's client, SelectFiles' FileSelector and the
+    search counter (flushed to the primary by its background job)."""
     settings = app.settings
     reranker = Reranker(settings.rerank) if settings.rerank.url is not None else None
     retrieval = RetrievalService(
@@ -230,6 +235,9 @@ def _wire_retrieval(app: App, meter: EmbeddingMeter, memories: MemoryStore) -> N
         counter_for=lambda encoding: token_counter(encoding).count_text,
         timeout_seconds=settings.retrieval.file_selection_timeout,
     )
+    app.searches = SearchCounter(app.db, interval_seconds=settings.retrieval.search_count_flush_seconds)
+    app.daily_usage = DailyUsage(app.db, app.searches)
+    app.jobs[SEARCH_COUNTER] = app.searches
 
 
 def _wire_writeback(

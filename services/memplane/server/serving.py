@@ -97,7 +97,14 @@ def handler(app: App, service: str, consistency: ReadYourWrites) -> Servicer:
     Raises `ValueError` for a service the app was not built to serve."""
     auth = app.authenticator
     if service == "retrieval":
-        return RetrievalServicer(_built(app.retrieval, service), auth, consistency, _built(app.file_selector, service))
+        return RetrievalServicer(
+            _built(app.retrieval, service),
+            auth,
+            consistency,
+            _built(app.file_selector, service),
+            searches=_built(app.searches, service),
+            usage=_built(app.daily_usage, service),
+        )
     if service == "writeback":
         return WriteBackServicer(
             service=_built(app.writeback, service),

@@ -497,6 +497,15 @@ class RetrievalSettings(BaseModel):
         "wait; llm.timeout bounds each attempt); past it hybrid search picks the files and the reply says so. "
         "A retrieval path: an agent waits on it before its turn, so far shorter than llm.timeout (60 s).",
     )
+    search_count_flush_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two flushes of a retrieval process's search counts (searches per workspace "
+        "and UTC day, counted in memory so a search does no I/O for it) to the database; also flushed at graceful "
+        "shutdown. A process killed without its shutdown loses at most this interval's searches "
+        "(memplane.server.retrieval.usage).",
+    )
 
 
 class RerankSettings(BaseModel):

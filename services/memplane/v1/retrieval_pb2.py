@@ -23,57 +23,64 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from memplane.v1 import filter_pb2 as memplane_dot_v1_dot_filter__pb2
 from memplane.v1 import memory_pb2 as memplane_dot_v1_dot_memory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmemplane/v1/retrieval.proto\x12\x0bmemplane.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18memplane/v1/filter.proto\x1a\x18memplane/v1/memory.proto\"\xa1\x03\n\x0eRankingOptions\x12)\n\x06\x66usion\x18\x01 \x01(\x0e\x32\x19.memplane.v1.FusionMethod\x12\x15\n\rvector_weight\x18\x02 \x01(\x01\x12\r\n\x05rrf_k\x18\x03 \x01(\x05\x12\x1d\n\x10neighbour_window\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x1d\n\x10neighbour_weight\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x1b\n\x0espeaker_weight\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12\x18\n\x0btime_weight\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tprf_terms\x18\x08 \x01(\x05H\x04\x88\x01\x01\x12\x1a\n\rphrase_weight\x18\t \x01(\x01H\x05\x88\x01\x01\x12\x18\n\x0bwhen_weight\x18\n \x01(\x01H\x06\x88\x01\x01\x42\x13\n\x11_neighbour_windowB\x13\n\x11_neighbour_weightB\x11\n\x0f_speaker_weightB\x0e\n\x0c_time_weightB\x0c\n\n_prf_termsB\x10\n\x0e_phrase_weightB\x0e\n\x0c_when_weight\"\xac\x03\n\x15SearchMemoriesRequest\x12\x0f\n\x07queries\x18\x01 \x03(\t\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x11\n\tmin_score\x18\x03 \x01(\x01\x12\x15\n\rmin_relevance\x18\x13 \x01(\x01\x12)\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12%\n\x04mode\x18\x05 \x01(\x0e\x32\x17.memplane.v1.SearchMode\x12,\n\x07ranking\x18\x12 \x01(\x0b\x32\x1b.memplane.v1.RankingOptions\x12\x15\n\rcontext_turns\x18\x0e \x01(\x05\x12\x1a\n\x12\x63ontext_max_tokens\x18\x0f \x01(\x05J\x04\x08\x06\x10\x0eJ\x04\x08\x10\x10\x11J\x04\x08\x11\x10\x12R\x06\x66usionR\rvector_weightR\x05rrf_kR\x10neighbour_windowR\x10neighbour_weightR\x0espeaker_weightR\x0btime_weightR\tprf_termsR\rphrase_weightR\x0bwhen_weight\"`\n\x0b\x43ontextTurn\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x0e\n\x06tokens\x18\x05 \x01(\x05\"D\n\x0bSignalScore\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x18\n\x10normalized_score\x18\x02 \x01(\x01\x12\x0c\n\x04rank\x18\x03 \x01(\x05\"]\n\x0bScoreBoosts\x12\x11\n\tneighbour\x18\x01 \x01(\x01\x12\x0f\n\x07speaker\x18\x02 \x01(\x01\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0e\n\x06phrase\x18\x04 \x01(\x01\x12\x0c\n\x04when\x18\x05 \x01(\x01\"\xf5\x02\n\tSearchHit\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12(\n\x06vector\x18\x03 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12)\n\x07lexical\x18\x04 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12\x13\n\x0bquery_index\x18\x05 \x01(\x05\x12(\n\x06rerank\x18\x06 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12(\n\x06\x62oosts\x18\x07 \x01(\x0b\x32\x18.memplane.v1.ScoreBoosts\x12)\n\x07\x63ontext\x18\x08 \x03(\x0b\x32\x18.memplane.v1.ContextTurn\x12\x11\n\trelevance\x18\t \x01(\x01\x12\x38\n\x11relevance_signals\x18\n \x01(\x0b\x32\x1d.memplane.v1.RelevanceSignals\"<\n\x10RelevanceSignals\x12\x0e\n\x06\x63osine\x18\x01 \x01(\x01\x12\x18\n\x10lexical_coverage\x18\x02 \x01(\x01\"\xe2\x01\n\x0cSearchTiming\x12\x35\n\x12\x65mbedding_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11\x64\x61tabase_duration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0etotal_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0frerank_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xb0\x01\n\x16SearchMemoriesResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.memplane.v1.SearchHit\x12)\n\x06timing\x18\x02 \x01(\x0b\x32\x19.memplane.v1.SearchTiming\x12\x30\n\rrerank_status\x18\x03 \x01(\x0e\x32\x19.memplane.v1.RerankStatus\x12\x13\n\x0brerank_note\x18\x04 \x01(\t\"\x1e\n\x10GetMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\"8\n\x11GetMemoryResponse\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\"g\n\x13ListMemoriesRequest\x12)\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"j\n\x14ListMemoriesResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x12\n\ntotal_size\x18\x03 \x01(\x03\"{\n\x18SelectMemoryFilesRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12)\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12\x11\n\tmax_files\x18\x03 \x01(\x05\x12\x12\n\nmax_tokens\x18\x04 \x01(\x03\"\xdf\x01\n\x12SelectedMemoryFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontent_tokens\x18\x06 \x01(\x03\x12\x13\n\x0b\x66ile_tokens\x18\x07 \x01(\x03\x12\x11\n\tmemory_id\x18\x08 \x01(\t\x12%\n\x04type\x18\t \x01(\x0e\x32\x17.memplane.v1.MemoryType\x12\r\n\x05score\x18\n \x01(\x01\"\x82\x02\n\x19SelectMemoryFilesResponse\x12.\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.memplane.v1.SelectedMemoryFile\x12,\n\x06method\x18\x02 \x01(\x0e\x32\x1c.memplane.v1.SelectionMethod\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\x12\x15\n\roffered_count\x18\x04 \x01(\x05\x12\x17\n\x0funoffered_count\x18\x05 \x01(\x05\x12\x15\n\runknown_files\x18\x06 \x03(\t\x12\x18\n\x10over_limit_files\x18\x07 \x03(\t\x12\r\n\x05model\x18\x08 \x01(\t*\x92\x01\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x03\x12\x18\n\x14\x46USION_METHOD_ZSCORE\x10\x04*r\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x03*d\n\x0cRerankStatus\x12\x1d\n\x19RERANK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15RERANK_STATUS_APPLIED\x10\x01\x12\x1a\n\x16RERANK_STATUS_FALLBACK\x10\x02*\x85\x01\n\x0fSelectionMethod\x12 \n\x1cSELECTION_METHOD_UNSPECIFIED\x10\x00\x12\x18\n\x14SELECTION_METHOD_LLM\x10\x01\x12\x1b\n\x17SELECTION_METHOD_SEARCH\x10\x02\x12\x19\n\x15SELECTION_METHOD_NONE\x10\x03\x32\xf2\x02\n\x10RetrievalService\x12Y\n\x0eSearchMemories\x12\".memplane.v1.SearchMemoriesRequest\x1a#.memplane.v1.SearchMemoriesResponse\x12J\n\tGetMemory\x12\x1d.memplane.v1.GetMemoryRequest\x1a\x1e.memplane.v1.GetMemoryResponse\x12S\n\x0cListMemories\x12 .memplane.v1.ListMemoriesRequest\x1a!.memplane.v1.ListMemoriesResponse\x12\x62\n\x11SelectMemoryFiles\x12%.memplane.v1.SelectMemoryFilesRequest\x1a&.memplane.v1.SelectMemoryFilesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmemplane/v1/retrieval.proto\x12\x0bmemplane.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18memplane/v1/filter.proto\x1a\x18memplane/v1/memory.proto\"\xa1\x03\n\x0eRankingOptions\x12)\n\x06\x66usion\x18\x01 \x01(\x0e\x32\x19.memplane.v1.FusionMethod\x12\x15\n\rvector_weight\x18\x02 \x01(\x01\x12\r\n\x05rrf_k\x18\x03 \x01(\x05\x12\x1d\n\x10neighbour_window\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x1d\n\x10neighbour_weight\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x1b\n\x0espeaker_weight\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12\x18\n\x0btime_weight\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x16\n\tprf_terms\x18\x08 \x01(\x05H\x04\x88\x01\x01\x12\x1a\n\rphrase_weight\x18\t \x01(\x01H\x05\x88\x01\x01\x12\x18\n\x0bwhen_weight\x18\n \x01(\x01H\x06\x88\x01\x01\x42\x13\n\x11_neighbour_windowB\x13\n\x11_neighbour_weightB\x11\n\x0f_speaker_weightB\x0e\n\x0c_time_weightB\x0c\n\n_prf_termsB\x10\n\x0e_phrase_weightB\x0e\n\x0c_when_weight\"\xac\x03\n\x15SearchMemoriesRequest\x12\x0f\n\x07queries\x18\x01 \x03(\t\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\x11\n\tmin_score\x18\x03 \x01(\x01\x12\x15\n\rmin_relevance\x18\x13 \x01(\x01\x12)\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12%\n\x04mode\x18\x05 \x01(\x0e\x32\x17.memplane.v1.SearchMode\x12,\n\x07ranking\x18\x12 \x01(\x0b\x32\x1b.memplane.v1.RankingOptions\x12\x15\n\rcontext_turns\x18\x0e \x01(\x05\x12\x1a\n\x12\x63ontext_max_tokens\x18\x0f \x01(\x05J\x04\x08\x06\x10\x0eJ\x04\x08\x10\x10\x11J\x04\x08\x11\x10\x12R\x06\x66usionR\rvector_weightR\x05rrf_kR\x10neighbour_windowR\x10neighbour_weightR\x0espeaker_weightR\x0btime_weightR\tprf_termsR\rphrase_weightR\x0bwhen_weight\"`\n\x0b\x43ontextTurn\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x0e\n\x06tokens\x18\x05 \x01(\x05\"D\n\x0bSignalScore\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x18\n\x10normalized_score\x18\x02 \x01(\x01\x12\x0c\n\x04rank\x18\x03 \x01(\x05\"]\n\x0bScoreBoosts\x12\x11\n\tneighbour\x18\x01 \x01(\x01\x12\x0f\n\x07speaker\x18\x02 \x01(\x01\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0e\n\x06phrase\x18\x04 \x01(\x01\x12\x0c\n\x04when\x18\x05 \x01(\x01\"\xf5\x02\n\tSearchHit\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12(\n\x06vector\x18\x03 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12)\n\x07lexical\x18\x04 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12\x13\n\x0bquery_index\x18\x05 \x01(\x05\x12(\n\x06rerank\x18\x06 \x01(\x0b\x32\x18.memplane.v1.SignalScore\x12(\n\x06\x62oosts\x18\x07 \x01(\x0b\x32\x18.memplane.v1.ScoreBoosts\x12)\n\x07\x63ontext\x18\x08 \x03(\x0b\x32\x18.memplane.v1.ContextTurn\x12\x11\n\trelevance\x18\t \x01(\x01\x12\x38\n\x11relevance_signals\x18\n \x01(\x0b\x32\x1d.memplane.v1.RelevanceSignals\"<\n\x10RelevanceSignals\x12\x0e\n\x06\x63osine\x18\x01 \x01(\x01\x12\x18\n\x10lexical_coverage\x18\x02 \x01(\x01\"\xe2\x01\n\x0cSearchTiming\x12\x35\n\x12\x65mbedding_duration\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11\x64\x61tabase_duration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x31\n\x0etotal_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0frerank_duration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xb0\x01\n\x16SearchMemoriesResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.memplane.v1.SearchHit\x12)\n\x06timing\x18\x02 \x01(\x0b\x32\x19.memplane.v1.SearchTiming\x12\x30\n\rrerank_status\x18\x03 \x01(\x0e\x32\x19.memplane.v1.RerankStatus\x12\x13\n\x0brerank_note\x18\x04 \x01(\t\"\x1e\n\x10GetMemoryRequest\x12\n\n\x02id\x18\x01 \x01(\t\"8\n\x11GetMemoryResponse\x12#\n\x06memory\x18\x01 \x01(\x0b\x32\x13.memplane.v1.Memory\"g\n\x13ListMemoriesRequest\x12)\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"j\n\x14ListMemoriesResponse\x12%\n\x08memories\x18\x01 \x03(\x0b\x32\x13.memplane.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x12\n\ntotal_size\x18\x03 \x01(\x03\"{\n\x18SelectMemoryFilesRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12)\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x19.memplane.v1.MemoryFilter\x12\x11\n\tmax_files\x18\x03 \x01(\x05\x12\x12\n\nmax_tokens\x18\x04 \x01(\x03\"\xdf\x01\n\x12SelectedMemoryFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontent_tokens\x18\x06 \x01(\x03\x12\x13\n\x0b\x66ile_tokens\x18\x07 \x01(\x03\x12\x11\n\tmemory_id\x18\x08 \x01(\t\x12%\n\x04type\x18\t \x01(\x0e\x32\x17.memplane.v1.MemoryType\x12\r\n\x05score\x18\n \x01(\x01\"\x82\x02\n\x19SelectMemoryFilesResponse\x12.\n\x05\x66iles\x18\x01 \x03(\x0b\x32\x1f.memplane.v1.SelectedMemoryFile\x12,\n\x06method\x18\x02 \x01(\x0e\x32\x1c.memplane.v1.SelectionMethod\x12\x17\n\x0f\x66\x61llback_reason\x18\x03 \x01(\t\x12\x15\n\roffered_count\x18\x04 \x01(\x05\x12\x17\n\x0funoffered_count\x18\x05 \x01(\x05\x12\x15\n\runknown_files\x18\x06 \x03(\t\x12\x18\n\x10over_limit_files\x18\x07 \x03(\t\x12\r\n\x05model\x18\x08 \x01(\t\"$\n\x14GetDailyUsageRequest\x12\x0c\n\x04\x64\x61ys\x18\x01 \x01(\x05\"j\n\nDailyUsage\x12.\n\nstart_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0ememories_added\x18\x02 \x01(\x03\x12\x14\n\x0csearch_count\x18\x03 \x01(\x03\">\n\x15GetDailyUsageResponse\x12%\n\x04\x64\x61ys\x18\x01 \x03(\x0b\x32\x17.memplane.v1.DailyUsage*\x92\x01\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x03\x12\x18\n\x14\x46USION_METHOD_ZSCORE\x10\x04*r\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x16\n\x12SEARCH_MODE_VECTOR\x10\x02\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x03*d\n\x0cRerankStatus\x12\x1d\n\x19RERANK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15RERANK_STATUS_APPLIED\x10\x01\x12\x1a\n\x16RERANK_STATUS_FALLBACK\x10\x02*\x85\x01\n\x0fSelectionMethod\x12 \n\x1cSELECTION_METHOD_UNSPECIFIED\x10\x00\x12\x18\n\x14SELECTION_METHOD_LLM\x10\x01\x12\x1b\n\x17SELECTION_METHOD_SEARCH\x10\x02\x12\x19\n\x15SELECTION_METHOD_NONE\x10\x03\x32\xca\x03\n\x10RetrievalService\x12Y\n\x0eSearchMemories\x12\".memplane.v1.SearchMemoriesRequest\x1a#.memplane.v1.SearchMemoriesResponse\x12J\n\tGetMemory\x12\x1d.memplane.v1.GetMemoryRequest\x1a\x1e.memplane.v1.GetMemoryResponse\x12S\n\x0cListMemories\x12 .memplane.v1.ListMemoriesRequest\x1a!.memplane.v1.ListMemoriesResponse\x12\x62\n\x11SelectMemoryFiles\x12%.memplane.v1.SelectMemoryFilesRequest\x1a&.memplane.v1.SelectMemoryFilesResponse\x12V\n\rGetDailyUsage\x12!.memplane.v1.GetDailyUsageRequest\x1a\".memplane.v1.GetDailyUsageResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memplane.v1.retrieval_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FUSIONMETHOD']._serialized_start=3004
-  _globals['_FUSIONMETHOD']._serialized_end=3150
-  _globals['_SEARCHMODE']._serialized_start=3152
-  _globals['_SEARCHMODE']._serialized_end=3266
-  _globals['_RERANKSTATUS']._serialized_start=3268
-  _globals['_RERANKSTATUS']._serialized_end=3368
-  _globals['_SELECTIONMETHOD']._serialized_start=3371
-  _globals['_SELECTIONMETHOD']._serialized_end=3504
-  _globals['_RANKINGOPTIONS']._serialized_start=129
-  _globals['_RANKINGOPTIONS']._serialized_end=546
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=549
-  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=977
-  _globals['_CONTEXTTURN']._serialized_start=979
-  _globals['_CONTEXTTURN']._serialized_end=1075
-  _globals['_SIGNALSCORE']._serialized_start=1077
-  _globals['_SIGNALSCORE']._serialized_end=1145
-  _globals['_SCOREBOOSTS']._serialized_start=1147
-  _globals['_SCOREBOOSTS']._serialized_end=1240
-  _globals['_SEARCHHIT']._serialized_start=1243
-  _globals['_SEARCHHIT']._serialized_end=1616
-  _globals['_RELEVANCESIGNALS']._serialized_start=1618
-  _globals['_RELEVANCESIGNALS']._serialized_end=1678
-  _globals['_SEARCHTIMING']._serialized_start=1681
-  _globals['_SEARCHTIMING']._serialized_end=1907
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1910
-  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=2086
-  _globals['_GETMEMORYREQUEST']._serialized_start=2088
-  _globals['_GETMEMORYREQUEST']._serialized_end=2118
-  _globals['_GETMEMORYRESPONSE']._serialized_start=2120
-  _globals['_GETMEMORYRESPONSE']._serialized_end=2176
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=2178
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=2281
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=2283
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2389
-  _globals['_SELECTMEMORYFILESREQUEST']._serialized_start=2391
-  _globals['_SELECTMEMORYFILESREQUEST']._serialized_end=2514
-  _globals['_SELECTEDMEMORYFILE']._serialized_start=2517
-  _globals['_SELECTEDMEMORYFILE']._serialized_end=2740
-  _globals['_SELECTMEMORYFILESRESPONSE']._serialized_start=2743
-  _globals['_SELECTMEMORYFILESRESPONSE']._serialized_end=3001
-  _globals['_RETRIEVALSERVICE']._serialized_start=3507
-  _globals['_RETRIEVALSERVICE']._serialized_end=3877
+  _globals['_FUSIONMETHOD']._serialized_start=3247
+  _globals['_FUSIONMETHOD']._serialized_end=3393
+  _globals['_SEARCHMODE']._serialized_start=3395
+  _globals['_SEARCHMODE']._serialized_end=3509
+  _globals['_RERANKSTATUS']._serialized_start=3511
+  _globals['_RERANKSTATUS']._serialized_end=3611
+  _globals['_SELECTIONMETHOD']._serialized_start=3614
+  _globals['_SELECTIONMETHOD']._serialized_end=3747
+  _globals['_RANKINGOPTIONS']._serialized_start=162
+  _globals['_RANKINGOPTIONS']._serialized_end=579
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_start=582
+  _globals['_SEARCHMEMORIESREQUEST']._serialized_end=1010
+  _globals['_CONTEXTTURN']._serialized_start=1012
+  _globals['_CONTEXTTURN']._serialized_end=1108
+  _globals['_SIGNALSCORE']._serialized_start=1110
+  _globals['_SIGNALSCORE']._serialized_end=1178
+  _globals['_SCOREBOOSTS']._serialized_start=1180
+  _globals['_SCOREBOOSTS']._serialized_end=1273
+  _globals['_SEARCHHIT']._serialized_start=1276
+  _globals['_SEARCHHIT']._serialized_end=1649
+  _globals['_RELEVANCESIGNALS']._serialized_start=1651
+  _globals['_RELEVANCESIGNALS']._serialized_end=1711
+  _globals['_SEARCHTIMING']._serialized_start=1714
+  _globals['_SEARCHTIMING']._serialized_end=1940
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_start=1943
+  _globals['_SEARCHMEMORIESRESPONSE']._serialized_end=2119
+  _globals['_GETMEMORYREQUEST']._serialized_start=2121
+  _globals['_GETMEMORYREQUEST']._serialized_end=2151
+  _globals['_GETMEMORYRESPONSE']._serialized_start=2153
+  _globals['_GETMEMORYRESPONSE']._serialized_end=2209
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=2211
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=2314
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=2316
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2422
+  _globals['_SELECTMEMORYFILESREQUEST']._serialized_start=2424
+  _globals['_SELECTMEMORYFILESREQUEST']._serialized_end=2547
+  _globals['_SELECTEDMEMORYFILE']._serialized_start=2550
+  _globals['_SELECTEDMEMORYFILE']._serialized_end=2773
+  _globals['_SELECTMEMORYFILESRESPONSE']._serialized_start=2776
+  _globals['_SELECTMEMORYFILESRESPONSE']._serialized_end=3034
+  _globals['_GETDAILYUSAGEREQUEST']._serialized_start=3036
+  _globals['_GETDAILYUSAGEREQUEST']._serialized_end=3072
+  _globals['_DAILYUSAGE']._serialized_start=3074
+  _globals['_DAILYUSAGE']._serialized_end=3180
+  _globals['_GETDAILYUSAGERESPONSE']._serialized_start=3182
+  _globals['_GETDAILYUSAGERESPONSE']._serialized_end=3244
+  _globals['_RETRIEVALSERVICE']._serialized_start=3750
+  _globals['_RETRIEVALSERVICE']._serialized_end=4208
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from memplane.v1 import filter_pb2 as _filter_pb2
@@ -997,3 +998,81 @@ class SelectMemoryFilesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SelectMemoryFilesResponse: _TypeAlias = SelectMemoryFilesResponse  # noqa: Y015
+
+@_typing.final
+class GetDailyUsageRequest(_message.Message):
+    """Request of GetDailyUsage."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAYS_FIELD_NUMBER: _builtins.int
+    days: _builtins.int
+    """UTC days to report, today included: 1 to 60; 0 means 14."""
+    def __init__(
+        self,
+        *,
+        days: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["days", b"days"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDailyUsageRequest: _TypeAlias = GetDailyUsageRequest  # noqa: Y015
+
+@_typing.final
+class DailyUsage(_message.Message):
+    """One UTC day of a workspace's usage."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_TIME_FIELD_NUMBER: _builtins.int
+    MEMORIES_ADDED_FIELD_NUMBER: _builtins.int
+    SEARCH_COUNT_FIELD_NUMBER: _builtins.int
+    memories_added: _builtins.int
+    """Memories created that day and still stored (superseded and expired included)."""
+    search_count: _builtins.int
+    """Searches answered that day (SearchMemories and SelectMemoryFiles calls)."""
+    @_builtins.property
+    def start_time(self) -> _timestamp_pb2.Timestamp:
+        """Start of the day: 00:00:00 UTC."""
+
+    def __init__(
+        self,
+        *,
+        start_time: _timestamp_pb2.Timestamp | None = ...,
+        memories_added: _builtins.int = ...,
+        search_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories_added", b"memories_added", "search_count", b"search_count", "start_time", b"start_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DailyUsage: _TypeAlias = DailyUsage  # noqa: Y015
+
+@_typing.final
+class GetDailyUsageResponse(_message.Message):
+    """Response of GetDailyUsage."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAYS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def days(self) -> _containers.RepeatedCompositeFieldContainer[Global___DailyUsage]:
+        """One entry per day, oldest first; the last is today (UTC), so far."""
+
+    def __init__(
+        self,
+        *,
+        days: _abc.Iterable[Global___DailyUsage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["days", b"days"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDailyUsageResponse: _TypeAlias = GetDailyUsageResponse  # noqa: Y015

@@ -57,6 +57,11 @@ class RetrievalServiceStub:
                 request_serializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.SerializeToString,
                 response_deserializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.FromString,
                 _registered_method=True)
+        self.GetDailyUsage = channel.unary_unary(
+                '/memplane.v1.RetrievalService/GetDailyUsage',
+                request_serializer=memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageRequest.SerializeToString,
+                response_deserializer=memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageResponse.FromString,
+                _registered_method=True)
 
 
 class RetrievalServiceServicer:
@@ -110,6 +115,23 @@ class RetrievalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDailyUsage(self, request, context):
+        """The workspace's searches and memories added on each of the last UTC days, oldest
+        first, today (so far) included: what the console's usage view plots. A search is one
+        SearchMemories or SelectMemoryFiles call answered without an error (whatever its number
+        of queries); PrepareContext reads no memories and is not counted. Searches are counted
+        in each retrieval process's memory and added to the database every
+        `retrieval.search_count_flush_seconds` (default 5) and at graceful shutdown: another
+        process's searches show within that interval, this one's at once; a process killed
+        without its shutdown loses at most one interval's. Memories added are those created
+        that day and still stored (superseded and expired included; deleted ones are gone).
+        Errors: INVALID_ARGUMENT (BadRequest naming `days`) for days outside 0..60;
+        UNAVAILABLE when the database does not answer; UNAUTHENTICATED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrievalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -132,6 +154,11 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
                     servicer.SelectMemoryFiles,
                     request_deserializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.FromString,
                     response_serializer=memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.SerializeToString,
+            ),
+            'GetDailyUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDailyUsage,
+                    request_deserializer=memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageRequest.FromString,
+                    response_serializer=memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -245,6 +272,33 @@ class RetrievalService:
             '/memplane.v1.RetrievalService/SelectMemoryFiles',
             memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesRequest.SerializeToString,
             memplane_dot_v1_dot_retrieval__pb2.SelectMemoryFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDailyUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memplane.v1.RetrievalService/GetDailyUsage',
+            memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageRequest.SerializeToString,
+            memplane_dot_v1_dot_retrieval__pb2.GetDailyUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -65,6 +65,19 @@ class RetrievalServiceStub:
     for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
     search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
     """
+    GetDailyUsage: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.GetDailyUsageRequest, _retrieval_pb2.GetDailyUsageResponse]
+    """The workspace's searches and memories added on each of the last UTC days, oldest
+    first, today (so far) included: what the console's usage view plots. A search is one
+    SearchMemories or SelectMemoryFiles call answered without an error (whatever its number
+    of queries); PrepareContext reads no memories and is not counted. Searches are counted
+    in each retrieval process's memory and added to the database every
+    `retrieval.search_count_flush_seconds` (default 5) and at graceful shutdown: another
+    process's searches show within that interval, this one's at once; a process killed
+    without its shutdown loses at most one interval's. Memories added are those created
+    that day and still stored (superseded and expired included; deleted ones are gone).
+    Errors: INVALID_ARGUMENT (BadRequest naming `days`) for days outside 0..60;
+    UNAVAILABLE when the database does not answer; UNAUTHENTICATED.
+    """
 
 @_typing.type_check_only
 class RetrievalServiceAsyncStub(RetrievalServiceStub):
@@ -102,6 +115,19 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     bad filter (as SearchMemories; also one selecting only episodic memories, or asking
     for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
     search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
+    """
+    GetDailyUsage: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.GetDailyUsageRequest, _retrieval_pb2.GetDailyUsageResponse]  # type: ignore[assignment]
+    """The workspace's searches and memories added on each of the last UTC days, oldest
+    first, today (so far) included: what the console's usage view plots. A search is one
+    SearchMemories or SelectMemoryFiles call answered without an error (whatever its number
+    of queries); PrepareContext reads no memories and is not counted. Searches are counted
+    in each retrieval process's memory and added to the database every
+    `retrieval.search_count_flush_seconds` (default 5) and at graceful shutdown: another
+    process's searches show within that interval, this one's at once; a process killed
+    without its shutdown loses at most one interval's. Memories added are those created
+    that day and still stored (superseded and expired included; deleted ones are gone).
+    Errors: INVALID_ARGUMENT (BadRequest naming `days`) for days outside 0..60;
+    UNAVAILABLE when the database does not answer; UNAUTHENTICATED.
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -161,6 +187,25 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         bad filter (as SearchMemories; also one selecting only episodic memories, or asking
         for superseded or expired ones: the view has neither); FAILED_PRECONDITION when the
         search fallback's embedding model does not match the workspace's; UNAUTHENTICATED.
+        """
+
+    @_abc_1.abstractmethod
+    def GetDailyUsage(
+        self,
+        request: _retrieval_pb2.GetDailyUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_retrieval_pb2.GetDailyUsageResponse, _abc.Awaitable[_retrieval_pb2.GetDailyUsageResponse]]:
+        """The workspace's searches and memories added on each of the last UTC days, oldest
+        first, today (so far) included: what the console's usage view plots. A search is one
+        SearchMemories or SelectMemoryFiles call answered without an error (whatever its number
+        of queries); PrepareContext reads no memories and is not counted. Searches are counted
+        in each retrieval process's memory and added to the database every
+        `retrieval.search_count_flush_seconds` (default 5) and at graceful shutdown: another
+        process's searches show within that interval, this one's at once; a process killed
+        without its shutdown loses at most one interval's. Memories added are those created
+        that day and still stored (superseded and expired included; deleted ones are gone).
+        Errors: INVALID_ARGUMENT (BadRequest naming `days`) for days outside 0..60;
+        UNAVAILABLE when the database does not answer; UNAUTHENTICATED.
         """
 
 def add_RetrievalServiceServicer_to_server(servicer: RetrievalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -228,15 +228,23 @@ async def test_a_superseded_memory_made_current_again(tab: Tab, console: Console
     await expect(page.locator(".history .event-update")).to_contain_text(f"UPDATE by console:{workspace.key_id}")
 
 
-async def test_usage_counts_the_memories_added_per_day(tab: Tab, console: Console, workspace: TestWorkspace) -> None:
+async def test_usage_plots_memories_added_and_searches_per_day(
+    tab: Tab, console: Console, workspace: TestWorkspace
+) -> None:
     await workspace.client.add_memories(NOTES)
+    for query in ("Oslo", "tea", "project"):
+        await workspace.client.search(query)
     page = tab.page
     await sign_in(tab, console, workspace)
     await page.get_by_role("link", name="Usage").click()
     await expect(page.locator(".usage-facts")).to_have_text(
         "4 memories added in 14 days; 4 stored in all (superseded and expired included)."
     )
-    await expect(page.locator("svg.bars rect.bar")).to_have_count(14)
+    await expect(page.locator(".usage-searches")).to_have_text("3 searches in 14 days.")
+    await expect(page.locator("svg.bars rect.bar.added")).to_have_count(14)
+    await expect(page.locator("svg.bars rect.bar.searches")).to_have_count(14)
+    today = page.locator("svg.bars rect.bar.searches").last
+    await expect(today.locator("title")).to_have_text(re.compile(r": 3 searches$"))
     await tab.shot("usage")
 
 

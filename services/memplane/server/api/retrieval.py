@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from datetime import UTC, datetime, time
 from typing import Any
 
 from memplane import convert
@@ -15,6 +16,7 @@ from memplane.server.api.read_tokens import ReadYourWrites
 from memplane.server.retrieval.file_selection import FileSelector, SelectedFile, SelectionMethod, SelectRequest
 from memplane.server.retrieval.fusion import SignalHit
 from memplane.server.retrieval.service import RerankStatus, RetrievalService, SearchMode, SearchRequest
+from memplane.server.retrieval.usage import DailyUsage, SearchCounter
 from memplane.v1 import retrieval_pb2, retrieval_pb2_grpc
 
 _MODES = {
@@ -83,9 +85,11 @@ def _signal(hit: SignalHit | None) -> retrieval_pb2.SignalScore | None:
 
 
 class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
-    """Search, get, list and file selection; the workspace comes from the API key. Each honours a
-    `memplane-lsn` request metadata entry (read-your-writes: `memplane.server.api.read_tokens`,
-    `memplane.server.storage.replica`)."""
+    """Search, get, list, file selection and daily usage; the workspace comes from the API
+    key. Each read of memories honours a `memplane-lsn` request metadata entry
+    (read-your-writes: `memplane.server.api.read_tokens`, `memplane.server.storage.replica`).
+    Each search answered (SearchMemories, SelectMemoryFiles) is counted in *searches*
+    (`memplane.server.retrieval.usage`: in memory, flushed in the background)."""
 
     def __init__(
         self,
@@ -93,9 +97,14 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         authenticator: Authenticator,
         consistency: ReadYourWrites,
         selector: FileSelector,
+        *,
+        searches: SearchCounter,
+        usage: DailyUsage,
     ) -> None:
         self._service = service
         self._selector = selector
+        self._searches = searches
+        self._usage = usage
         self._auth = authenticator
         self._consistency = consistency
 
@@ -121,6 +130,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             ),
             after_lsn=self._consistency.after(context, workspace),
         )
+        self._searches.count(workspace.key)
         return retrieval_pb2.SearchMemoriesResponse(
             hits=[
                 retrieval_pb2.SearchHit(
@@ -199,6 +209,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             ),
             after_lsn=self._consistency.after(context, workspace),
         )
+        self._searches.count(workspace.key)
         return retrieval_pb2.SelectMemoryFilesResponse(
             files=[_selected(f) for f in selection.files],
             method=_SELECTION_METHODS[selection.method],
@@ -208,4 +219,21 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
             unknown_files=selection.unknown,
             over_limit_files=selection.over_limit,
             model=selection.model,
+        )
+
+    @rpc
+    async def GetDailyUsage(
+        self, request: retrieval_pb2.GetDailyUsageRequest, context: Context
+    ) -> retrieval_pb2.GetDailyUsageResponse:
+        _, workspace = await workspace_of(self._auth, context)
+        days = await self._usage.days(workspace, request.days)
+        return retrieval_pb2.GetDailyUsageResponse(
+            days=[
+                retrieval_pb2.DailyUsage(
+                    start_time=convert.timestamp(datetime.combine(d.day, time(), UTC)),
+                    memories_added=d.memories_added,
+                    search_count=d.searches,
+                )
+                for d in days
+            ]
         )
