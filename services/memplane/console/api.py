@@ -17,6 +17,7 @@
     GET    api/jobs?status=&page_token= -> the write-back (extraction) jobs (`jobs`)
     GET    api/usage/daily?days=           -> memories added and searches per day (`usage`)
     api/admin/... with the admin key: workspaces, usage, keys (`admin`)
+    GET    api/admin/memoryworkspaces  -> the cluster's MemoryWorkspaces and their conditions (`cluster`)
     POST   api/search {query, top_k, mode, fusion, vector_weight, min_relevance, context_turns, filters...}
                                        -> {hits, timing_ms, rerank_status, rerank_note}
     POST   api/erasure/preview {user_id, agent_id, session_id} -> {count}
@@ -42,6 +43,7 @@ from memplane import errors
 from memplane.client import AsyncMemplaneClient
 from memplane.client.restore import restore_deleted
 from memplane.console import admin, export, inputs, jobs, jsonview, sessionview, usage
+from memplane.console.cluster import MemoryWorkspaces
 from memplane.console.errors import BadRequestError, RefusedError, error_response, from_memplane
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
@@ -75,10 +77,20 @@ async def _check_key(client: AsyncMemplaneClient) -> bool:
 class ConsoleApi:
     """The routes over *store* (sessions) and *limiter* (sign-in attempts). The cookie's
     Path is *cookie_path* (the base path, "/" at the root); it is Secure when
-    *secure_cookie* is True or the request came over https."""
+    *secure_cookie* is True or the request came over https. *cluster* lists the
+    MemoryWorkspaces of the admin view."""
 
-    def __init__(self, store: SessionStore, limiter: RateLimiter, *, cookie_path: str, secure_cookie: bool) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        limiter: RateLimiter,
+        *,
+        cookie_path: str,
+        secure_cookie: bool,
+        cluster: MemoryWorkspaces,
+    ) -> None:
         self._store = store
+        self._cluster = cluster
         self._limiter = limiter
         self._cookie_path = cookie_path
         self._secure = secure_cookie
@@ -104,7 +116,13 @@ class ConsoleApi:
             Route("/erasure/preview", self._signed_in(self.erasure_preview), methods=["POST"]),
             Route("/erasure", self._signed_in(self.erase), methods=["POST"]),
             *[Route(path, self._signed_in(h, admin=True), methods=[m]) for path, h, m in admin.ROUTES],
+            Route("/admin/memoryworkspaces", self._signed_in(self.memory_workspaces, admin=True), methods=["GET"]),
         ]
+
+    async def memory_workspaces(self, request: Request, session: Session) -> Response:
+        """The cluster's MemoryWorkspaces with their conditions, or why there are none
+        (`memplane.console.cluster`): always a 200 for a signed-in admin."""
+        return JSONResponse(await self._cluster.list())
 
     def _signed_in(self, handler: Handler, *, admin: bool = False) -> Callable[[Request], Awaitable[Response]]:
         """*handler* behind the checks: a live session (401), for a state-changing method

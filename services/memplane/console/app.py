@@ -15,6 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from memplane.client import AsyncMemplaneClient
 from memplane.console.api import ConsoleApi
+from memplane.console.cluster import ClusterAccess, MemoryWorkspaces
 from memplane.console.errors import error_response
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import HEADERS, SecurityHeaders
@@ -54,14 +55,22 @@ def build_app(
     secure_cookie: bool = False,
     limiter: RateLimiter | None = None,
     store: SessionStore | None = None,
+    cluster: MemoryWorkspaces | None = None,
 ) -> Starlette:
     """The console as an ASGI app. *client_factory* makes a client holding a given API
     key (the target and TLS are its business); *base_path* ("/memplane") prefixes every
     URL; *secure_cookie* marks the session cookie Secure even on plain http (behind a
-    TLS-terminating proxy). Raises `ValueError` for a bad *base_path*."""
+    TLS-terminating proxy); *cluster* reads the MemoryWorkspaces the admin view shows (default:
+    none, and the page says so). Raises `ValueError` for a bad *base_path*."""
     base = normalize_base_path(base_path)
     store = store if store is not None else SessionStore(client_factory)  # an empty store is falsy
-    api = ConsoleApi(store, limiter or RateLimiter(), cookie_path=base + "/", secure_cookie=secure_cookie)
+    api = ConsoleApi(
+        store,
+        limiter or RateLimiter(),
+        cookie_path=base + "/",
+        secure_cookie=secure_cookie,
+        cluster=cluster or MemoryWorkspaces(ClusterAccess()),
+    )
     inner: list[BaseRoute] = [
         Route("/", _index, methods=["GET", "HEAD"]),
         Mount("/api", routes=api.routes()),

@@ -7,6 +7,8 @@ MEMPLANE_GRPC__PORT (each defaulting as the server does: 127.0.0.1, 50051); with
 ``--target``, MEMPLANE_<SERVICE>_TARGET sends a service elsewhere (as
 `AsyncMemplaneClient.from_env`). TLS: an "https://" target or ``--ca-file`` /
 MEMPLANE_TLS_CA_FILE. The console holds no key: each person signs in with theirs.
+The admin view shows MemoryWorkspace conditions from ``--kubeconfig``'s cluster, or the
+Pod's own when run in one (`memplane.console.cluster`).
 
 Prints ``memplane console: http://HOST:PORT/BASE/`` on stdout once it listens.
 Exit status: 0 on SIGINT/SIGTERM, 1 for an address in use or an unreadable CA file,
@@ -93,6 +95,19 @@ def build_parser(
         default=None,
         help="PEM CA bundle that signed the memplane server's certificate; turns TLS on (env MEMPLANE_TLS_CA_FILE)",
     )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        metavar="PATH",
+        help="kubeconfig whose cluster's MemoryWorkspace conditions the admin view shows (default: the Pod's "
+        "ServiceAccount when run in one, else none)",
+    )
+    parser.add_argument(
+        "--kube-namespace",
+        default=None,
+        metavar="NS",
+        help="show only this namespace's MemoryWorkspaces (default: every namespace's)",
+    )
     return parser
 
 
@@ -160,6 +175,7 @@ async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) ->
     import uvicorn  # noqa: PLC0415 - the console extra, loaded once the flags are read
 
     from memplane.console.app import build_app  # noqa: PLC0415 - starlette: the console extra
+    from memplane.console.cluster import MemoryWorkspaces, access_from  # noqa: PLC0415 - beside build_app
     from memplane.console.ratelimit import RateLimiter  # noqa: PLC0415 - beside build_app
 
     if ns.sign_ins_per_minute < 1:
@@ -167,7 +183,13 @@ async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) ->
     factory = client_factory(ns, os.environ)
     limiter = RateLimiter(burst=ns.sign_ins_per_minute, rate_per_second=ns.sign_ins_per_minute / 60.0)
     try:
-        app = build_app(factory, base_path=ns.base_path, secure_cookie=ns.secure_cookie, limiter=limiter)
+        app = build_app(
+            factory,
+            base_path=ns.base_path,
+            secure_cookie=ns.secure_cookie,
+            limiter=limiter,
+            cluster=MemoryWorkspaces(access_from(ns.kubeconfig, ns.kube_namespace)),
+        )
     except ValueError as error:  # the base path
         usage_error(str(error))
     try:

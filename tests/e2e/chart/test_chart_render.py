@@ -29,6 +29,8 @@ MATRIX: dict[str, dict[str, str]] = {
     "namespaced-rbac": {**BASE, "rbac.namespaced": "true", "operator.namespaces": '["team-a","team-b"]'},
     "metrics": {**BASE, "metrics.enabled": "true"},
     "no-operator-no-crds": {**BASE, "operator.enabled": "false", "crds.create": "false"},
+    "console": {**BASE, "console.enabled": "true"},
+    "console-one-namespace": {**BASE, "console.enabled": "true", "console.memoryWorkspaces.namespace": "team-a"},
 }
 NAMESPACES = ("memplane", "team-a", "team-b")
 
@@ -458,3 +460,40 @@ def test_the_uninstall_check_is_a_pre_delete_hook_that_may_only_list_workspaces(
     assert env["MEMPLANE_RELEASE_NAMESPACE"] == "memplane"
     for off in ({"operator.uninstallCheck.enabled": "false"}, {"operator.enabled": "false"}):
         assert not [d for d in render(cluster, {**BASE, **off}) if "uninstall-check" in d["metadata"]["name"]]
+
+
+def test_the_console_may_read_memoryworkspaces_and_nothing_else(cluster: KubeCluster) -> None:
+    docs = render(cluster, MATRIX["console"])
+    name = "mp-memplane-console"
+    egress = named(docs, "NetworkPolicy", name)["spec"]["egress"]
+    assert any({p["port"] for p in r["ports"]} == {443, 6443} for r in egress)  # the API server
+    pod = named(docs, "Deployment", name)["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (name, True)
+    assert named(docs, "ServiceAccount", name)["automountServiceAccountToken"] is False
+    assert named(docs, "ClusterRole", name)["rules"] == [
+        {"apiGroups": ["memplane.io"], "resources": ["memoryworkspaces"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert named(docs, "ClusterRoleBinding", name)["subjects"] == [
+        {"kind": "ServiceAccount", "name": name, "namespace": "memplane"}
+    ]
+    assert "--kube-namespace" not in container["args"]
+
+    one = render(cluster, MATRIX["console-one-namespace"])
+    role = named(one, "Role", name)
+    assert role["metadata"]["namespace"] == "team-a"
+    assert role["rules"] == named(docs, "ClusterRole", name)["rules"]
+    assert named(one, "RoleBinding", name)["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": name,
+    }
+    [container] = named(one, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-2:] == ["--kube-namespace", "team-a"]
+
+    off = render(cluster, {**MATRIX["console"], "console.memoryWorkspaces.enabled": "false"})
+    kinds = {d["kind"] for d in off if d["metadata"]["name"] == name}
+    assert kinds == {"Deployment", "Service", "NetworkPolicy"}
+    assert named(off, "Deployment", name)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    egress = named(off, "NetworkPolicy", name)["spec"]["egress"]
+    assert not any({p["port"] for p in r["ports"]} == {443, 6443} for r in egress)

@@ -1,5 +1,6 @@
-// The admin key's view: workspaces with quotas and usage as gauges; a workspace's keys
-// (create: the key is shown once; revoke).
+// The admin key's view: workspaces with quotas and usage as gauges, and beside each the
+// status conditions of its MemoryWorkspace when the console can read the cluster's; a
+// workspace's keys (create: the key is shown once; revoke).
 
 import { call, query } from "../api.js";
 import { field, h, replace, state, when } from "../dom.js";
@@ -26,9 +27,33 @@ function gauge(label, used, limit, show = String) {
   );
 }
 
-function workspaceCard(ws) {
+function conditions(mw) {
+  const gen = mw.observed_generation === mw.generation ? `generation ${mw.generation}, observed` : `generation ${mw.generation}, observed ${mw.observed_generation ?? "not yet"}`;
+  const rows = mw.conditions.map((c) =>
+    h(
+      "tr",
+      { class: `condition condition-${c.status === "True" ? "true" : c.status === "False" ? "false" : "unknown"}` },
+      h("td", {}, c.type),
+      h("td", {}, c.status),
+      h("td", {}, c.reason),
+      h("td", {}, c.message),
+      h("td", {}, when(c.last_transition_time)),
+    ),
+  );
+  return h(
+    "div",
+    { class: "memory-workspace", "data-name": `${mw.namespace}/${mw.name}` },
+    h("p", {}, h("strong", {}, `MemoryWorkspace ${mw.namespace}/${mw.name}`), h("span", { class: "muted observed" }, ` ${mw.phase ? `${mw.phase} · ` : ""}${gen}`)),
+    rows.length
+      ? h("table", { class: "conditions" }, h("thead", {}, h("tr", {}, ["Condition", "Status", "Reason", "Message", "Since"].map((c) => h("th", {}, c)))), h("tbody", {}, rows))
+      : state("empty", "No conditions yet: the operator has not reconciled it."),
+  );
+}
+
+function workspaceCard(ws, cluster) {
   const q = ws.quotas;
   const u = ws.usage;
+  const mine = cluster.available ? cluster.items.filter((mw) => (mw.workspace || mw.tenant_id) === ws.name) : [];
   return h(
     "article",
     { class: "card workspace" },
@@ -37,26 +62,45 @@ function workspaceCard(ws) {
     gauge("content", u.content_bytes, q.max_bytes, bytes),
     gauge("embedding tokens today", u.embedding_tokens_today, q.max_embedding_tokens_per_day),
     h("p", { class: "muted" }, `${u.transcript_message_count} transcript messages · ${bytes(u.storage_bytes)} stored · ${q.max_requests_per_second ? `${q.max_requests_per_second} requests/s` : "no request-rate limit"}`),
+    mine.map(conditions),
+  );
+}
+
+function clusterSection(cluster, names) {
+  if (!cluster.available) return h("p", { class: "muted cluster-note" }, `No MemoryWorkspace conditions: ${cluster.reason}.`);
+  const others = cluster.items.filter((mw) => !names.has(mw.workspace || mw.tenant_id));
+  const where = cluster.namespace ? `namespace ${cluster.namespace}` : "every namespace";
+  return h(
+    "section",
+    { class: "cluster" },
+    h("p", { class: "muted cluster-note" }, `${cluster.items.length} MemoryWorkspace(s) in ${where}; each is shown beside its workspace.`),
+    others.length ? [h("h2", {}, "MemoryWorkspaces without a workspace on this page"), others.map((mw) => h("article", { class: "card" }, conditions(mw)))] : null,
   );
 }
 
 export function workspacesView() {
   const list = h("div", {}, state("loading", "Loading workspaces…"));
   const pager = h("div", { class: "pager" });
+  const clusterPart = h("div", {});
   async function load(token) {
     replace(list, state("loading", "Loading workspaces…"));
     let reply;
+    let cluster;
     try {
-      reply = await call("GET", `admin/workspaces${query({ page_token: token })}`);
+      [reply, cluster] = await Promise.all([
+        call("GET", `admin/workspaces${query({ page_token: token })}`),
+        call("GET", "admin/memoryworkspaces").catch((error) => ({ available: false, reason: error.message, items: [] })),
+      ]);
     } catch (error) {
       replace(list, state("error", `Could not list workspaces: ${error.message}`));
       return;
     }
-    replace(list, reply.workspaces.length ? reply.workspaces.map(workspaceCard) : state("empty", "No workspaces yet."));
+    replace(list, reply.workspaces.length ? reply.workspaces.map((ws) => workspaceCard(ws, cluster)) : state("empty", "No workspaces yet."));
+    replace(clusterPart, clusterSection(cluster, new Set(reply.workspaces.map((ws) => ws.name))));
     replace(pager, reply.next_page_token ? h("button", { type: "button", onclick: () => load(reply.next_page_token) }, "Next") : null);
   }
   load("");
-  return h("section", { class: "view-admin" }, h("h1", {}, "Workspaces"), list, pager);
+  return h("section", { class: "view-admin" }, h("h1", {}, "Workspaces"), list, pager, clusterPart);
 }
 
 export function keysView(name) {
