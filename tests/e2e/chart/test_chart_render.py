@@ -497,3 +497,56 @@ def test_the_console_may_read_memoryworkspaces_and_nothing_else(cluster: KubeClu
     assert named(off, "Deployment", name)["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     egress = named(off, "NetworkPolicy", name)["spec"]["egress"]
     assert not any({p["port"] for p in r["ports"]} == {443, 6443} for r in egress)
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions with In) selects *labels*."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In", expr
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def _admits(policy: dict[str, Any], labels: dict[str, str], port: int) -> bool:
+    """Whether an ingress NetworkPolicy admits a Pod of this namespace with *labels* on *port*."""
+    for rule in policy["spec"].get("ingress", []):
+        if not any(p["port"] == port for p in rule.get("ports", [])):
+            continue
+        peers = rule.get("from")
+        if peers is None or any(
+            "podSelector" in p and "namespaceSelector" not in p and _matches(p["podSelector"], labels) for p in peers
+        ):
+            return True
+    return False
+
+
+def _pod_labels(docs: list[dict[str, Any]], deployment: str) -> dict[str, str]:
+    labels: dict[str, str] = named(docs, "Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_the_console_reaches_the_admin_service_and_no_other_pod_does(cluster: KubeCluster) -> None:
+    docs = render(cluster, MATRIX["console"])
+    name = "mp-memplane-console"
+    admin_policy = named(docs, "NetworkPolicy", "mp-memplane-admin")
+    assert _admits(admin_policy, _pod_labels(docs, name), 50051)  # the admin view's calls
+    assert _admits(admin_policy, _pod_labels(docs, "mp-memplane-operator"), 50051)
+    for other in ("retrieval", "writeback", "compaction", "admin"):  # and no other Pod of the release
+        assert not _admits(admin_policy, _pod_labels(docs, f"mp-memplane-{other}"), 50051), other
+    assert not _admits(admin_policy, {"app": "anything"}, 50051)
+    admin_labels = _pod_labels(docs, "mp-memplane-admin")
+    egress = named(docs, "NetworkPolicy", name)["spec"]["egress"]
+    assert any(
+        _matches(p["podSelector"], admin_labels) and {q["port"] for q in r["ports"]} == {50051}
+        for r in egress
+        for p in r.get("to", [])
+        if "podSelector" in p
+    )
+    [container] = named(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MEMPLANE_ADMIN_TARGET"] == "mp-memplane-admin.memplane.svc:50051"  # not the retrieval service
+    without = render(cluster, BASE)  # no console: the operator and the helm test Pod only, as before
+    assert not _admits(named(without, "NetworkPolicy", "mp-memplane-admin"), _pod_labels(docs, name), 50051)
