@@ -165,6 +165,7 @@ async def test_bad_input_names_the_field(http: httpx.AsyncClient) -> None:
         ("metadata", "novalue"),
         ("created_after", "May"),
         ("include_expired", "2"),
+        ("order", "random"),
     ):
         reply = await http.get("/memplane/api/memories", params={field: value})
         assert reply.status_code == 400, field

@@ -346,12 +346,19 @@ class AsyncMemplaneClient:
         return reply.memory
 
     async def list_memories(
-        self, *, filter: filter_pb2.MemoryFilter | None = None, page_size: int = 100, page_token: str = ""
+        self,
+        *,
+        filter: filter_pb2.MemoryFilter | None = None,
+        page_size: int = 100,
+        page_token: str = "",
+        order: int = retrieval_pb2.MEMORY_ORDER_UNSPECIFIED,
     ) -> retrieval_pb2.ListMemoriesResponse:
-        """One page of memories, newest first."""
+        """One page of memories, newest first (*order* `MEMORY_ORDER_OLDEST_FIRST`: oldest
+        first). A *page_token* is valid only with the order it was returned for; another
+        raises `InvalidArgumentError` naming page_token, an unknown *order* naming order."""
         return await self._call(
             self.retrieval.ListMemories,
-            retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token),
+            retrieval_pb2.ListMemoriesRequest(filter=filter, page_size=page_size, page_token=page_token, order=order),  # type: ignore[arg-type]
         )
 
     async def get_daily_usage(self, days: int = 0) -> retrieval_pb2.GetDailyUsageResponse:

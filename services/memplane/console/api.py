@@ -4,7 +4,7 @@
     POST   api/session {api_key}       -> sign in: the session cookie, {key_id, csrf_token}
     DELETE api/session                 -> sign out
     GET    api/memories?user_id=&agent_id=&session_id=&type=&include_superseded=
-                        &include_expired=&page_size=&page_token=
+                        &include_expired=&order=newest|oldest&page_size=&page_token=
                                        -> {memories, next_page_token, total_size}
     GET    api/memories/{id}           -> {memory, events}
     PATCH  api/memories/{id} {content?, reopen?, expected_version} -> {memory}; 409 on a conflict
@@ -48,12 +48,13 @@ from memplane.console.errors import BadRequestError, RefusedError, error_respons
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import UNSAFE_METHODS, client_address, cross_site
 from memplane.console.sessions import Session, SessionStore, tokens_match
-from memplane.v1 import filter_pb2, memory_pb2
+from memplane.v1 import filter_pb2, memory_pb2, retrieval_pb2
 
 COOKIE = "memplane_console"
 CSRF_HEADER = "x-csrf-token"
 MAX_PAGE_SIZE = 200
 MAX_TOP_K = 100
+ORDERS = {"newest": retrieval_pb2.MEMORY_ORDER_NEWEST_FIRST, "oldest": retrieval_pb2.MEMORY_ORDER_OLDEST_FIRST}
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
@@ -241,12 +242,15 @@ class ConsoleApi:
 
     # -- memories -----------------------------------------------------------------
     async def list_memories(self, request: Request, session: Session) -> Response:
-        """One page of the workspace's memories, newest first, with the total count."""
+        """One page of the workspace's memories, `order` newest (the default) or oldest
+        first, sorted by the server, with the total count. Another order is a 400 naming
+        the field."""
         query = request.query_params
         reply = await session.client.list_memories(
             filter=inputs.memory_filter(query),
             page_size=inputs.integer(query, "page_size", default=25, low=1, high=MAX_PAGE_SIZE),
             page_token=inputs.text(query, "page_token", max_chars=4_096),
+            order=inputs.choice(query, "order", ORDERS, "newest"),
         )
         return JSONResponse(
             {

@@ -153,6 +153,30 @@ order and SearchMemoriesResponse.rerank_note says why.
 """
 Global___RerankStatus: _TypeAlias = RerankStatus  # noqa: Y015
 
+class _MemoryOrder:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryOrderEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryOrder.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_ORDER_UNSPECIFIED: _MemoryOrder.ValueType  # 0
+    """The default: newest first."""
+    MEMORY_ORDER_NEWEST_FIRST: _MemoryOrder.ValueType  # 1
+    """Newest first: create_time descending, then id descending."""
+    MEMORY_ORDER_OLDEST_FIRST: _MemoryOrder.ValueType  # 2
+    """Oldest first: create_time ascending, then id ascending."""
+
+class MemoryOrder(_MemoryOrder, metaclass=_MemoryOrderEnumTypeWrapper):
+    """The order of ListMemories."""
+
+MEMORY_ORDER_UNSPECIFIED: MemoryOrder.ValueType  # 0
+"""The default: newest first."""
+MEMORY_ORDER_NEWEST_FIRST: MemoryOrder.ValueType  # 1
+"""Newest first: create_time descending, then id descending."""
+MEMORY_ORDER_OLDEST_FIRST: MemoryOrder.ValueType  # 2
+"""Oldest first: create_time ascending, then id ascending."""
+Global___MemoryOrder: _TypeAlias = MemoryOrder  # noqa: Y015
+
 class _SelectionMethod:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -776,10 +800,15 @@ class ListMemoriesRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ORDER_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Page size, 1 to `limits.max_page_size` (default 1,000); 0 means 100."""
     page_token: _builtins.str
-    """Token from a previous response's next_page_token; empty for the first page."""
+    """Token from a previous response's next_page_token; empty for the first page. A token
+    is valid only with the order it was returned for.
+    """
+    order: Global___MemoryOrder.ValueType
+    """Order of the memories by creation (create_time, then id); unspecified: newest first."""
     @_builtins.property
     def filter(self) -> _filter_pb2.MemoryFilter:
         """Filter; validity and expiry rules as in search."""
@@ -790,10 +819,11 @@ class ListMemoriesRequest(_message.Message):
         filter: _filter_pb2.MemoryFilter | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        order: Global___MemoryOrder.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order", b"order", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -814,7 +844,7 @@ class ListMemoriesResponse(_message.Message):
     """Number of memories matching the filter, over all pages."""
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
-        """Memories of this page, newest first (create_time, then id)."""
+        """Memories of this page, in the request's order (create_time, then id)."""
 
     def __init__(
         self,

@@ -90,8 +90,11 @@ class RetrievalServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemories(self, request, context):
-        """Memories matching a filter, newest first, with cursor pagination.
-        Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+        """Memories matching a filter, newest first unless `order` says otherwise, with cursor
+        pagination.
+        Errors: INVALID_ARGUMENT (BadRequest naming the field) for a bad page_size, a
+        page_token that is not one ListMemories returned for the same order, an unknown
+        order, a bad filter; UNAUTHENTICATED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

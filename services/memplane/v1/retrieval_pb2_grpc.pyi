@@ -48,8 +48,11 @@ class RetrievalServiceStub:
     caller's workspace; INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
     """
     ListMemories: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.ListMemoriesRequest, _retrieval_pb2.ListMemoriesResponse]
-    """Memories matching a filter, newest first, with cursor pagination.
-    Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+    """Memories matching a filter, newest first unless `order` says otherwise, with cursor
+    pagination.
+    Errors: INVALID_ARGUMENT (BadRequest naming the field) for a bad page_size, a
+    page_token that is not one ListMemories returned for the same order, an unknown
+    order, a bad filter; UNAUTHENTICATED.
     """
     SelectMemoryFiles: _grpc.UnaryUnaryMultiCallable[_retrieval_pb2.SelectMemoryFilesRequest, _retrieval_pb2.SelectMemoryFilesResponse]
     """The memory files of the Markdown view most useful for a query, with their contents
@@ -99,8 +102,11 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     caller's workspace; INVALID_ARGUMENT for a malformed id; UNAUTHENTICATED.
     """
     ListMemories: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.ListMemoriesRequest, _retrieval_pb2.ListMemoriesResponse]  # type: ignore[assignment]
-    """Memories matching a filter, newest first, with cursor pagination.
-    Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+    """Memories matching a filter, newest first unless `order` says otherwise, with cursor
+    pagination.
+    Errors: INVALID_ARGUMENT (BadRequest naming the field) for a bad page_size, a
+    page_token that is not one ListMemories returned for the same order, an unknown
+    order, a bad filter; UNAUTHENTICATED.
     """
     SelectMemoryFiles: _aio.UnaryUnaryMultiCallable[_retrieval_pb2.SelectMemoryFilesRequest, _retrieval_pb2.SelectMemoryFilesResponse]  # type: ignore[assignment]
     """The memory files of the Markdown view most useful for a query, with their contents
@@ -165,8 +171,11 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _retrieval_pb2.ListMemoriesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_retrieval_pb2.ListMemoriesResponse, _abc.Awaitable[_retrieval_pb2.ListMemoriesResponse]]:
-        """Memories matching a filter, newest first, with cursor pagination.
-        Errors: INVALID_ARGUMENT for a bad page_size, page_token or filter; UNAUTHENTICATED.
+        """Memories matching a filter, newest first unless `order` says otherwise, with cursor
+        pagination.
+        Errors: INVALID_ARGUMENT (BadRequest naming the field) for a bad page_size, a
+        page_token that is not one ListMemories returned for the same order, an unknown
+        order, a bad filter; UNAUTHENTICATED.
         """
 
     @_abc_1.abstractmethod

@@ -228,6 +228,28 @@ async def test_a_superseded_memory_made_current_again(tab: Tab, console: Console
     await expect(page.locator(".history .event-update")).to_contain_text(f"UPDATE by console:{workspace.key_id}")
 
 
+async def test_browse_sorts_newest_or_oldest_first_on_the_server(
+    tab: Tab, console: Console, workspace: TestWorkspace
+) -> None:
+    for i in range(30):  # one add each: 30 creation times, over two pages of 25
+        await workspace.client.add_memories([mem(f"note number {i:02d}")])
+    page = tab.page
+    await sign_in(tab, console, workspace)
+    rows = page.locator("table.memories tbody tr")
+    await expect(rows.first).to_contain_text("note number 29")
+    await page.get_by_label("order").select_option("oldest")
+    await expect(rows.first).to_contain_text("note number 00")
+    await expect(rows).to_have_count(25)
+    await page.get_by_role("button", name="Next").click()
+    await expect(rows).to_have_count(5)
+    await expect(rows.first).to_contain_text("note number 25")
+    await expect(rows.last).to_contain_text("note number 29")
+    await page.get_by_label("order").select_option("newest")  # back to the first page, newest first
+    await expect(page.locator(".pager")).to_contain_text("page 1")
+    await expect(rows.first).to_contain_text("note number 29")
+    await expect(rows.last).to_contain_text("note number 05")
+
+
 async def test_usage_plots_memories_added_and_searches_per_day(
     tab: Tab, console: Console, workspace: TestWorkspace
 ) -> None:

@@ -32,6 +32,12 @@ _RERANK_STATUSES = {
     RerankStatus.FALLBACK: retrieval_pb2.RERANK_STATUS_FALLBACK,
 }
 
+_OLDEST_FIRST = {
+    retrieval_pb2.MEMORY_ORDER_UNSPECIFIED: False,
+    retrieval_pb2.MEMORY_ORDER_NEWEST_FIRST: False,
+    retrieval_pb2.MEMORY_ORDER_OLDEST_FIRST: True,
+}
+
 _SELECTION_METHODS = {
     SelectionMethod.LLM: retrieval_pb2.SELECTION_METHOD_LLM,
     SelectionMethod.SEARCH: retrieval_pb2.SELECTION_METHOD_SEARCH,
@@ -181,12 +187,15 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
         self, request: retrieval_pb2.ListMemoriesRequest, context: Context
     ) -> retrieval_pb2.ListMemoriesResponse:
         _, workspace = await workspace_of(self._auth, context)
+        if request.order not in _OLDEST_FIRST:
+            raise InvalidArgumentError(FieldViolation("order", "must be a known memory order"))
         page = await self._service.list(
             workspace,
             convert.filter_from_proto(request.filter),
             request.page_size,
             request.page_token,
             after_lsn=self._consistency.after(context, workspace),
+            oldest_first=_OLDEST_FIRST[request.order],
         )
         return retrieval_pb2.ListMemoriesResponse(
             memories=[convert.memory_to_proto(m) for m in page.memories],

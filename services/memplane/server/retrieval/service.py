@@ -329,30 +329,40 @@ class RetrievalService:
         return memory
 
     async def list(
-        self, workspace: Workspace, flt: MemoryFilter, page_size: int, page_token: str, *, after_lsn: str = ""
+        self,
+        workspace: Workspace,
+        flt: MemoryFilter,
+        page_size: int,
+        page_token: str,
+        *,
+        after_lsn: str = "",
+        oldest_first: bool = False,
     ) -> Page:
-        """A page of memories, newest first, as of at least WAL position *after_lsn*.
-        page_size 0 means 100. Raises `InvalidArgumentError` for a bad page_size,
-        page_token, filter or position."""
+        """A page of memories, newest first (oldest first with *oldest_first*), as of at
+        least WAL position *after_lsn*. page_size 0 means 100. Raises
+        `InvalidArgumentError` for a bad page_size, filter or position, or a page_token
+        not returned for the same order."""
         check_lsn(after_lsn)
         v = Violations()
         size = page_size or 100
         if not 1 <= size <= self._limits.max_page_size:
             v.add("page_size", f"must be between 1 and {self._limits.max_page_size}")
-        after = _decode_token(v, page_token)
+        after = _decode_token(v, page_token, oldest_first=oldest_first)
         check_filter(v, "filter", flt, self._limits)
         v.raise_if_any()
         now = datetime.now(UTC)
 
         async def page(conn: Connection) -> tuple[list[Memory], int]:
-            return await self._memories.list_page(conn, workspace, flt, now=now, limit=size + 1, after=after)
+            return await self._memories.list_page(
+                conn, workspace, flt, now=now, limit=size + 1, after=after, oldest_first=oldest_first
+            )
 
         memories, total = await self._reads.read(workspace.key, page, after_lsn=after_lsn)
         next_token = ""
         if len(memories) > size:
             memories = memories[:size]
             last = memories[-1]
-            next_token = _encode_token(last.created_at, last.id)
+            next_token = _encode_token(last.created_at, last.id, oldest_first=oldest_first)
         return Page(memories, next_token, total)
 
 
@@ -450,12 +460,15 @@ def _hit(signal: tuple[float, float, int] | None) -> SignalHit | None:
     return None if signal is None else SignalHit(score=signal[0], normalized=signal[1], rank=signal[2])
 
 
-def _encode_token(created_at: datetime, memory_id: str) -> str:
-    raw = json.dumps({"t": created_at.isoformat(), "i": memory_id}).encode()
+def _encode_token(created_at: datetime, memory_id: str, *, oldest_first: bool) -> str:
+    data: dict[str, str | int] = {"t": created_at.isoformat(), "i": memory_id}
+    if oldest_first:  # a newest-first token keeps its old form: tokens handed out before stay valid
+        data["o"] = 1
+    raw = json.dumps(data).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_token(v: Violations, token: str) -> tuple[datetime, str] | None:
+def _decode_token(v: Violations, token: str, *, oldest_first: bool) -> tuple[datetime, str] | None:
     if not token:
         return None
     try:
@@ -469,5 +482,9 @@ def _decode_token(v: Violations, token: str) -> tuple[datetime, str] | None:
         return None
     if created.tzinfo is None:
         v.add("page_token", "is not a token returned by ListMemories")
+        return None
+    if (data.get("o") == 1) != oldest_first:
+        order = "oldest-first" if data.get("o") == 1 else "newest-first"
+        v.add("page_token", f"was returned for the {order} order; ask again from the first page for another order")
         return None
     return created, memory_id

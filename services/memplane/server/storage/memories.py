@@ -157,10 +157,13 @@ class MemoryStore:
         now: datetime,
         limit: int,
         after: tuple[datetime, str] | None,
+        oldest_first: bool = False,
     ) -> tuple[list[Memory], int]:
         """A page of memories matching *flt* (`list_matching`) and the total count matching
         the filter."""
-        memories = await self.list_matching(conn, workspace, flt, now=now, limit=limit, after=after)
+        memories = await self.list_matching(
+            conn, workspace, flt, now=now, limit=limit, after=after, oldest_first=oldest_first
+        )
         count_params = Params(ws=workspace.key)
         cur = await conn.execute(
             sql.SQL("SELECT count(*) AS n FROM memories m WHERE m.workspace_key = %(ws)s AND {}").format(
@@ -180,21 +183,24 @@ class MemoryStore:
         now: datetime,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        oldest_first: bool = False,
     ) -> list[Memory]:
-        """At most *limit* memories matching *flt*, newest first (created_at, id), starting
-        after the keyset *after*; one statement, no count."""
+        """At most *limit* memories matching *flt*, newest first (created_at, id; oldest
+        first with *oldest_first*), starting after the keyset *after*; one statement, no
+        count. Both orders walk memories_created_idx (forwards or backwards)."""
         params = Params(ws=workspace.key, limit=limit)
         where = compile_filter(flt, params, now)
         keyset: sql.Composable = sql.SQL("TRUE")
         if after is not None:
-            keyset = sql.SQL("(m.created_at, m.id) < ({}, {})").format(
-                params.bind(after[0]), params.bind(after[1], "uuid")
+            keyset = sql.SQL("(m.created_at, m.id) {} ({}, {})").format(
+                sql.SQL(">" if oldest_first else "<"), params.bind(after[0]), params.bind(after[1], "uuid")
             )
+        direction = sql.SQL("ASC" if oldest_first else "DESC")
         cur = await conn.execute(
             sql.SQL(
                 "SELECT {cols} FROM memories m WHERE m.workspace_key = %(ws)s AND {where} AND {keyset}"
-                " ORDER BY m.created_at DESC, m.id DESC LIMIT %(limit)s"
-            ).format(cols=sql.SQL(MEMORY_COLUMNS), where=where, keyset=keyset),
+                " ORDER BY m.created_at {dir}, m.id {dir} LIMIT %(limit)s"
+            ).format(cols=sql.SQL(MEMORY_COLUMNS), where=where, keyset=keyset, dir=direction),
             params.values,
         )
         return [memory_from_row(r) for r in await cur.fetchall()]

@@ -1,5 +1,6 @@
-// Browse the workspace's memories, newest first: scope, type, creation date and metadata
-// (key=value) filters, superseded and expired ones on request, server-side pages.
+// Browse the workspace's memories, newest or oldest first (sorted by the server): scope,
+// type, creation date and metadata (key=value) filters, superseded and expired ones on
+// request, server-side pages.
 
 import { call, query } from "../api.js";
 import { field, h, replace, scopeText, state, when } from "../dom.js";
@@ -23,6 +24,7 @@ export function browseView() {
     metadata: h("input", { name: "metadata", size: 16, placeholder: "key=value" }),
     include_superseded: h("input", { type: "checkbox", name: "include_superseded" }),
     include_expired: h("input", { type: "checkbox", name: "include_expired" }),
+    order: h("select", { name: "order" }, h("option", { value: "newest" }, "newest first"), h("option", { value: "oldest" }, "oldest first")),
   };
   const results = h("div", { class: "results" });
   const pager = h("div", { class: "pager" });
@@ -78,6 +80,7 @@ export function browseView() {
           h("td", {}, m.type),
           h("td", {}, scopeText(m.scope)),
           h("td", { class: "num" }, String(m.version)),
+          h("td", {}, when(m.create_time)),
           h("td", {}, when(m.update_time)),
         ),
       );
@@ -87,7 +90,7 @@ export function browseView() {
         h(
           "table",
           { class: "memories" },
-          h("thead", {}, h("tr", {}, ["Content", "Type", "Scope", "Version", "Updated"].map((c) => h("th", {}, c)))),
+          h("thead", {}, h("tr", {}, ["Content", "Type", "Scope", "Version", "Created", "Updated"].map((c) => h("th", {}, c)))),
           h("tbody", {}, rows),
         ),
       );
@@ -129,10 +132,16 @@ export function browseView() {
     field("metadata", inputs.metadata),
     field("superseded", inputs.include_superseded),
     field("expired", inputs.include_expired),
+    field("order", inputs.order),
     h("button", { type: "submit" }, "Filter"),
     exportLink,
     field("with history", withHistory),
   );
+  inputs.order.addEventListener("change", () => {
+    tokens.length = 1; // a page token holds its order: start again from the first page
+    page = 0;
+    load();
+  });
   load();
   return h("section", { class: "view-browse" }, h("h1", {}, "Memories"), form, results, pager);
 }
