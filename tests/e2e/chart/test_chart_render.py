@@ -63,16 +63,22 @@ def test_every_rendering_lints_and_the_api_server_accepts_every_object(cluster: 
         assert labels.get("app.kubernetes.io/managed-by") == "Helm"
 
 
-# Pods that talk to the API server: the operator, and the uninstall check (it lists MemoryWorkspaces).
-WITH_TOKEN = {"mp-memplane-operator", "mp-memplane-uninstall-check"}
+# Pods that talk to the API server: the operator, the uninstall check (it lists MemoryWorkspaces)
+# and the console (it lists them for the admin view).
+WITH_TOKEN = {"mp-memplane-operator", "mp-memplane-uninstall-check", "mp-memplane-console"}
 
 
 @pytest.mark.parametrize("volume_permissions", ["true", "false"])
 def test_pods_run_restricted(cluster: KubeCluster, volume_permissions: str) -> None:
-    values = {**MATRIX["bundled-postgresql"], "postgresql.volumePermissions.enabled": volume_permissions}
+    values = {
+        **MATRIX["bundled-postgresql"],
+        "postgresql.volumePermissions.enabled": volume_permissions,
+        "console.enabled": "true",
+    }
     docs = render(cluster, values) + by_kind(render(cluster, values, "--is-upgrade"), "Job")
     specs = pod_specs(docs)
     assert {name for name, _ in specs} >= {
+        "mp-memplane-console",
         "mp-memplane-retrieval",
         "mp-memplane-operator",
         "mp-memplane-postgresql",
