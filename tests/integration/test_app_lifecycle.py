@@ -19,6 +19,7 @@ from memplane.server.app import (
     INVALIDATION_LISTENER,
     JOB_LISTENER,
     RETENTION_SWEEPER,
+    SEARCH_COUNTER,
     SERVICES,
     build_app,
 )
@@ -31,11 +32,11 @@ WRITEBACK_JOBS = [RETENTION_SWEEPER, IDEMPOTENCY_SWEEPER, EXTRACTION_WORKERS, JO
 
 # service set -> (jobs started, in order; the asyncio tasks they run)
 STARTED = {
-    ("retrieval",): [INVALIDATION_LISTENER],
+    ("retrieval",): [INVALIDATION_LISTENER, SEARCH_COUNTER],
     ("writeback",): [INVALIDATION_LISTENER, *WRITEBACK_JOBS],
     ("compaction",): [INVALIDATION_LISTENER, BLOB_CLEANER],
     ("admin",): [INVALIDATION_LISTENER],
-    SERVICES: [INVALIDATION_LISTENER, *WRITEBACK_JOBS, BLOB_CLEANER],
+    SERVICES: [INVALIDATION_LISTENER, SEARCH_COUNTER, *WRITEBACK_JOBS, BLOB_CLEANER],
 }
 TASKS = {
     INVALIDATION_LISTENER: {"memplane-invalidation"},
@@ -44,6 +45,7 @@ TASKS = {
     EXTRACTION_WORKERS: {"memplane-extract-0"},
     JOB_LISTENER: {"memplane-job-listener"},
     BLOB_CLEANER: {"memplane-sweep-expired-tool-result-blobs"},
+    SEARCH_COUNTER: {"memplane-search-counter"},
 }
 
 

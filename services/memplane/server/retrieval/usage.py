@@ -83,7 +83,7 @@ class SearchCounter:
     def start(self) -> None:
         """Flush every `interval_seconds` in the background (needs a running event loop)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="search counter")
+            self._task = asyncio.create_task(self._run(), name="memplane-search-counter")
 
     async def stop(self) -> None:
         """Stop the periodic flush, then flush what is left (graceful shutdown: nothing
