@@ -70,10 +70,12 @@ from _harness import (
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import Workspace
 from memplane.domain.ranking import FusionMethod, Ranking
+from memplane.server.app import VECTOR_INDEXER
 from memplane.server.storage import search as search_sql
 from memplane.server.storage.database import Connection
 from memplane.server.storage.memories import MemoryStore
 from memplane.server.storage.search import SearchSpec
+from memplane.server.storage.vector_index import index_backlog
 from memplane.server.storage.workspaces import partition_name
 
 ALL = "(whole workspace)"
@@ -102,6 +104,9 @@ def parse_args() -> argparse.Namespace:
         help="also draw p50 latency (exact scan, HNSW) and HNSW recall by filtered-set size into this SVG or PNG",
     )
     p.add_argument("--batch", type=int, default=256, help="memories per AddMemories call while seeding")
+    p.add_argument(
+        "--backlog", type=int, default=0, help="memories written after the seed with the vector indexer stopped"
+    )
     p.add_argument("--seed-concurrency", type=int, default=4, help="concurrent AddMemories calls while seeding")
     return p.parse_args()
 
@@ -180,11 +185,26 @@ async def seed_workspace(stack: Stack, args: argparse.Namespace, sizes: list[int
         return [memory_input(f"{pool_texts[base[i]]} #{i}", labels[i], vectors[i]) for i in range(start, stop)]
 
     result = await seed(stack, total, make_batch, batch_size=args.batch, concurrency=args.seed_concurrency)
-    vacuum = await stack.vacuum_analyze()
     print(
         f"# seeded {total:,} memories with PRECOMPUTED embeddings in {result.seconds:.1f} s"
-        f" ({result.per_second:,.0f}/s); VACUUM ANALYZE {vacuum:.1f} s"
+        f" ({result.per_second:,.0f}/s)"
     )
+    t0 = time.perf_counter()
+    await stack.app.jobs[VECTOR_INDEXER].stop()
+    indexed = await index_backlog(stack.app.db, stack.workspace.key)  # what the running indexer had left
+    print(
+        f"# graph: the vector indexer's backlog at the seed's end: {indexed:,} rows, put into the HNSW graph in"
+        f" {time.perf_counter() - t0:.1f} s after it (the indexer ran beside the seed until then)"
+    )
+    vacuum = await stack.vacuum_analyze()
+    print(f"# VACUUM ANALYZE {vacuum:.1f} s")
+    if args.backlog:  # written after the indexer stopped: the searches' exact scan of the backlog
+        backlog = [f"size-{sizes[i % len(sizes)]:06d}" for i in range(args.backlog)]
+        rows = [memory_input(f"{pool_texts[base[i]]} backlog #{i}", u, vectors[i]) for i, u in enumerate(backlog)]
+        async with stack.client() as client:
+            for start in range(0, len(rows), args.batch):
+                await client.add_memories(rows[start : start + args.batch])
+        print(f"# backlog: {args.backlog:,} memories written after the indexer stopped, outside the graph")
     return users
 
 

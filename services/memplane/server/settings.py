@@ -687,6 +687,42 @@ class RetentionSettings(BaseModel):
     )
 
 
+class VectorIndexSettings(BaseModel):
+    """The vector indexer (`memplane.server.storage.vector_index`): a memory of a small
+    write is stored outside its workspace's HNSW graph and put into it moments later, in
+    batches, by the server that wrote it; until then searches find it by an exact scan of
+    the backlog. Large batches, and writes while the backlog is long, enter the graph in
+    their own statement."""
+
+    interval_seconds: float = Field(
+        default=0.2,
+        gt=0,
+        le=60,
+        description="Seconds the indexer gathers writes after the first before a pass (more rows per pass, a "
+        "larger backlog for searches to scan exactly).",
+    )
+    scan_interval_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between passes over every workspace with a backlog (rows another process left), and "
+        "one at start.",
+    )
+    batch_size: int = Field(default=256, ge=1, le=10_000, description="Memories put into the graph per transaction.")
+    max_deferred: int = Field(
+        default=16,
+        ge=0,
+        le=10_000,
+        description="A write of at most this many memories leaves them to the indexer; a larger batch puts them "
+        "into the graph itself, as a bulk load should (0: every write does).",
+    )
+    max_backlog: int = Field(
+        default=2_000,
+        ge=0,
+        description="Memories a workspace may have waiting for the indexer (counted per process since its last "
+        "pass); past it, writes put theirs into the graph themselves until the indexer catches up.",
+    )
+
+
 class Settings(BaseSettings):
     """Root settings; see each group for units and defaults."""
 
@@ -710,3 +746,4 @@ class Settings(BaseSettings):
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    vector_index: VectorIndexSettings = Field(default_factory=VectorIndexSettings)

@@ -77,7 +77,7 @@ _INSERT = (
     " %(embeddings)b::vector[], %(lexical_texts)b::text[], %(content_bytes)b::int[],"
     " %(valid_froms)b::timestamptz[], %(valid_tos)b::timestamptz[], %(expires)b::timestamptz[],"
     " %(source_sessions)b::text[], %(source_messages)b::text[], %(afters)b::text[],"
-    " %(actor)b, %(request_id)b, %(now)b, %(dedupe)b)"
+    " %(actor)b, %(request_id)b, %(now)b, %(dedupe)b, %(in_graph)b)"
 )
 
 
@@ -147,6 +147,7 @@ async def insert_memories(
     now: datetime,
     record: RequestRecord | None = None,
     dedupe: bool = False,
+    in_graph: bool = True,
 ) -> PendingInsert:
     """Send the insert of *memories* (from `new_memories(items)`, in order) with ADD events
     and the workspace's counters, and *record* if given. Nothing is waited for: in a
@@ -169,11 +170,22 @@ async def insert_memories(
     record then names it too). Atomic with concurrent inserts of the same text (a unique
     index). SQLSTATE 40001 in the rare case the memory that won such a race was closed or
     deleted before this insert saw it (nothing written; retry).
+
+    *in_graph*: the rows enter the workspace's HNSW graph in this statement; False leaves
+    them to the vector indexer (`memplane.server.storage.vector_index`, migration 0020).
     """
     if not memories:
         return PendingInsert(None)
     params = insert_params(
-        workspace, items, memories, actor=actor, request_id=request_id, now=now, record=record, dedupe=dedupe
+        workspace,
+        items,
+        memories,
+        actor=actor,
+        request_id=request_id,
+        now=now,
+        record=record,
+        dedupe=dedupe,
+        in_graph=in_graph,
     )
     return PendingInsert(await conn.execute(_INSERT, params))
 
@@ -194,6 +206,7 @@ def insert_params(
     now: datetime,
     record: RequestRecord | None = None,
     dedupe: bool = False,
+    in_graph: bool = True,
 ) -> dict[str, Any]:
     """The bound parameters of `insert_statement()` for `insert_memories`' arguments."""
     return {
@@ -224,4 +237,5 @@ def insert_params(
         "request_id": request_id,
         "now": now,
         "dedupe": dedupe,
+        "in_graph": in_graph,
     }

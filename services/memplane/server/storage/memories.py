@@ -32,6 +32,7 @@ from memplane.server.storage.inserts import (
 )
 from memplane.server.storage.lexemes import count_changed, removal_cte
 from memplane.server.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.server.storage.vector_index import VectorIndexer
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,22 @@ class Change:
 class MemoryStore:
     """Reads and writes of the `memories` and `memory_events` partitions, with the
     workspace's stats and BM25 document frequencies (`lexeme_df`) kept current in the
-    same transaction. Searching is `memplane.server.storage.search`. Stateless."""
+    same transaction. Searching is `memplane.server.storage.search`. Holds no state but
+    the *indexer* of a process that writes: it decides whether an insert's rows wait
+    outside the HNSW graph (`VectorIndexer.defers`, migration 0020) and is told of each
+    insert sent; without one (a process that does not write) every insert enters the graph."""
+
+    def __init__(self, indexer: VectorIndexer | None = None) -> None:
+        self._indexer = indexer
+
+    def _in_graph(self, workspace: Workspace, count: int) -> bool:
+        """Whether *count* new rows enter the graph in their own statement; notes the insert."""
+        if self._indexer is None:
+            return True
+        if self._indexer.defers(workspace.key, count):
+            self._indexer.mark(workspace.key, count)
+            return False
+        return True
 
     async def insert(
         self,
@@ -68,7 +84,10 @@ class MemoryStore:
         pipeline mode at the next fetch or at the end of the transaction.
         """
         memories = new_memories(workspace, items, now)
-        await insert_memories(conn, workspace, items, memories, actor=actor, request_id=request_id, now=now)
+        in_graph = self._in_graph(workspace, len(items))
+        await insert_memories(
+            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, in_graph=in_graph
+        )
         return memories
 
     async def insert_deduplicated(
@@ -87,7 +106,15 @@ class MemoryStore:
         `insert`, at once."""
         memories = new_memories(workspace, items, now)
         pending = await insert_memories(
-            conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, dedupe=True
+            conn,
+            workspace,
+            items,
+            memories,
+            actor=actor,
+            request_id=request_id,
+            now=now,
+            dedupe=True,
+            in_graph=self._in_graph(workspace, len(items)),
         )
         return memories, (await pending.outcome()).duplicates
 
@@ -122,6 +149,7 @@ class MemoryStore:
             now=now,
             record=record,
             dedupe=dedupe,
+            in_graph=self._in_graph(workspace, len(items)),
         )
         return memories, pending
 

@@ -22,7 +22,8 @@ pipeline: one round trip). Its parts, as CTEs:
   candidates carry it;
 - vec: the *depth* nearest by cosine, exactly (a btree-read scope, sorted) or through the
   partition's HNSW index with pgvector's iterative scan (set for the transaction by the
-  caller: hnsw.ef_search, hnsw.iterative_scan);
+  caller: hnsw.ef_search, hnsw.iterative_scan) merged with the exact order of the rows
+  not yet in the graph (`vector_indexed` false: `memplane.server.storage.vector_index`);
 - vs, ls, combined, fused: each signal's scores on the fusion's scale (min-max, DBSF's,
   or z-scores) with ranks, then RRF, WEIGHTED, DBSF or ZSCORE exactly as
   `memplane.server.retrieval.fusion.fuse` (which stays the reference: a test compares them);
@@ -270,12 +271,26 @@ def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.C
 def _vector_ctes(spec: SearchSpec, where: sql.Composable, dimensions: int) -> sql.Composable:
     cast = sql.SQL("vector({})").format(sql.Literal(dimensions))  # the index's expression: a type, not a value
     distance = sql.SQL("(m.embedding::{cast} <=> %(vector)s::{cast})").format(cast=cast)
-    order = sql.SQL("{} + 0").format(distance) if spec.exact else distance  # + 0 hides the order from HNSW
-    return sql.SQL(
-        "vec AS (SELECT m.id, 1 - {distance} AS score FROM memories m"
-        "   WHERE m.workspace_key = %(ws)s AND {where} ORDER BY {order} LIMIT %(depth)s),"
+    ranks = sql.SQL(
         " vs AS (SELECT id, score, row_number() OVER (ORDER BY score DESC, id) AS rank, {norm} AS norm FROM vec)"
-    ).format(distance=distance, where=where, order=order, norm=_norm(spec))
+    ).format(norm=_norm(spec))
+    if spec.exact:  # + 0 hides the order from HNSW: every row of the scope, sorted
+        return sql.SQL(
+            "vec AS (SELECT m.id, 1 - {distance} AS score FROM memories m"
+            "   WHERE m.workspace_key = %(ws)s AND {where} ORDER BY {distance} + 0 LIMIT %(depth)s),{ranks}"
+        ).format(distance=distance, where=where, ranks=ranks)
+    # The graph holds the rows the vector indexer has reached (its index is partial, WHERE
+    # vector_indexed: migration 0020); the rest, the backlog of the last moments' writes,
+    # are few and sorted exactly, so a search sees every committed memory.
+    return sql.SQL(
+        "vec AS (SELECT id, score FROM ("
+        "   (SELECT m.id, 1 - {distance} AS score FROM memories m"
+        "     WHERE m.workspace_key = %(ws)s AND {where} AND m.vector_indexed ORDER BY {distance} LIMIT %(depth)s)"
+        "   UNION ALL"
+        "   (SELECT m.id, 1 - {distance} AS score FROM memories m"
+        "     WHERE m.workspace_key = %(ws)s AND {where} AND NOT m.vector_indexed ORDER BY {distance} + 0"
+        "     LIMIT %(depth)s)) graph_and_backlog ORDER BY score DESC, id LIMIT %(depth)s),{ranks}"
+    ).format(distance=distance, where=where, ranks=ranks)
 
 
 _EMPTY_SIGNAL = sql.SQL(

@@ -123,8 +123,9 @@ class WorkspaceStore:
         """Insert the workspace (*policy*: POLICY_COLUMNS values, see `policy_columns`), its
         COUNTER_SHARDS counter rows and its event-id sequence, and create its partitions
         with their own indexes: an HNSW index (cosine) on the
-        embedding cast to its recorded dimension and a CHECK that every stored vector has
-        that dimension. Raises `AlreadyExistsError`."""
+        embedding cast to its recorded dimension, partial over the rows the vector indexer
+        has reached (`vector_indexed`, migration 0020), and a CHECK that every stored vector
+        has that dimension. Raises `AlreadyExistsError`."""
         columns = {"name": name, "embedding_model": embedding_model, "embedding_dimensions": embedding_dimensions}
         columns.update(_bind({k: policy[k] for k in POLICY_COLUMNS}))
 
@@ -168,7 +169,7 @@ class WorkspaceStore:
             await conn.execute(
                 sql.SQL(
                     "CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops)"
-                    " WITH (m = {}, ef_construction = {})"
+                    " WITH (m = {}, ef_construction = {}) WHERE vector_indexed"
                 ).format(
                     sql.Identifier(f"memories_w{workspace.key}_hnsw"),
                     memories,

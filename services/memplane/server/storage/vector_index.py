@@ -1,0 +1,188 @@
+"""The vector indexer: a background job that puts just-written memories into their
+workspace's HNSW graph, off the write path (migration 0020).
+
+A memory is stored with `vector_indexed = false`, and each workspace's HNSW index is
+partial (WHERE vector_indexed), so an add costs no graph insert: pgvector's insert walks
+the graph (ef_construction candidates per layer), about half of PostgreSQL's time for a
+one-memory add, and more as the graph grows (bench/ingest_growth.py). Moments later this
+job sets the flag on the workspace's backlog, BATCH_SIZE rows per transaction: the
+UPDATE enters them into the graph. Until then a search finds them by an exact scan of the
+backlog beside the graph walk (`memplane.server.storage.search`), so nothing committed is
+ever missing from a search, and a process killed mid-batch loses nothing (the batch's
+transaction rolls back; the rows stay in the backlog for the next pass, here or in another
+process: the batch skips rows another indexer holds, FOR UPDATE SKIP LOCKED).
+
+Which writes wait: a call of at most *max_deferred* memories, while the workspace's
+backlog (counted by this process since its last pass) is under *max_backlog*. A larger
+batch, or any write while the indexer is behind, enters the graph in its own statement,
+as before migration 0020: a bulk load's graph inserts cost the same inline, and indexing
+its rows afterwards would rewrite each of them (the flag's UPDATE is a new row version
+and an entry in every index of the partition) — about twice the database time; and a
+backlog the indexer cannot catch up with would make every search scan it exactly.
+
+Which workspaces to visit: those this process deferred a write of (`mark`), after a
+short gather (*interval_seconds*, so one pass takes many rows), and every
+*scan_interval_seconds* every workspace with a backlog (rows left by a process that
+stopped before its pass, or written by another process that stopped); one scan at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from memplane.errors import WorkspaceDeletedError
+from memplane.server.background import cancel
+from memplane.server.storage.database import Database
+
+_log = logging.getLogger(__name__)
+
+BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commit
+INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
+
+_INDEX_BATCH = """/* memplane: vector indexing */
+UPDATE memories m SET vector_indexed = true
+FROM (SELECT id FROM memories WHERE workspace_key = %(ws)s AND NOT vector_indexed
+      ORDER BY created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED) due
+WHERE m.workspace_key = %(ws)s AND m.id = due.id"""
+
+# Every workspace with a backlog: one statement over the partial backlog indexes of all
+# partitions (small: a row leaves its index when indexed). Per database, as the extraction
+# worker's wake-up query: tests/e2e/test_workspace_scoping.py lists it with its reason.
+BACKLOG_WORKSPACES = "SELECT DISTINCT workspace_key FROM memories WHERE NOT vector_indexed"
+
+
+@dataclass
+class IndexerStats:
+    """Rows indexed, passes completed and failed since start."""
+
+    indexed: int = 0
+    passes: int = 0
+    failures: int = 0
+
+
+async def index_backlog(db: Database, workspace_key: int, *, batch_size: int = BATCH_SIZE) -> int:
+    """Put the workspace's not-yet-indexed memories into its HNSW graph, *batch_size* per
+    tenant transaction, until a batch finds fewer; return how many. Rows another
+    transaction holds are skipped (left for the next pass). Raises `ValueError` for a
+    batch size < 1, `WorkspaceDeletedError` for a deleted workspace; database errors
+    propagate."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    total = 0
+    while True:
+        async with db.tenant(workspace_key) as conn:
+            cur = await conn.execute(_INDEX_BATCH, {"ws": workspace_key, "batch": batch_size})
+            count = cur.rowcount
+        total += count
+        if count < batch_size:
+            return total
+
+
+async def backlog_workspaces(db: Database) -> list[int]:
+    """The keys of every workspace with memories not yet in its graph."""
+    async with db.admin() as conn:
+        cur = await conn.execute(BACKLOG_WORKSPACES)
+        rows = await cur.fetchall()
+    return sorted(int(r["workspace_key"]) for r in rows)
+
+
+class VectorIndexer:
+    """The background job (`memplane.server.background.Job`): `defers(key, count)` before
+    a write, `mark(key, count)` after a deferred one; the workspaces marked are indexed
+    *interval_seconds* later (the gather), all with a backlog every *scan_interval_seconds*
+    and at start. A failing pass is logged and
+    counted, its workspaces kept for the next. `start()` needs a running event loop;
+    `start()` and `await stop()` are idempotent."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        interval_seconds: float = 0.2,
+        scan_interval_seconds: float = 30.0,
+        batch_size: int = BATCH_SIZE,
+        max_deferred: int = 16,
+        max_backlog: int = 2_000,
+    ) -> None:
+        if interval_seconds <= 0 or scan_interval_seconds <= 0:
+            raise ValueError("interval_seconds and scan_interval_seconds must be > 0")
+        if batch_size < 1 or max_deferred < 0 or max_backlog < 0:
+            raise ValueError("batch_size must be >= 1, max_deferred and max_backlog >= 0")
+        self._db = db
+        self._interval = interval_seconds
+        self._scan_interval = scan_interval_seconds
+        self._batch = batch_size
+        self._max_deferred = max_deferred
+        self._max_backlog = max_backlog
+        self._marked: dict[int, int] = {}  # workspace key -> rows deferred since its last pass began
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.stats = IndexerStats()
+
+    def defers(self, workspace_key: int, count: int) -> bool:
+        """Whether a write of *count* memories leaves them to the indexer (the module
+        docstring says when); False: they enter the graph in the write's own statement."""
+        return count <= self._max_deferred and self._marked.get(workspace_key, 0) < self._max_backlog
+
+    def mark(self, workspace_key: int, count: int) -> None:
+        """Note *count* rows written outside the workspace's graph: indexed at the next pass."""
+        self._marked[workspace_key] = self._marked.get(workspace_key, 0) + count
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """Whether the background task is alive."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the background task (no-op when running)."""
+        if not self.running:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="memplane-vector-indexer")
+
+    async def stop(self) -> None:
+        """Cancel the background task and wait for it to end (a batch in flight rolls back)."""
+        task, self._task = self._task, None
+        await cancel(task)
+
+    async def run_once(self, workspace_keys: set[int] | None = None) -> int:
+        """One pass now over *workspace_keys* (None: every workspace with a backlog); the
+        rows indexed. A deleted workspace is skipped; other errors propagate."""
+        keys = set(await backlog_workspaces(self._db)) if workspace_keys is None else workspace_keys
+        indexed = 0
+        for key in sorted(keys):
+            try:
+                indexed += await index_backlog(self._db, key, batch_size=self._batch)
+            except WorkspaceDeletedError:
+                continue
+        return indexed
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_scan = loop.time()  # a scan at start: rows a stopped process left
+        while True:
+            if loop.time() < next_scan:
+                if not self._marked:
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(next_scan - loop.time()):
+                            await self._wake.wait()
+                if self._marked:
+                    await asyncio.sleep(self._interval)  # gather: the writes of the next moments join this pass
+            scan = loop.time() >= next_scan
+            keys, self._marked = set(self._marked), {}
+            try:
+                self.stats.indexed += await self.run_once(None if scan else keys)
+                self.stats.passes += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # any failure: log it, keep the workspaces, retry after the gather
+                self.stats.failures += 1
+                for key in keys:
+                    self._marked.setdefault(key, 0)
+                _log.exception("vector indexing pass failed; retrying")
+                await asyncio.sleep(self._interval)
+            if scan:
+                next_scan = loop.time() + self._scan_interval

@@ -1,0 +1,43 @@
+"""Which writes the vector indexer takes (`VectorIndexer.defers`): calls of at most
+max_deferred memories while the workspace's backlog, counted since its last pass, is
+under max_backlog; each workspace counted apart."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from memplane.server.storage.database import Database
+from memplane.server.storage.vector_index import VectorIndexer
+
+
+def _indexer(**kwargs: int) -> VectorIndexer:
+    return VectorIndexer(cast(Database, object()), **kwargs)  # the policy touches no database
+
+
+def test_small_writes_wait_and_a_batch_over_max_deferred_does_not() -> None:
+    indexer = _indexer(max_deferred=4, max_backlog=10)
+    assert indexer.defers(1, 1)
+    assert indexer.defers(1, 4)
+    assert not indexer.defers(1, 5)
+
+
+def test_a_backlog_at_max_backlog_sends_writes_into_the_graph_until_the_next_pass() -> None:
+    indexer = _indexer(max_deferred=4, max_backlog=10)
+    indexer.mark(1, 4)
+    indexer.mark(1, 4)
+    assert indexer.defers(1, 4)  # 8 waiting
+    indexer.mark(1, 4)
+    assert not indexer.defers(1, 1)  # 12 waiting: at the cap
+    assert indexer.defers(2, 4)  # another workspace's backlog is its own
+
+
+def test_zero_max_deferred_defers_nothing() -> None:
+    assert not _indexer(max_deferred=0).defers(1, 1)
+
+
+@pytest.mark.parametrize("kwargs", [{"batch_size": 0}, {"max_deferred": -1}, {"max_backlog": -1}])
+def test_bad_sizes_are_refused(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        _indexer(**kwargs)
