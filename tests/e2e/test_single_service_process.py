@@ -26,11 +26,13 @@ FULL_NAMES = {
 # What each process logs as started ("services <names>: started <jobs>"); no LLM is
 # configured, so a write-back process runs no extraction workers.
 STARTED = {
-    "retrieval": "invalidation listener",
+    "retrieval": "invalidation listener, search counter",
     "writeback": "invalidation listener, retention sweeper, idempotency sweeper, job listener",
     "compaction": "invalidation listener, blob cleaner",
     "admin": "invalidation listener",
-    ",".join(SERVICES): ("invalidation listener, retention sweeper, idempotency sweeper, job listener, blob cleaner"),
+    ",".join(SERVICES): (
+        "invalidation listener, search counter, retention sweeper, idempotency sweeper, job listener, blob cleaner"
+    ),
 }
 
 
