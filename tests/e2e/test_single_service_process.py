@@ -27,11 +27,12 @@ FULL_NAMES = {
 # configured, so a write-back process runs no extraction workers.
 STARTED = {
     "retrieval": "invalidation listener, search counter",
-    "writeback": "invalidation listener, retention sweeper, idempotency sweeper, job listener",
-    "compaction": "invalidation listener, blob cleaner",
+    "writeback": "invalidation listener, vector indexer, retention sweeper, idempotency sweeper, job listener",
+    "compaction": "invalidation listener, vector indexer, blob cleaner",
     "admin": "invalidation listener",
     ",".join(SERVICES): (
-        "invalidation listener, search counter, retention sweeper, idempotency sweeper, job listener, blob cleaner"
+        "invalidation listener, vector indexer, search counter, retention sweeper, idempotency sweeper, job listener, "
+        "blob cleaner"
     ),
 }
 
