@@ -4,10 +4,12 @@ under max_backlog; each workspace counted apart."""
 
 from __future__ import annotations
 
-from typing import cast
+import asyncio
+from typing import Any, cast
 
 import pytest
 
+from memplane.errors import UnavailableError
 from memplane.server.storage.database import Database
 from memplane.server.storage.vector_index import VectorIndexer
 
@@ -41,3 +43,35 @@ def test_zero_max_deferred_defers_nothing() -> None:
 def test_bad_sizes_are_refused(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="batch_size"):
         _indexer(**kwargs)
+
+
+class _Unreachable:
+    """A database every transaction of which fails (as while PostgreSQL is down)."""
+
+    def admin(self) -> Any:
+        raise UnavailableError("database unreachable")
+
+    def tenant(self, workspace_key: int) -> Any:
+        raise UnavailableError("database unreachable")
+
+
+async def test_a_failed_pass_keeps_its_rows_counted_toward_max_backlog() -> None:
+    # The pass takes the workspaces' counts when it starts; on the code before, a failed
+    # pass put its workspaces back with a count of 0, so while passes kept failing every
+    # small write was left to the indexer again: a backlog without bound, for every
+    # search to scan exactly.
+    indexer = VectorIndexer(cast(Database, _Unreachable()), interval_seconds=0.01, max_deferred=4, max_backlog=10)
+    indexer.mark(1, 4)
+    indexer.mark(1, 4)
+    indexer.mark(1, 4)  # 12 waiting: at the cap
+    indexer.start()
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                if indexer.stats.failures >= 2:
+                    break
+                await asyncio.sleep(0.01)  # between looks at the indexer's count of failed passes
+    finally:
+        await indexer.stop()
+    assert not indexer.defers(1, 1)  # still 12 waiting: writes enter the graph themselves
+    assert indexer.defers(2, 1)

@@ -41,6 +41,7 @@ _log = logging.getLogger(__name__)
 
 BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commit
 INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
+RETRY_MAX_SECONDS = 30.0  # the longest wait between passes while they keep failing (the wait doubles from interval)
 
 _INDEX_BATCH = """/* memplane: vector indexing */
 UPDATE memories m SET vector_indexed = true
@@ -93,9 +94,12 @@ class VectorIndexer:
     """The background job (`memplane.server.background.Job`): `defers(key, count)` before
     a write, `mark(key, count)` after a deferred one; the workspaces marked are indexed
     *interval_seconds* later (the gather), all with a backlog every *scan_interval_seconds*
-    and at start. A failing pass is logged and
-    counted, its workspaces kept for the next. `start()` needs a running event loop;
-    `start()` and `await stop()` are idempotent."""
+    and at start. A failing pass is counted and its workspaces kept for the next, with
+    their rows still counted toward *max_backlog*; passes failing in a row are retried
+    after a doubling wait (up to RETRY_MAX_SECONDS), the first logged at ERROR, the
+    others at DEBUG, and the recovery at INFO (a database outage is one error in the log,
+    not one per retry). `start()` needs a running event loop; `start()` and `await stop()`
+    are idempotent."""
 
     def __init__(
         self,
@@ -162,6 +166,7 @@ class VectorIndexer:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_scan = loop.time()  # a scan at start: rows a stopped process left
+        failed = 0  # passes failed in a row
         while True:
             if loop.time() < next_scan:
                 if not self._marked:
@@ -172,17 +177,33 @@ class VectorIndexer:
                 if self._marked:
                     await asyncio.sleep(self._interval)  # gather: the writes of the next moments join this pass
             scan = loop.time() >= next_scan
-            keys, self._marked = set(self._marked), {}
+            marked, self._marked = self._marked, {}
             try:
-                self.stats.indexed += await self.run_once(None if scan else keys)
+                self.stats.indexed += await self.run_once(None if scan else set(marked))
                 self.stats.passes += 1
             except asyncio.CancelledError:
                 raise
-            except Exception:  # any failure: log it, keep the workspaces, retry after the gather
+            except Exception as error:  # any failure: log it, keep the workspaces, retry after a backoff
                 self.stats.failures += 1
-                for key in keys:
-                    self._marked.setdefault(key, 0)
-                _log.exception("vector indexing pass failed; retrying")
-                await asyncio.sleep(self._interval)
+                failed += 1
+                self._keep(marked)
+                delay = min(self._interval * 2 ** min(failed - 1, 16), RETRY_MAX_SECONDS)
+                if failed == 1:  # the first failure is news; each retry while it lasts is not
+                    _log.exception("vector indexing pass failed; retrying in %.1f s", delay)
+                else:
+                    _log.debug(
+                        "vector indexing pass failed %d times in a row (%s); retrying in %.1f s", failed, error, delay
+                    )
+                await asyncio.sleep(delay)
+            else:
+                if failed:
+                    _log.info("vector indexing passes succeed again after %d failed", failed)
+                failed = 0
             if scan:
                 next_scan = loop.time() + self._scan_interval
+
+    def _keep(self, marked: dict[int, int]) -> None:
+        """Put back the counts of a failed pass's workspaces: their rows still wait, and
+        still count toward max_backlog (the cap holds while the indexer cannot run)."""
+        for key, count in marked.items():
+            self._marked[key] = self._marked.get(key, 0) + count
