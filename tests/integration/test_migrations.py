@@ -255,3 +255,68 @@ async def test_0017_counts_the_stored_tool_outputs_of_existing_workspaces(empty_
         await conn.execute(insert_blob, (keys[2], "y" * 7, "y" * 7, 7))
         await conn.execute("DELETE FROM tool_result_blobs WHERE workspace_key = %s AND byte_size = 10", (keys[0],))
         assert await blob_bytes() == [20, 5, 7]
+
+
+async def test_0020_rebuilds_an_existing_hnsw_index_as_partial_with_the_rows_already_in_its_graph(
+    empty_database: str,
+) -> None:
+    """A workspace written before migration 0020 (its HNSW index over every row, as the
+    release before created it): after it the index is partial (WHERE vector_indexed), every
+    existing row is marked indexed and a graph walk through the rebuilt index finds the
+    nearest, while a row written afterwards without the flag waits in the backlog."""
+    await apply_migrations(empty_database, up_to=19)
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        cur = await conn.execute(
+            "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('a', 'm', 3) RETURNING key"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        key = row[0]
+        partition = sql.Identifier(f"memories_w{key}")
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF memories FOR VALUES IN ({})").format(partition, sql.Literal(key))
+        )
+        await conn.execute(
+            sql.SQL(
+                "CREATE INDEX {} ON {} USING hnsw ((embedding::vector(3)) vector_cosine_ops)"
+                " WITH (m = 16, ef_construction = 64)"
+            ).format(sql.Identifier(f"memories_w{key}_hnsw"), partition)
+        )
+        insert = (
+            "INSERT INTO memories (workspace_key, id, type, content, embedding, lexical, lexical_length, content_bytes,"
+            " valid_from, created_at, updated_at)"
+            " SELECT %s, gen_random_uuid(), 'user', 'note ' || i,"
+            " ARRAY[cos(i * 0.1), sin(i * 0.1), (i %% 7) / 7.0]::vector, to_tsvector('note'), 1, 5, now(), now(), now()"
+            " FROM generate_series(%s::int, %s::int) i"
+        )
+        await conn.execute(insert, (key, 1, 2000))
+        await conn.execute(sql.SQL("ANALYZE {}").format(partition))
+    assert await apply_migrations(empty_database, up_to=20) == ["0020_deferred_vector_index.sql"]
+    async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
+        cur = await conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"memories_w{key}_hnsw",))
+        definition = (await cur.fetchone() or ("",))[0]
+        assert definition.endswith("WHERE vector_indexed"), definition
+        cur = await conn.execute("SELECT vector_indexed, count(*) FROM memories GROUP BY 1")
+        assert await cur.fetchall() == [(True, 2000)]
+
+        walk = (
+            "SELECT content FROM memories WHERE workspace_key = %s AND vector_indexed"
+            " ORDER BY embedding::vector(3) <=> '[1, 0.2, 0.5]'::vector(3) LIMIT 5"
+        )
+        exact = (  # + 0 hides the order from the index: every row, sorted
+            "SELECT content FROM memories WHERE workspace_key = %s"
+            " ORDER BY (embedding::vector(3) <=> '[1, 0.2, 0.5]'::vector(3)) + 0 LIMIT 5"
+        )
+        cur = await conn.execute(exact, (key,))
+        expected = [r[0] for r in await cur.fetchall()]
+        cur = await conn.execute("EXPLAIN " + walk, (key,))
+        plan = "\n".join(r[0] for r in await cur.fetchall())
+        assert f"Index Scan using memories_w{key}_hnsw" in plan, plan
+        cur = await conn.execute(walk, (key,))
+        assert [r[0] for r in await cur.fetchall()] == expected  # the graph holds every row
+
+        await conn.execute(insert, (key, 2001, 2001))  # as a new write stores it: no flag given
+        cur = await conn.execute(
+            "SELECT count(*) FROM memories WHERE workspace_key = %s AND NOT vector_indexed", (key,)
+        )
+        assert await cur.fetchone() == (1,)
