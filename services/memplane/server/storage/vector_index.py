@@ -21,7 +21,9 @@ and an entry in every index of the partition) — about twice the database time;
 backlog the indexer cannot catch up with would make every search scan it exactly.
 
 Which workspaces to visit: those this process deferred a write of (`mark`), after a
-short gather (*interval_seconds*, so one pass takes many rows), and every
+short gather (*interval_seconds*, so one pass takes many rows), again a moment later
+when that pass found fewer rows than it was told of (a write is marked when its insert is
+sent: it may commit after the pass looked; `VectorIndexer._follow_up`), and every
 *scan_interval_seconds* every workspace with a backlog (rows left by a process that
 stopped before its pass, or written by another process that stopped); one scan at start.
 """
@@ -41,6 +43,7 @@ _log = logging.getLogger(__name__)
 
 BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commit
 INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
+FOLLOW_UPS = 6  # looks again at a workspace whose pass found fewer rows than marked (waits 1, 2, ... 32 gathers)
 RETRY_MAX_SECONDS = 30.0  # the longest wait between passes while they keep failing (the wait doubles from interval)
 
 _INDEX_BATCH = """/* memplane: vector indexing */
@@ -62,6 +65,16 @@ class IndexerStats:
     indexed: int = 0
     passes: int = 0
     failures: int = 0
+
+
+@dataclass(frozen=True)
+class _FollowUp:
+    """Another look at a workspace at loop time *due*: *expected* rows it was told of that
+    no pass has found yet, after *attempt* earlier follow-ups."""
+
+    due: float
+    expected: int
+    attempt: int
 
 
 async def index_backlog(db: Database, workspace_key: int, *, batch_size: int = BATCH_SIZE) -> int:
@@ -93,13 +106,13 @@ async def backlog_workspaces(db: Database) -> list[int]:
 class VectorIndexer:
     """The background job (`memplane.server.background.Job`): `defers(key, count)` before
     a write, `mark(key, count)` after a deferred one; the workspaces marked are indexed
-    *interval_seconds* later (the gather), all with a backlog every *scan_interval_seconds*
-    and at start. A failing pass is counted and its workspaces kept for the next, with
-    their rows still counted toward *max_backlog*; passes failing in a row are retried
-    after a doubling wait (up to RETRY_MAX_SECONDS), the first logged at ERROR, the
-    others at DEBUG, and the recovery at INFO (a database outage is one error in the log,
-    not one per retry). `start()` needs a running event loop; `start()` and `await stop()`
-    are idempotent."""
+    *interval_seconds* later (the gather) and looked at again while rows they were told of
+    are not found, all with a backlog every *scan_interval_seconds* and at start. A
+    failing pass is counted and its workspaces kept for the next, with their rows still
+    counted toward *max_backlog*; passes failing in a row are retried after a doubling
+    wait (up to RETRY_MAX_SECONDS), the first logged at ERROR, the others at DEBUG, and
+    the recovery at INFO (a database outage is one error in the log, not one per retry).
+    `start()` needs a running event loop; `start()` and `await stop()` are idempotent."""
 
     def __init__(
         self,
@@ -122,6 +135,7 @@ class VectorIndexer:
         self._max_deferred = max_deferred
         self._max_backlog = max_backlog
         self._marked: dict[int, int] = {}  # workspace key -> rows deferred since its last pass began
+        self._followups: dict[int, _FollowUp] = {}  # workspace key -> its next look for rows not found yet
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.stats = IndexerStats()
@@ -154,11 +168,15 @@ class VectorIndexer:
     async def run_once(self, workspace_keys: set[int] | None = None) -> int:
         """One pass now over *workspace_keys* (None: every workspace with a backlog); the
         rows indexed. A deleted workspace is skipped; other errors propagate."""
+        return sum((await self._pass(workspace_keys)).values())
+
+    async def _pass(self, workspace_keys: set[int] | None) -> dict[int, int]:
+        """`run_once`, with the rows indexed per workspace."""
         keys = set(await backlog_workspaces(self._db)) if workspace_keys is None else workspace_keys
-        indexed = 0
+        indexed: dict[int, int] = {}
         for key in sorted(keys):
             try:
-                indexed += await index_backlog(self._db, key, batch_size=self._batch)
+                indexed[key] = await index_backlog(self._db, key, batch_size=self._batch)
             except WorkspaceDeletedError:
                 continue
         return indexed
@@ -168,25 +186,33 @@ class VectorIndexer:
         next_scan = loop.time()  # a scan at start: rows a stopped process left
         failed = 0  # passes failed in a row
         while True:
-            if loop.time() < next_scan:
+            wake_at = min([next_scan, *(f.due for f in self._followups.values())])
+            if loop.time() < wake_at:
                 if not self._marked:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(next_scan - loop.time()):
+                        async with asyncio.timeout(wake_at - loop.time()):
                             await self._wake.wait()
                 if self._marked:
                     await asyncio.sleep(self._interval)  # gather: the writes of the next moments join this pass
-            scan = loop.time() >= next_scan
+            now = loop.time()
+            scan = now >= next_scan
             marked, self._marked = self._marked, {}
+            due = {k: f for k, f in self._followups.items() if f.due <= now or k in marked}
+            for key in due:
+                del self._followups[key]
             try:
-                self.stats.indexed += await self.run_once(None if scan else set(marked))
+                counts = await self._pass(None if scan else set(marked) | set(due))
+                self.stats.indexed += sum(counts.values())
                 self.stats.passes += 1
+                self._follow_up(marked, due, counts, loop.time())
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # any failure: log it, keep the workspaces, retry after a backoff
                 self.stats.failures += 1
                 failed += 1
                 self._keep(marked)
+                self._followups.update(due)
                 delay = min(self._interval * 2 ** min(failed - 1, 16), RETRY_MAX_SECONDS)
                 if failed == 1:  # the first failure is news; each retry while it lasts is not
                     _log.exception("vector indexing pass failed; retrying in %.1f s", delay)
@@ -201,6 +227,20 @@ class VectorIndexer:
                 failed = 0
             if scan:
                 next_scan = loop.time() + self._scan_interval
+
+    def _follow_up(self, marked: dict[int, int], due: dict[int, _FollowUp], counts: dict[int, int], now: float) -> None:
+        """Look again later at each workspace whose pass found fewer rows than it was told
+        of: a write is marked when its insert is sent, and one that commits after the pass
+        looked (an insert waiting on a lock, a transaction still open) would otherwise wait
+        for the next write or the scan. The wait doubles from *interval_seconds*; after
+        FOLLOW_UPS looks the scan has it. (Rows not found for another reason — a duplicate
+        not stored, a write refused, rows another process indexed — cost the same few looks.)"""
+        for key in set(marked) | set(due):
+            previous = due.get(key)
+            expected = marked.get(key, 0) + (previous.expected if previous else 0) - counts.get(key, 0)
+            attempt = previous.attempt + 1 if previous and not marked.get(key) else 0
+            if expected > 0 and attempt < FOLLOW_UPS:
+                self._followups[key] = _FollowUp(now + self._interval * 2**attempt, expected, attempt)
 
     def _keep(self, marked: dict[int, int]) -> None:
         """Put back the counts of a failed pass's workspaces: their rows still wait, and
