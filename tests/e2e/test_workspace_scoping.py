@@ -24,6 +24,8 @@ import pytest
 from psycopg import sql
 
 from memplane.client import AsyncMemplaneClient
+from memplane.server.app import VECTOR_INDEXER, App
+from memplane.server.storage.vector_index import VectorIndexer
 from memplane.v1 import admin_pb2, compaction_pb2, filter_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
 from tests.support import mem, text_message, tool_call, tool_output
@@ -34,6 +36,9 @@ GLOBAL: dict[str, str] = {
     "idempotency): maintenance over every workspace of the database it runs on, one sweep per database cluster",
     "FROM extraction_jobs WHERE status IN ('queued', 'running')": "the extraction worker's wake-up: when the next "
     "job of any workspace falls due (memplane.server.storage.jobs), so one worker per database serves them all",
+    "SELECT DISTINCT workspace_key FROM memories WHERE NOT vector_indexed": "the vector indexer's scan for backlogs "
+    "a stopped process left (memplane.server.storage.vector_index): which workspaces to visit, each then indexed "
+    "in a transaction of its own; one scan per database cluster",
 }
 # The control plane's tables: a key is found by its id before its workspace is known (that
 # is how the workspace becomes known), and an admin names workspaces and keys, not rows of
@@ -138,12 +143,20 @@ async def _every_rpc(ws: TestWorkspace, other: TestWorkspace, admin: AsyncMempla
 
 
 async def test_every_statement_names_its_workspace(
-    recorded: list[str], workspace_factory: WorkspaceFactory, admin_client: AsyncMemplaneClient, pg_dsn: str
+    recorded: list[str],
+    app: App,
+    workspace_factory: WorkspaceFactory,
+    admin_client: AsyncMemplaneClient,
+    pg_dsn: str,
 ) -> None:
     ws = await workspace_factory()
     other = await workspace_factory()
     await other.client.add_memories([mem("a memory of another workspace")])
     await _every_rpc(ws, other, admin_client)
+    indexer = app.jobs[VECTOR_INDEXER]
+    assert isinstance(indexer, VectorIndexer)
+    await indexer.run_once()  # its scan for backlogs, which the test servers run only at start
+    assert any(t.startswith("SELECT DISTINCT workspace_key FROM memories") for t in recorded), "no scan recorded"
     tenant_tables = await _tenant_tables(pg_dsn)
     assert {"memories", "memory_events", "lexeme_df", "idempotency_keys", "transcript_messages"} <= tenant_tables
     touching = [t for t in dict.fromkeys(recorded) if {m.lower() for m in _TABLE.findall(t)} & tenant_tables]
