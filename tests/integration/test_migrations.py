@@ -291,7 +291,10 @@ async def test_0020_rebuilds_an_existing_hnsw_index_as_partial_with_the_rows_alr
         )
         await conn.execute(insert, (key, 1, 2000))
         await conn.execute(sql.SQL("ANALYZE {}").format(partition))
-    assert await apply_migrations(empty_database, up_to=20) == ["0020_deferred_vector_index.sql"]
+    assert await apply_migrations(empty_database, up_to=21) == [
+        "0020_deferred_vector_index.sql",
+        "0021_partial_hnsw.sql",
+    ]
     async with await psycopg.AsyncConnection.connect(empty_database, autocommit=True) as conn:
         cur = await conn.execute("SELECT pg_get_indexdef(%s::regclass)", (f"memories_w{key}_hnsw",))
         definition = (await cur.fetchone() or ("",))[0]

@@ -18,22 +18,9 @@ ALTER TABLE memories ALTER COLUMN vector_indexed SET DEFAULT false;
 -- The backlog: what the indexer has still to do, and what a search scans exactly.
 CREATE INDEX memories_vector_backlog_idx ON memories (workspace_key, created_at) WHERE NOT vector_indexed;
 
--- Each workspace's HNSW index becomes partial (a rebuild: CREATE INDEX over the rows
--- indexed so far). Names and parameters as memplane.server.storage.workspaces creates them.
-DO $$
-DECLARE
-    w record;
-BEGIN
-    FOR w IN SELECT key, embedding_dimensions FROM workspaces ORDER BY key LOOP
-        CONTINUE WHEN to_regclass(format('%I', 'memories_w' || w.key)) IS NULL;  -- a workspace row without partitions
-        EXECUTE format('DROP INDEX IF EXISTS %I', 'memories_w' || w.key || '_hnsw');
-        EXECUTE format(
-            'CREATE INDEX %I ON %I USING hnsw ((embedding::vector(%s)) vector_cosine_ops)'
-            ' WITH (m = 16, ef_construction = 64) WHERE vector_indexed',
-            'memories_w' || w.key || '_hnsw', 'memories_w' || w.key, w.embedding_dimensions);
-    END LOOP;
-END
-$$;
+-- Each workspace's HNSW index becomes partial in migration 0021, a transaction of its own:
+-- this one holds every memories partition ACCESS EXCLUSIVE (ADD COLUMN) until it commits,
+-- so it does only what is quick. Until 0021 the full index serves the graph leg as well.
 
 -- Which writes wait for the indexer: memplane_insert_memories gets p_in_graph, the new
 -- rows' vector_indexed. The server passes false for a call of few memories (the latency
