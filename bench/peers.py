@@ -34,15 +34,18 @@ Data: the first --conversations LoCoMo conversations (read from --locomo, never 
   the scored questions asked within their conversation; R@10 by the evidence dia_ids.
 
 Measured
-  - one-at-a-time ingest: every turn, one add call each, one caller, system after system
-    (memplane AddMemories of one memory, mem0 add of one message, ReMe upsert of one file,
-    SQL one autocommitted INSERT with its vector precomputed); memories/s overall and on
-    the first and last conversation;
+  - one-at-a-time ingest: every turn, one add call each, one caller, conversation by
+    conversation with the systems taking turns (bench/peers_interleave.py: a passing load
+    falls on all alike) (memplane AddMemories of one memory, mem0 add of one message, ReMe
+    upsert of one file, SQL one autocommitted INSERT with its vector precomputed);
+    memories/s overall (the turns over the system's own time) and on the first and last
+    conversation;
   - batched ingest: the first conversation again into a fresh store (a second workspace,
     collection, directory, COPY for SQL), --batch memories per call;
   - search: closed loop at 1 and 8 callers (bench/_harness.run_load), --requests per pass,
-    median of --passes by QPS (bench/peers_sql.measure): R@10, p50/p99 at 1, QPS at 8,
-    QPS@8 / the SQL statement's.
+    --passes (3) passes with the systems taking turns pass by pass, the median by QPS
+    (bench/peers_sql.measure): R@10, p50/p99 at 1, QPS at 8, QPS@8 / the SQL statement's.
+  Every system is set up before the first phase and stays up to the last.
 
     python bench/peers.py                                   # 10 conversations
     python bench/peers.py --conversations 2 --requests 300  # a subset, ~5 min
@@ -62,11 +65,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 from _harness import (
     Stack,
     batches,
@@ -82,7 +86,8 @@ from _harness import (
     server_process,
     workspace_key,
 )
-from ingest_sql import RAW_TABLE, connections, create_raw_table, sql_copies, sql_inserts
+from ingest_sql import INSERT, RAW_TABLE, create_raw_table, sql_copies
+from peers_interleave import Adder, Call, Entry, Row, ingest_batched, ingest_one_at_a_time, search_levels
 from peers_sql import (
     TOP_K,
     Level,
@@ -91,10 +96,11 @@ from peers_sql import (
     _register,
     _turn_items,
     _turn_memory,
-    measure,
     memplane_call,
     sql_call,
 )
+from pgvector.psycopg import register_vector_async
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -290,52 +296,15 @@ def peer_text(turn: Turn) -> str:
     return f"{turn[1]}: {turn[2]}"
 
 
-@dataclass
-class Row:
-    system: str
-    level1: Level | None = None
-    level8: Level | None = None
-    ingest_one: float = float("nan")
-    ingest_first_last: tuple[float, float] = (float("nan"), float("nan"))
-    ingest_batch: float = float("nan")
-    note: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-async def timed_ingest(
-    add: Callable[[Sequence[Turn]], Awaitable[None]], turns: Sequence[Turn], batch: int
-) -> tuple[float, tuple[float, float]]:
-    """Add *turns* in calls of *batch*, one caller; (memories/s overall, (on the first
-    conversation, on the last))."""
-    per_user: dict[str, float] = {}
-    counts: dict[str, int] = {}
+async def timed_ingest(add: Callable[[Sequence[Turn]], Awaitable[None]], turns: Sequence[Turn], batch: int) -> float:
+    """Add *turns* in calls of *batch*, one caller; memories/s."""
     started = time.perf_counter()
     for chunk in batches(turns, batch):
-        t0 = time.perf_counter()
         await add(chunk)
-        user = chunk[0][0]
-        per_user[user] = per_user.get(user, 0.0) + time.perf_counter() - t0
-        counts[user] = counts.get(user, 0) + len(chunk)
-    seconds = time.perf_counter() - started
-    users = list(per_user)
-    return len(turns) / seconds, (counts[users[0]] / per_user[users[0]], counts[users[-1]] / per_user[users[-1]])
+    return len(turns) / (time.perf_counter() - started)
 
 
-async def search_levels(
-    name: str, call: Callable[[int], Awaitable[Any]], questions: Sequence[Question], args: argparse.Namespace,
-    pgdata: Path,
-) -> tuple[Level, Level]:  # fmt: skip
-    await run_load(call, concurrency=8, requests=min(len(questions), 100), max_seconds=60)  # warm-up, untimed
-    level1 = await measure(call, questions, 1, args, pgdata)
-    level8 = await measure(call, questions, 8, args, pgdata)
-    log(
-        f"{name}: R@10 {level1.recall:.3f}, p50 {level1.p50:.2f} ms, QPS@8 {level8.result.qps:.0f}"
-        f" (errors {level1.result.errors}/{level8.result.errors})"
-    )
-    return level1, level8
-
-
-def peer_call(worker: Worker, questions: Sequence[Question], mode: str) -> Callable[[int], Awaitable[Any]]:
+def peer_call(worker: Worker, questions: Sequence[Question], mode: str) -> Call:
     async def call(i: int) -> tuple[int, list[str], float, float]:
         q = questions[i % len(questions)]
         reply = await worker.call("search", user=q.user_id, query=q.text, top_k=TOP_K, mode=mode)
@@ -344,23 +313,21 @@ def peer_call(worker: Worker, questions: Sequence[Question], mode: str) -> Calla
     return call
 
 
-async def run_peer(
-    peer: Peer,
-    *, ep: Endpoint, stack: Stack, turns: Sequence[Turn], first: Sequence[Turn],
-    questions: Sequence[Question], args: argparse.Namespace,
-) -> list[Row]:  # fmt: skip
-    """Install (or reuse) the peer's venv, ingest, search; rows of its results."""
+async def peer_entry(
+    exits: contextlib.AsyncExitStack, peer: Peer,
+    *, ep: Endpoint, stack: Stack, first: Sequence[Turn], questions: Sequence[Question], args: argparse.Namespace,
+) -> Entry:  # fmt: skip
+    """The peer in its virtualenv (installed or reused), its worker started on a fresh store."""
     try:
         python = await ensure_venv(peer)
     except UnavailableError as exc:
         log(f"{peer.name} unavailable: {exc}")
-        return [Row(peer.name, note=f"unavailable: {exc}")]
+        return Entry(peer.name, [Row(peer.name, note=f"unavailable: {exc}")], failed=True)
     log_path = stack.data_dir / f"{peer.name}-worker.log"
-    workers: list[Worker] = []
 
     async def start(store: str) -> tuple[Worker, str]:
         worker = await Worker.start(python, peer, log_path)
-        workers.append(worker)
+        exits.push_async_callback(worker.close)
         config = {
             "dsn": stack.app.db.dsn, "collection": f"bench_{peer.name}_{store}", "dimensions": DIMENSIONS,
             "embedding_url": ep.url, "history_db": str(stack.data_dir / f"{peer.name}-{store}-history.db"),
@@ -369,7 +336,7 @@ async def run_peer(
         reply = await asyncio.wait_for(worker.call("init", config=config), 300)
         return worker, str(reply.get("info", ""))
 
-    def adder(worker: Worker) -> Callable[[Sequence[Turn]], Awaitable[None]]:
+    def adder(worker: Worker) -> Adder:
         async def add(chunk: Sequence[Turn]) -> None:
             items = [{"text": peer_text(t), "key": t[3]} for t in chunk]
             await worker.call("add", user=chunk[0][0], items=items)
@@ -378,31 +345,21 @@ async def run_peer(
 
     try:
         main_worker, info = await start("main")
-        log(f"{peer.name}: {info} in {python.parent.parent}")
-        rate, first_last = await timed_ingest(adder(main_worker), turns, 1)
-        log(f"{peer.name}: one-at-a-time ingest {rate:.0f}/s")
+    except Exception as exc:
+        log(f"{peer.name} failed to start: {exc!r} (see {log_path})")
+        return Entry(peer.name, [Row(peer.name, note=f"failed: {type(exc).__name__}: {str(exc)[:200]}")], failed=True)
+    log(f"{peer.name}: {info} in {python.parent.parent}")
+    modes = [("hybrid", "")] if peer.name != "reme" else [("hybrid", ""), ("BM25", "bm25")]
+
+    async def batch() -> float:
         batch_worker, _ = await start("batch")
-        batch_rate, _ = await timed_ingest(adder(batch_worker), first, args.batch)
-        await batch_worker.close()
-        modes = [("hybrid", "")] if peer.name != "reme" else [("hybrid", ""), ("BM25", "bm25")]
-        rows = []
-        for label, mode in modes:
-            level1, level8 = await search_levels(
-                f"{peer.name} {label}",
-                peer_call(main_worker, questions, mode),
-                questions,
-                args,
-                stack.data_dir / "pgdata",
-            )
-            title = f"{info} {label}" if len(modes) > 1 else info
-            rows.append(Row(title, level1, level8, rate, first_last, batch_rate))
-        return rows
-    except Exception as exc:  # a peer that fails is reported, the run goes on
-        log(f"{peer.name} failed: {exc!r} (see {log_path})")
-        return [Row(peer.name, note=f"failed: {type(exc).__name__}: {str(exc)[:200]}")]
-    finally:
-        for worker in workers:
-            await worker.close()
+        return await timed_ingest(adder(batch_worker), first, args.batch)
+
+    async def calls() -> list[Call]:
+        return [peer_call(main_worker, questions, mode) for _, mode in modes]
+
+    rows = [Row(f"{info} {label}" if len(modes) > 1 else info) for label, _ in modes]
+    return Entry(peer.name, rows, adder(main_worker), batch, calls)
 
 
 def memplane_env(ep: Endpoint, *, cache_size: int, workers: int = 1) -> dict[str, str]:
@@ -416,83 +373,91 @@ def memplane_env(ep: Endpoint, *, cache_size: int, workers: int = 1) -> dict[str
     }
 
 
-async def run_memplane(
-    stack: Stack,
-    *, ep: Endpoint, turns: Sequence[Turn], first: Sequence[Turn], questions: Sequence[Question],
-    args: argparse.Namespace,
-) -> list[Row]:  # fmt: skip
-    pgdata = stack.data_dir / "pgdata"
-    rows = []
-    async with server_process(stack, **memplane_env(ep, cache_size=0, workers=args.workers)) as served:
-        client = served.client()
-        try:
+async def memplane_entries(
+    exits: contextlib.AsyncExitStack,
+    *, ep: Endpoint, stack: Stack, first: Sequence[Turn], questions: Sequence[Question], args: argparse.Namespace,
+) -> list[Entry]:  # fmt: skip
+    """memplane serve embedding through the endpoint (its cache off); with --cached a second
+    server on the same rows with its cache on, started when the searches begin."""
+    served = await exits.enter_async_context(
+        server_process(stack, **memplane_env(ep, cache_size=0, workers=args.workers))
+    )
+    client = served.client()
+    exits.push_async_callback(client.close)
 
-            async def add(chunk: Sequence[Turn]) -> None:
-                await client.add_memories([_turn_memory(t, np.empty(0, dtype=np.float32)) for t in chunk])
+    async def add(chunk: Sequence[Turn]) -> None:
+        await client.add_memories([_turn_memory(t, np.empty(0, dtype=np.float32)) for t in chunk])
 
-            rate, first_last = await timed_ingest(add, turns, 1)
-            log(f"memplane: one-at-a-time ingest {rate:.0f}/s")
-            key = await workspace_key(served.target, stack.admin_key, "bench-batch")
-            async with AsyncMemplaneClient(served.target, key, timeout=120) as batch_client:
+    async def batch() -> float:
+        key = await workspace_key(served.target, stack.admin_key, "bench-batch")
+        async with AsyncMemplaneClient(served.target, key, timeout=120) as batch_client:
 
-                async def add_batch(chunk: Sequence[Turn]) -> None:
-                    await batch_client.add_memories([_turn_memory(t, np.empty(0, dtype=np.float32)) for t in chunk])
+            async def add_batch(chunk: Sequence[Turn]) -> None:
+                await batch_client.add_memories([_turn_memory(t, np.empty(0, dtype=np.float32)) for t in chunk])
 
-                batch_rate, _ = await timed_ingest(add_batch, first, args.batch)
-            call = await memplane_call(served, questions, True, connections=args.connections)
-            level1, level8 = await search_levels("memplane", call, questions, args, pgdata)
-            row = Row("memplane default hybrid over gRPC", level1, level8, rate, first_last, batch_rate)
-            row.extra = _timing(level1)
-            rows.append(row)
-        finally:
-            await client.close()
+            return await timed_ingest(add_batch, first, args.batch)
+
+    async def calls() -> list[Call]:
+        return [await memplane_call(served, questions, True, connections=args.connections)]
+
+    entries = [Entry("memplane", [Row("memplane default hybrid over gRPC")], add, batch, calls)]
     if args.cached:
-        async with server_process(stack, **memplane_env(ep, cache_size=100_000, workers=args.workers)) as served:
-            call = await memplane_call(served, questions, True, connections=args.connections)
+
+        async def cached_calls() -> list[Call]:
+            cached = await exits.enter_async_context(
+                server_process(stack, **memplane_env(ep, cache_size=100_000, workers=args.workers))
+            )
+            call = await memplane_call(cached, questions, True, connections=args.connections)
             await run_load(call, concurrency=8, requests=len(questions), max_seconds=600)  # fills its cache
-            level1, level8 = await search_levels("memplane cached", call, questions, args, pgdata)
-            row = Row("memplane, query embedding cached in process", level1, level8)
-            row.extra = _timing(level1)
-            rows.append(row)
-    return rows
+            return [call]
+
+        entries.append(
+            Entry("memplane cached", [Row("memplane, query embedding cached in process")], calls=cached_calls)
+        )
+    return entries
+
+
+async def sql_entry(
+    exits: contextlib.AsyncExitStack,
+    *, stack: Stack, turns: Sequence[Turn], first: Sequence[Turn], questions: Sequence[Question], ep: Endpoint,
+    args: argparse.Namespace,
+) -> Entry:  # fmt: skip
+    """The SQL statement on memplane's rows; its ingest into a plain table of the same indexes
+    (bench/ingest_sql.py), vectors precomputed."""
+    dsn = stack.app.db.dsn
+    texts = [peer_text(t) for t in turns]
+    vectors = dict(zip(texts, await ep.vectors(texts), strict=True))
+    await create_raw_table(dsn, DIMENSIONS)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    exits.push_async_callback(conn.close)
+    await register_vector_async(conn)
+
+    async def add(chunk: Sequence[Turn]) -> None:
+        for turn in chunk:
+            text = peer_text(turn)
+            await conn.execute(INSERT, (turn[0], text, vectors[text]))
+
+    async def batch() -> float:
+        await conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(RAW_TABLE)))
+        firsts = [peer_text(t) for t in first]
+        seconds = await sql_copies(dsn, firsts, np.vstack([vectors[t] for t in firsts]), batch=args.batch, users=10)
+        return len(first) / seconds
+
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=4, max_size=16, open=False, configure=_register, kwargs={"row_factory": dict_row}
+    )
+    await pool.open(wait=True)
+    exits.push_async_callback(pool.close)
+
+    async def calls() -> list[Call]:
+        return [await sql_call(pool, stack, questions, True)]
+
+    return Entry("SQL", [Row("one SQL statement, dense + FTS, RRF (precomputed vectors)")], add, batch, calls)
 
 
 def _timing(level: Level) -> dict[str, float]:
     replies = level.result.replies
     return {"embed": ms(pct([r[2] for r in replies], 50)), "db": ms(pct([r[3] for r in replies], 50))}
-
-
-async def run_sql(
-    stack: Stack,
-    *, turns: Sequence[Turn], first: Sequence[Turn], questions: Sequence[Question], ep: Endpoint,
-    args: argparse.Namespace,
-) -> Row:  # fmt: skip
-    """The SQL statement on memplane's rows; its ingest into a plain table of the same indexes
-    (bench/ingest_sql.py), vectors precomputed."""
-    dsn = stack.app.db.dsn
-    texts = [peer_text(t) for t in turns]
-    vectors = await ep.vectors(texts)
-    await create_raw_table(dsn, DIMENSIONS)
-    conns = await connections(dsn, 1)
-    try:
-        one = len(texts) / await sql_inserts(conns, texts, vectors, users=10)
-    finally:
-        for conn in conns:
-            await conn.close()
-    async with await __import__("psycopg").AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute(f"TRUNCATE {RAW_TABLE}")
-    batch = len(first) / await sql_copies(dsn, texts[: len(first)], vectors[: len(first)], batch=args.batch, users=10)
-    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        dsn, min_size=4, max_size=16, open=False, configure=_register, kwargs={"row_factory": dict_row}
-    )
-    await pool.open(wait=True)
-    try:
-        call = await sql_call(pool, stack, questions, True)
-        level1, level8 = await search_levels("SQL", call, questions, args, stack.data_dir / "pgdata")
-    finally:
-        await pool.close()
-    nan = float("nan")
-    return Row("one SQL statement, dense + FTS, RRF (precomputed vectors)", level1, level8, one, (nan, nan), batch)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -517,18 +482,23 @@ async def main(args: argparse.Namespace) -> None:
         embedding = EmbeddingSettings(
             provider="openai", base_url=ep.url, model=MODEL, dimensions=DIMENSIONS, cache_size=0
         )
-        rows: list[Row] = []
-        async with bench_server(embedding=embedding) as stack:
+        async with bench_server(embedding=embedding) as stack, contextlib.AsyncExitStack() as exits:
             log(await stack.server_info())
             before = ep.stats()
-            rows += await run_memplane(stack, ep=ep, turns=turns, first=first, questions=questions, args=args)
-            sql_row = await run_sql(stack, turns=turns, first=first, questions=questions, ep=ep, args=args)
-            rows.insert(0, sql_row)
+            common = {"ep": ep, "stack": stack, "first": first, "questions": questions, "args": args}
+            entries = [await sql_entry(exits, turns=turns, **common), *await memplane_entries(exits, **common)]
             for name in args.peers:
-                rows += await run_peer(
-                    PEERS[name], ep=ep, stack=stack, turns=turns, first=first, questions=questions, args=args
-                )
+                entries.append(await peer_entry(exits, PEERS[name], **common))
+            await ingest_one_at_a_time(entries, turns)
+            await ingest_batched(entries)
+            await search_levels(entries, questions, args, stack.data_dir / "pgdata")
             after = ep.stats()
+    rows = [row for entry in entries for row in entry.rows]
+    for entry in entries:
+        if entry.name.startswith("memplane"):
+            for row in entry.rows:
+                if row.level1 is not None:
+                    row.extra = _timing(row.level1)
     misses = after["misses"] - before["misses"]
     print_results(rows, args, probe=probe, misses=misses, n_turns=len(turns), n_questions=len(questions))
     if args.plot is not None:
@@ -593,7 +563,12 @@ if __name__ == "__main__":
     parser.add_argument("--conversations", type=int, default=10, help="LoCoMo conversations (the first N)")
     parser.add_argument("--peers", nargs="*", choices=sorted(PEERS), default=sorted(PEERS), help="peers to run")
     parser.add_argument("--requests", type=int, default=1536, help="search requests per pass and level")
-    parser.add_argument("--passes", type=int, default=1, help="passes per level (the median by QPS is printed)")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="passes per level, the systems taking turns (the median by QPS is printed)",
+    )
     parser.add_argument("--max-seconds", type=float, default=120.0, help="time budget of one pass")
     parser.add_argument("--batch", type=int, default=64, help="memories per call of the batched ingest")
     parser.add_argument("--no-cached", dest="cached", action="store_false", help="skip memplane with its cache on")
