@@ -112,3 +112,28 @@ async def test_the_background_flush_writes_without_a_reader(
             pass
     finally:
         await stop_serving(running, app)
+
+
+async def test_a_deleted_workspaces_pending_searches_are_dropped_not_retried(
+    pg_dsn: str,
+    embedder: CachedEmbedder,
+    admin_key: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    workspace_factory: WorkspaceFactory,
+    admin_client: AsyncMemplaneClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gone, kept = await workspace_factory(), await workspace_factory()
+    app = await _retrieval_app(pg_dsn, embedder, admin_key, tmp_path_factory, 3600)  # no periodic flush comes
+    running = await serve(app, host="127.0.0.1", port=0)
+    for ws in (gone, kept):
+        async with AsyncMemplaneClient(f"127.0.0.1:{running.port}", ws.key) as client:
+            await client.search("counted")
+    await admin_client.delete_workspace(gone.name)
+    assert app.searches is not None
+    await app.searches.flush()  # the deleted workspace's count goes with it; the other's is written
+    assert app.searches.pending() == 0
+    assert await _stored(pg_dsn, kept.name) == 1
+    with caplog.at_level("WARNING", logger="memplane"):
+        await stop_serving(running, app)
+    assert not [r for r in caplog.records if "searches" in r.getMessage()], caplog.text

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 from memplane.domain.models import Workspace
-from memplane.errors import FieldViolation, InvalidArgumentError
+from memplane.errors import FieldViolation, InvalidArgumentError, WorkspaceDeletedError
 from memplane.server.background import cancel
 from memplane.server.storage.database import Database
 from memplane.server.storage.search_counts import DailyCounts, add_searches, daily_counts
@@ -65,7 +65,8 @@ class SearchCounter:
         """Add the counted searches (of *workspace_key* only, when given) to the database,
         one statement per (workspace, day); each is taken out of the pending counts before
         its statement is sent, so concurrent flushes never add one twice, and put back when
-        the database refuses it (the error is logged, then raised after the others ran)."""
+        the database refuses it (the error is logged, then raised after the others ran);
+        a deleted workspace's are dropped."""
         keys = [k for k in self._pending if workspace_key is None or k[0] == workspace_key]
         failed: Exception | None = None
         for key in keys:
@@ -74,6 +75,8 @@ class SearchCounter:
                 continue
             try:
                 await add_searches(self._db, key[0], key[1], n)
+            except WorkspaceDeletedError:
+                continue  # its counts went with it: nothing to keep, nothing to retry
             except Exception as exc:
                 self._pending[key] = self._pending.get(key, 0) + n
                 failed = failed or exc
