@@ -5,6 +5,7 @@ memories added per day."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import psycopg
@@ -16,6 +17,7 @@ from memplane.server.app import App, build_app
 from memplane.server.embedding.cache import CachedEmbedder
 from memplane.server.serving import serve, stop_serving
 from memplane.server.settings import RetrievalSettings
+from memplane.server.storage.workspaces import WorkspaceStore
 from tests.fix_server import TestWorkspace, WorkspaceFactory, settings_for
 from tests.support import fields, mem
 
@@ -137,3 +139,57 @@ async def test_a_deleted_workspaces_pending_searches_are_dropped_not_retried(
     with caplog.at_level("WARNING", logger="memplane"):
         await stop_serving(running, app)
     assert not [r for r in caplog.records if "searches" in r.getMessage()], caplog.text
+
+
+async def test_a_reader_waits_for_a_flush_in_flight(
+    pg_dsn: str,
+    embedder: CachedEmbedder,
+    admin_key: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    workspace: TestWorkspace,
+) -> None:
+    """GetDailyUsage flushes its workspace's pending searches first; a flush already in
+    flight (the periodic one) has taken them out of the pending counts, so the reader must
+    wait for it, or it reads the day without them."""
+    app = await _retrieval_app(pg_dsn, embedder, admin_key, tmp_path_factory, 3600)
+    assert app.searches is not None
+    assert app.daily_usage is not None
+    try:
+        key = await _workspace_key(pg_dsn, workspace.name)
+        app.searches.count(key)
+        await app.searches.flush()  # the day's row exists: 1
+        app.searches.count(key)
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as holder:
+            await holder.execute("SELECT * FROM search_counts WHERE workspace_key = %s FOR UPDATE", (key,))
+            in_flight = asyncio.ensure_future(app.searches.flush())  # its UPSERT waits for the row
+            async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as watcher:
+                for _ in range(3000):  # 30 s at most
+                    if await _waiting_on_a_lock(watcher, "search_counts"):
+                        break
+                    await asyncio.sleep(0.01)  # between looks at pg_stat_activity
+                else:
+                    raise AssertionError("the flush's UPSERT never waited for the held row")
+            info = await WorkspaceStore(app.db).get_by_key(key)
+            reading = asyncio.ensure_future(app.daily_usage.days(info, 1))
+            await asyncio.wait({reading}, timeout=0.5)  # a reader that does not wait reads and returns now
+            await holder.rollback()  # the in-flight flush goes on
+        await in_flight
+        [today] = await reading
+        assert today.searches == 2
+    finally:
+        await app.close()
+
+
+async def _workspace_key(pg_dsn: str, name: str) -> int:
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        row = await (await conn.execute("SELECT key FROM workspaces WHERE name = %s", (name,))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _waiting_on_a_lock(conn: psycopg.AsyncConnection[object], table: str) -> bool:
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s", (f"%{table}%",)
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])

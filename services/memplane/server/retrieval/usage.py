@@ -51,6 +51,7 @@ class SearchCounter:
         self._today = today
         self._pending: dict[tuple[int, date], int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()  # one flush at a time: a reader's waits for one in flight
 
     def count(self, workspace_key: int) -> None:
         """One search of the workspace, today (UTC): a dict increment, nothing else."""
@@ -63,23 +64,26 @@ class SearchCounter:
 
     async def flush(self, workspace_key: int | None = None) -> None:
         """Add the counted searches (of *workspace_key* only, when given) to the database,
-        one statement per (workspace, day); each is taken out of the pending counts before
-        its statement is sent, so concurrent flushes never add one twice, and put back when
+        one statement per (workspace, day), one flush at a time (so a reader's flush returns
+        after one already in flight has written: GetDailyUsage sees every search this
+        process counted); each is taken out of the pending counts before its statement is
+        sent, so a search counted meanwhile waits for the next flush, and put back when
         the database refuses it (the error is logged, then raised after the others ran);
         a deleted workspace's are dropped."""
-        keys = [k for k in self._pending if workspace_key is None or k[0] == workspace_key]
-        failed: Exception | None = None
-        for key in keys:
-            n = self._pending.pop(key, 0)
-            if not n:
-                continue
-            try:
-                await add_searches(self._db, key[0], key[1], n)
-            except WorkspaceDeletedError:
-                continue  # its counts went with it: nothing to keep, nothing to retry
-            except Exception as exc:
-                self._pending[key] = self._pending.get(key, 0) + n
-                failed = failed or exc
+        async with self._flushing:
+            keys = [k for k in self._pending if workspace_key is None or k[0] == workspace_key]
+            failed: Exception | None = None
+            for key in keys:
+                n = self._pending.pop(key, 0)
+                if not n:
+                    continue
+                try:
+                    await add_searches(self._db, key[0], key[1], n)
+                except WorkspaceDeletedError:
+                    continue  # its counts went with it: nothing to keep, nothing to retry
+                except Exception as exc:
+                    self._pending[key] = self._pending.get(key, 0) + n
+                    failed = failed or exc
         if failed is not None:
             raise failed
 
