@@ -42,8 +42,9 @@ GLOBAL: dict[str, str] = {
 }
 # The control plane's tables: a key is found by its id before its workspace is known (that
 # is how the workspace becomes known), and an admin names workspaces and keys, not rows of
-# one. With placement they live on the control database (Citus: reference tables).
-CONTROL_PLANE = {"workspaces", "api_keys"}
+# one; `placements` says which database cluster holds each workspace, read before any of
+# its rows. With placement they live on the control database (Citus: reference tables).
+CONTROL_PLANE = {"workspaces", "api_keys", "placements"}
 
 _TABLE = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+(?:ONLY\s+)?([a-z_][a-z0-9_]*)", re.IGNORECASE)
 _SCOPED = re.compile(r"\bworkspace_key\b|\bmemplane_[a-z_]+\s*\(\s*(?:%s|%\(\w+\)s|\$\d+)", re.IGNORECASE)

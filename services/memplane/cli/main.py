@@ -109,8 +109,13 @@ async def cmd_migrate(ns: argparse.Namespace, settings: Settings) -> int:
 async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
     async with admin_client(ns, settings) as client:
         if ns.action == "create":
-            ws = await client.create_workspace(ns.name, quotas=admin_pb2.WorkspaceQuotas(max_memories=ns.max_memories))
-            print(f"created workspace {ws.name} ({ws.embedding_model}, {ws.embedding_dimensions}-d)")
+            ws = await client.create_workspace(
+                ns.name, quotas=admin_pb2.WorkspaceQuotas(max_memories=ns.max_memories), placement=ns.placement
+            )
+            print(
+                f"created workspace {ws.name} ({ws.embedding_model}, {ws.embedding_dimensions}-d)"
+                f" on database cluster {ws.placement or 'default'}"
+            )
             key = await client.create_api_key(ws.name, "created by the CLI")
             print(f"key id {key.key_id}\nAPI key (shown once): {key.api_key}")
         elif ns.action == "delete":
@@ -220,6 +225,9 @@ def _add_admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     c = wsub.add_parser("create")
     c.add_argument("name")
     c.add_argument("--max-memories", type=int, default=0, help="quota; 0 = unlimited")
+    c.add_argument(
+        "--placement", default="", help="database cluster to hold it (database.clusters); default: the least used"
+    )
     d = wsub.add_parser("delete")
     d.add_argument("name")
     wsub.add_parser("list")

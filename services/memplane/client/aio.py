@@ -469,12 +469,19 @@ class AsyncMemplaneClient:
         retention: admin_pb2.RetentionPolicy | None = None,
         labels: Mapping[str, str] | None = None,
         token_encoding: str = "",
+        placement: str = "",
     ) -> admin_pb2.Workspace:
-        """Create a workspace (admin key); *token_encoding* is its CompactionService default."""
+        """Create a workspace (admin key); *token_encoding* is its CompactionService default,
+        *placement* the database cluster to hold it ("": the server's rule picks one)."""
         reply = await self._call(
             self.admin.CreateWorkspace,
             admin_pb2.CreateWorkspaceRequest(
-                name=name, quotas=quotas, retention=retention, labels=labels or {}, token_encoding=token_encoding
+                name=name,
+                quotas=quotas,
+                retention=retention,
+                labels=labels or {},
+                token_encoding=token_encoding,
+                placement=placement,
             ),
         )
         return reply.workspace

@@ -186,6 +186,7 @@ class Workspace:
     retention: Retention = field(default_factory=Retention)
     labels: dict[str, str] = field(default_factory=dict)
     updated_at: datetime | None = None
+    placement: str = ""  # the database cluster holding its rows ("" where not read)
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ constructs collaborators or reads settings from the environment.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memplane.server.admin.auth import Authenticator
 from memplane.server.admin.service import AdminService
-from memplane.server.background import Job
+from memplane.server.background import Job, one_job
 from memplane.server.bootstrap import bootstrap
 from memplane.server.compaction.check import ContextChecker
 from memplane.server.compaction.compactor import MessageCompactor
@@ -37,9 +37,8 @@ from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.resources import (
     build_chat_model,
     build_embedder,
-    build_reads,
     idempotency_sweeper,
-    open_database,
+    open_clusters,
     retention_sweeper,
 )
 from memplane.server.retrieval.file_selection import FileSelector
@@ -56,7 +55,8 @@ from memplane.server.storage.job_listener import JobListener
 from memplane.server.storage.jobs import ExtractionJobStore
 from memplane.server.storage.keys import ApiKeyStore
 from memplane.server.storage.memories import MemoryStore
-from memplane.server.storage.replica import ReadRouter
+from memplane.server.storage.placement import Placement
+from memplane.server.storage.routing import RoutedDatabase, RoutedReads, TenantDatabase
 from memplane.server.storage.transcripts import TranscriptStore
 from memplane.server.storage.vector_index import VectorIndexer
 from memplane.server.storage.workspaces import WorkspaceStore
@@ -100,8 +100,10 @@ class App:
 
     settings: Settings
     services: tuple[str, ...]  # what this process serves, in SERVICES order
-    db: Database
-    reads: ReadRouter
+    db: Database  # the control cluster's primary (the only cluster unless database.clusters names several)
+    placement: Placement  # every database cluster, and which workspace is on which
+    routed: RoutedDatabase  # tenant transactions, each on its workspace's cluster's primary
+    reads: RoutedReads  # RetrievalService's reads, each by its workspace's cluster's ReadRouter
     embedder: Embedder  # every service embeds, or records the model (admin's new workspaces)
     authenticator: Authenticator
     chat_model: ChatModel | None = None  # None without an LLM endpoint, or when no LLM_SERVICES are served
@@ -147,15 +149,20 @@ class App:
         if self.reranker is not None:
             clients.append(("closing the rerank client", self.reranker.close))
         pools: list[Step] = [
-            ("closing the database pool", lambda: self.db.close(budget.left())),
-            ("closing the replica pool", self.reads.close),
+            (f"closing the database pool of cluster {c.name}", _closing(c.db, budget)) for c in self.placement.clusters
         ]
+        pools.append(("closing the replica pools", self.reads.close))
         embedded: list[Step] = []
         if self.embedded is not None:
             embedded.append(("stopping the embedded PostgreSQL", self.embedded.close))
         finished = await close_all([jobs, clients, pools, embedded], budget)
         _log.info("closed in %.1f s%s", budget.seconds - budget.left(), "" if finished else " (steps abandoned)")
         return finished
+
+
+def _closing(db: Database, budget: Budget) -> Callable[[], Awaitable[None]]:
+    """The step that closes *db*'s pool within what is left of *budget* when it runs."""
+    return lambda: db.close(budget.left())
 
 
 async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, embedder: Embedder | None = None) -> App:
@@ -168,12 +175,16 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
     unknown = sorted(set(services) - set(SERVICES))
     if unknown or not services:
         raise ValueError(f"unknown services {unknown}; choose one or more of {SERVICES}")
-    dsn, db, embedded = await open_database(settings)
-    reads = await build_reads(db, settings)
+    clusters, embedded = await open_clusters(settings)
+    placement = Placement(clusters)
+    placed = await placement.load()
+    _log.info("database clusters %s: %d workspaces placed", ", ".join(placement.names), placed)
+    db = placement.control.db
+    routed = RoutedDatabase(placement)
     embedder_health: EndpointHealth | None = None
     if embedder is None:
         embedder, embedder_health = await build_embedder(settings.embedding)
-    workspaces = WorkspaceStore(db)
+    workspaces = WorkspaceStore(db, placement)
     keys = ApiKeyStore(db)
     authenticator = Authenticator(
         keys,
@@ -188,7 +199,9 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
         settings=settings,
         services=served,
         db=db,
-        reads=reads,
+        placement=placement,
+        routed=routed,
+        reads=RoutedReads(placement),
         embedder=embedder,
         authenticator=authenticator,
         chat_model=build_chat_model(settings.llm) if LLM_SERVICES.intersection(served) else None,
@@ -199,10 +212,11 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
 
         app.embedded = EmbeddedSupervisor(embedded, db.availability)
         app.jobs[EMBEDDED_SUPERVISOR] = app.embedded
-    app.jobs[INVALIDATION_LISTENER] = InvalidationListener(dsn, authenticator)
-    meter = EmbeddingMeter(db, embedder)
+    app.jobs[INVALIDATION_LISTENER] = InvalidationListener(db.dsn, authenticator)  # credentials: the control cluster
+    meter = EmbeddingMeter(routed, embedder)
     indexer = VectorIndexer(
-        db,
+        routed,
+        clusters=[c.db for c in placement.clusters],
         interval_seconds=settings.vector_index.interval_seconds,
         scan_interval_seconds=settings.vector_index.scan_interval_seconds,
         batch_size=settings.vector_index.batch_size,
@@ -216,8 +230,8 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
     if "retrieval" in served:
         _wire_retrieval(app, meter, memories)
     if "writeback" in served or "compaction" in served:
-        _wire_writeback(app, dsn, meter, memories, workspaces)
-    admin = AdminService(workspaces, keys, embedder, authenticator, settings.limits)
+        _wire_writeback(app, meter, memories, workspaces)
+    admin = AdminService(workspaces, keys, embedder, authenticator, settings.limits, clusters=placement.names)
     if "admin" in served:
         app.admin = admin
     await bootstrap(settings, keys, admin)  # the default workspace too, on a local first run
@@ -248,20 +262,18 @@ def _wire_retrieval(app: App, meter: EmbeddingMeter, memories: MemoryStore) -> N
         counter_for=lambda encoding: token_counter(encoding).count_text,
         timeout_seconds=settings.retrieval.file_selection_timeout,
     )
-    app.searches = SearchCounter(app.db, interval_seconds=settings.retrieval.search_count_flush_seconds)
-    app.daily_usage = DailyUsage(app.db, app.searches)
+    app.searches = SearchCounter(app.routed, interval_seconds=settings.retrieval.search_count_flush_seconds)
+    app.daily_usage = DailyUsage(app.routed, app.searches)
     app.jobs[SEARCH_COUNTER] = app.searches
 
 
-def _wire_writeback(
-    app: App, dsn: str, meter: EmbeddingMeter, memories: MemoryStore, workspaces: WorkspaceStore
-) -> None:
+def _wire_writeback(app: App, meter: EmbeddingMeter, memories: MemoryStore, workspaces: WorkspaceStore) -> None:
     """The write path: WriteBackService for a write-back process, and for a compaction one
     (SummarizeSession writes memories through it, reconciled by the extraction runner's
     LLM without starting its workers); WriteConversation's writer and the write-back
     jobs for a write-back process; compaction's parts and blob cleaner for a compaction
-    one."""
-    settings, db = app.settings, app.db
+    one. The background jobs run on every database cluster."""
+    settings, db, clusters = app.settings, app.routed, app.placement.clusters
     jobs = ExtractionJobStore()
     transcripts = TranscriptStore()
     blobs = ToolResultBlobStore()
@@ -300,11 +312,13 @@ def _wire_writeback(
             extraction=extraction,
             wait_seconds=settings.extraction.wait_timeout,
         )
-        app.jobs[RETENTION_SWEEPER] = retention_sweeper(db, settings)
-        app.jobs[IDEMPOTENCY_SWEEPER] = idempotency_sweeper(db, settings)
+        app.jobs[RETENTION_SWEEPER] = one_job([retention_sweeper(c.db, settings, c.name) for c in clusters])
+        app.jobs[IDEMPOTENCY_SWEEPER] = one_job([idempotency_sweeper(c.db, settings, c.name) for c in clusters])
         if app.chat_model is not None:  # without an LLM no worker runs (`ExtractionRunner.start`)
             app.jobs[EXTRACTION_WORKERS] = extraction
-        app.jobs[JOB_LISTENER] = JobListener(dsn, on_new=extraction.wake, on_done=extraction.finished)
+        app.jobs[JOB_LISTENER] = one_job(
+            [JobListener(c.db.dsn, on_new=extraction.wake, on_done=extraction.finished) for c in clusters]
+        )
     if "compaction" in app.services:
         app.compaction = build_compaction(
             settings,
@@ -315,13 +329,13 @@ def _wire_writeback(
             write_session=SessionFactWriter(ledger, extraction, writeback.add).write,
         )
         interval = settings.compaction.blob_cleanup_interval_seconds
-        app.jobs[BLOB_CLEANER] = BlobCleaner(blobs, db, interval_seconds=interval)
+        app.jobs[BLOB_CLEANER] = one_job([BlobCleaner(blobs, c.db, interval_seconds=interval) for c in clusters])
 
 
 def build_compaction(
     settings: Settings,
     *,
-    db: Database,
+    db: TenantDatabase,
     blobs: ToolResultBlobStore,
     transcripts: TranscriptStore,
     chat_model: ChatModel | None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 _log = logging.getLogger(__name__)
@@ -55,3 +55,26 @@ class Listeners:
                 await listener(up)
             except Exception:
                 _log.exception("%s listener failed", self._what)
+
+
+class JobGroup:
+    """Several jobs started and stopped as one `Job`: the same job on each database
+    cluster (a sweeper, a job listener). Started in order, stopped in reverse."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        self.jobs = list(jobs)
+
+    def start(self) -> None:
+        """Start every job (needs a running event loop)."""
+        for job in self.jobs:
+            job.start()
+
+    async def stop(self) -> None:
+        """Stop every job and wait until each has ended."""
+        for job in reversed(self.jobs):
+            await job.stop()
+
+
+def one_job(jobs: Sequence[Job]) -> Job:
+    """*jobs* as one `Job`: the job itself when there is one, else a `JobGroup`."""
+    return jobs[0] if len(jobs) == 1 else JobGroup(jobs)

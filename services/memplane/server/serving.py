@@ -58,6 +58,7 @@ async def serve(
         [handler(app, name, consistency) for name in chosen],
         max_message_bytes=app.settings.grpc.max_message_bytes,
         database=app.db.availability,
+        clusters={c.name: c.db.availability for c in app.placement.clusters},
         embedder=app.embedder_health,
         host=host,
         port=port,

@@ -37,8 +37,42 @@ def host_cores() -> int:
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
+CLUSTER_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+"""A database cluster's name: a DNS label (it names the cluster in placements and in health)."""
+
+DEFAULT_CLUSTER = "default"
+"""The name of the one cluster that `database.dsn` (or the embedded server) makes."""
+
+
+class ClusterSettings(BaseModel):
+    """One PostgreSQL cluster of `database.clusters`: a primary and, optionally, a streaming
+    replica that RetrievalService reads from (by the same rule as `database.read_dsn`)."""
+
+    name: str = Field(
+        pattern=CLUSTER_NAME,
+        description="The cluster's name: a DNS label, recorded in each workspace's placement, so it must never "
+        "change while workspaces are placed on it.",
+    )
+    dsn: str = Field(
+        description="libpq connection string of the cluster's primary (PostgreSQL >= 16, pgvector >= 0.8)."
+    )
+    read_dsn: str | None = Field(
+        default=None, description="libpq connection string of a streaming replica of dsn; unset: reads use dsn."
+    )
+
+
 class DatabaseSettings(BaseModel):
     """Where the memories live."""
+
+    clusters: list[ClusterSettings] = Field(
+        default_factory=list,
+        description="Several PostgreSQL clusters, each workspace placed wholly on one (JSON in the environment: "
+        'MEMPLANE_DATABASE__CLUSTERS=\'[{"name": "a", "dsn": "...", "read_dsn": "..."}, ...]\'). The first is '
+        "the control cluster: it also holds workspaces, API keys and the placement map. A new workspace goes to "
+        "the cluster CreateWorkspace names (placement), else to the one with the fewest workspaces (the first of "
+        "those on a tie). Unset: the one cluster of dsn and read_dsn (or the embedded server), named "
+        '"default". Set: dsn and read_dsn must be unset.',
+    )
 
     dsn: str | None = Field(
         default=None,
@@ -121,6 +155,25 @@ class DatabaseSettings(BaseModel):
         "HNSW index, whole-workspace search waited on buffer mapping). Applies from the next start of the "
         "embedded server. With dsn set, the server's own configuration (its administrator's) applies.",
     )
+
+    @model_validator(mode="after")
+    def _clusters_or_dsn(self) -> DatabaseSettings:
+        if self.clusters and (self.dsn or self.read_dsn):
+            raise ValueError("set database.clusters or database.dsn (and read_dsn), not both")
+        names = [c.name for c in self.clusters]
+        if len(set(names)) < len(names):
+            raise ValueError(f"database.clusters: names must be unique, got {names}")
+        return self
+
+    def cluster_list(self) -> list[ClusterSettings] | None:
+        """The configured clusters, the control cluster first: `clusters`, or the one of `dsn`
+        and `read_dsn` named DEFAULT_CLUSTER; None when neither is set (the embedded server)."""
+        if self.clusters:
+            return list(self.clusters)
+        if self.dsn:
+            return [ClusterSettings(name=DEFAULT_CLUSTER, dsn=self.dsn, read_dsn=self.read_dsn)]
+        return None
+
     migrate_on_start: bool = Field(
         default=True,
         description="Apply pending migrations when a server starts (the local default). The Helm chart sets "

@@ -57,6 +57,7 @@ class Workspace(_message.Message):
     RETENTION_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name: 1 to 63 characters of a-z, 0-9 and '-', starting with a letter
     (a Kubernetes DNS label, so a MemoryWorkspace name maps onto it).
@@ -68,6 +69,10 @@ class Workspace(_message.Message):
     token_encoding: _builtins.str
     """Default token encoding of CompactionService requests that leave it empty
     (cl100k_base, o200k_base, o200k_harmony, llama3 or qwen3).
+    """
+    placement: _builtins.str
+    """The database cluster holding the workspace's memories (a name of the server's
+    database.clusters; "default" when it has one database).
     """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
@@ -103,10 +108,11 @@ class Workspace(_message.Message):
         retention: Global___RetentionPolicy | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "quotas", b"quotas", "retention", b"retention", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "labels", b"labels", "name", b"name", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "embedding_dimensions", b"embedding_dimensions", "embedding_model", b"embedding_model", "labels", b"labels", "name", b"name", "placement", b"placement", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -263,10 +269,16 @@ class CreateWorkspaceRequest(_message.Message):
     QUOTAS_FIELD_NUMBER: _builtins.int
     RETENTION_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the new workspace."""
     token_encoding: _builtins.str
     """Default token encoding for CompactionService; empty means o200k_base."""
+    placement: _builtins.str
+    """The database cluster to hold the workspace (a name of the server's
+    database.clusters); empty: the cluster with the fewest workspaces, the first
+    configured of those on a tie.
+    """
     @_builtins.property
     def quotas(self) -> Global___WorkspaceQuotas:
         """Quotas; unset means unlimited."""
@@ -287,10 +299,11 @@ class CreateWorkspaceRequest(_message.Message):
         quotas: Global___WorkspaceQuotas | None = ...,
         retention: Global___RetentionPolicy | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        placement: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["quotas", b"quotas", "retention", b"retention"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "name", b"name", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "name", b"name", "placement", b"placement", "quotas", b"quotas", "retention", b"retention", "token_encoding", b"token_encoding"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

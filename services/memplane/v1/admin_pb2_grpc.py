@@ -91,8 +91,10 @@ class AdminServiceServicer:
     """
 
     def CreateWorkspace(self, request, context):
-        """Create a workspace with its own database partitions.
-        Errors: INVALID_ARGUMENT for a bad name; ALREADY_EXISTS.
+        """Create a workspace with its own database partitions, on the database cluster
+        its placement names or else the one with the fewest workspaces.
+        Errors: INVALID_ARGUMENT for a bad name or an unknown placement; ALREADY_EXISTS;
+        UNAVAILABLE when the control cluster or the chosen one is down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

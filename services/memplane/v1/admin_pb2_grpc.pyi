@@ -37,8 +37,10 @@ class AdminServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AdminServiceAsyncStub: ...
     CreateWorkspace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateWorkspaceRequest, _admin_pb2.CreateWorkspaceResponse]
-    """Create a workspace with its own database partitions.
-    Errors: INVALID_ARGUMENT for a bad name; ALREADY_EXISTS.
+    """Create a workspace with its own database partitions, on the database cluster
+    its placement names or else the one with the fewest workspaces.
+    Errors: INVALID_ARGUMENT for a bad name or an unknown placement; ALREADY_EXISTS;
+    UNAVAILABLE when the control cluster or the chosen one is down.
     """
     GetWorkspace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceRequest, _admin_pb2.GetWorkspaceResponse]
     """One workspace. Errors: NOT_FOUND (ResourceInfo)."""
@@ -79,8 +81,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateWorkspace: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateWorkspaceRequest, _admin_pb2.CreateWorkspaceResponse]  # type: ignore[assignment]
-    """Create a workspace with its own database partitions.
-    Errors: INVALID_ARGUMENT for a bad name; ALREADY_EXISTS.
+    """Create a workspace with its own database partitions, on the database cluster
+    its placement names or else the one with the fewest workspaces.
+    Errors: INVALID_ARGUMENT for a bad name or an unknown placement; ALREADY_EXISTS;
+    UNAVAILABLE when the control cluster or the chosen one is down.
     """
     GetWorkspace: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetWorkspaceRequest, _admin_pb2.GetWorkspaceResponse]  # type: ignore[assignment]
     """One workspace. Errors: NOT_FOUND (ResourceInfo)."""
@@ -124,8 +128,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.CreateWorkspaceRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.CreateWorkspaceResponse, _abc.Awaitable[_admin_pb2.CreateWorkspaceResponse]]:
-        """Create a workspace with its own database partitions.
-        Errors: INVALID_ARGUMENT for a bad name; ALREADY_EXISTS.
+        """Create a workspace with its own database partitions, on the database cluster
+        its placement names or else the one with the fewest workspaces.
+        Errors: INVALID_ARGUMENT for a bad name or an unknown placement; ALREADY_EXISTS;
+        UNAVAILABLE when the control cluster or the chosen one is down.
         """
 
     @_abc_1.abstractmethod

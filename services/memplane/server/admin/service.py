@@ -52,7 +52,12 @@ class AdminService:
         embedder: Embedder,
         authenticator: Authenticator,
         limits: LimitsSettings,
+        *,
+        clusters: Sequence[str] = (),
     ) -> None:
+        """*clusters*: the names of the database clusters a workspace may be placed on
+        (`database.clusters`; empty: placement is not asked for)."""
+        self._clusters = tuple(clusters)
         self._workspaces = workspaces
         self._keys = keys
         self._embedder = embedder
@@ -67,14 +72,20 @@ class AdminService:
         retention: Retention | None = None,
         labels: Mapping[str, str] | None = None,
         token_encoding: str = "",
+        placement: str = "",
     ) -> Workspace:
         """A new workspace with its partitions. *token_encoding* is the default of
-        CompactionService requests ("" means o200k_base). Raises `InvalidArgumentError`
-        (name, quotas.*, retention.*, labels, token_encoding), `AlreadyExistsError`."""
+        CompactionService requests ("" means o200k_base). *placement* names the database
+        cluster to hold it ("": the cluster with the fewest workspaces). Raises
+        `InvalidArgumentError` (name, quotas.*, retention.*, labels, token_encoding,
+        placement), `AlreadyExistsError`, `UnavailableError` when the control cluster or
+        the chosen one is down."""
         quotas, retention, labels = quotas or Quotas(), retention or Retention(), labels or {}
         v = Violations()
         check_workspace_name(v, "name", name)
         _check_policy(v, quotas, retention, labels, token_encoding)
+        if placement and placement not in self._clusters:
+            v.add("placement", f"names no database cluster of this server; choose one of {', '.join(self._clusters)}")
         v.raise_if_any()
         return await self._workspaces.create(
             name,
@@ -86,6 +97,7 @@ class AdminService:
                 labels=labels,
                 token_encoding=token_encoding or DEFAULT_TOKEN_ENCODING,
             ),
+            placement=placement,
         )
 
     async def update_workspace(

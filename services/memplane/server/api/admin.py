@@ -33,6 +33,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             retention=retention_from_proto(request.retention),
             labels=dict(request.labels),
             token_encoding=request.token_encoding,
+            placement=request.placement,
         )
         return admin_pb2.CreateWorkspaceResponse(workspace=workspace_to_proto(workspace))
 

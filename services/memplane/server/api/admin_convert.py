@@ -81,6 +81,7 @@ def workspace_to_proto(workspace: Workspace) -> admin_pb2.Workspace:
         ),
         retention=retention_to_proto(workspace.retention),
         labels=workspace.labels,
+        placement=workspace.placement,
     )
 
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,6 +67,11 @@ _REGISTRATIONS: dict[type[Any], tuple[str, Callable[[Any, grpc.aio.Server], None
     ),
 }
 _FULL_NAMES = {servicer: name for servicer, (name, _) in _REGISTRATIONS.items()}
+CLUSTER_HEALTH_PREFIX = "cluster/"
+"""The health check name of each database cluster is this and its name ("cluster/default"):
+SERVING while its primary answers, NOT_SERVING while it is down (only its workspaces'
+requests fail then)."""
+
 EMBEDDING_SERVICES = frozenset({_FULL_NAMES[RetrievalServicer], _FULL_NAMES[WriteBackServicer]})
 """The services that cannot answer without the embedder (every search and every write
 embeds); compaction embeds only for SummarizeSession and PrepareContext's write_memories."""
@@ -134,6 +139,17 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
+async def _follow_cluster(health_servicer: Any, name: str, availability: UpDown) -> None:
+    """Set health *name* from *availability* now and on every change."""
+
+    async def follow(up: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        await health_servicer.set(name, status)
+
+    await follow(availability.up)
+    availability.listen(follow)
+
+
 async def start_server(
     servicers: Sequence[Servicer],
     *,
@@ -145,14 +161,17 @@ async def start_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     tls: TlsFiles | None = None,
     reuse_port: bool = False,
+    clusters: Mapping[str, UpDown] | None = None,
 ) -> RunningServer:
     """Register *servicers* (one per service), health and reflection on a server, bind it
     to host:port (port 0 picks a free one), plaintext, or TLS only with *tls*'s files,
     re-read when they change (`memplane.server.api.tls`), and start it. Readiness follows
     *database* for every service and *embedder* (an embedding endpoint's health; None for
-    a local model) for EMBEDDING_SERVICES; messages are limited to *max_message_bytes*
-    each way. *reuse_port*: bind with SO_REUSEPORT, sharing the port with the other
-    workers of `memplane serve --workers`.
+    a local model) for EMBEDDING_SERVICES; each of *clusters* (database cluster name → its
+    primary's availability) has a health name of its own, CLUSTER_HEALTH_PREFIX + name,
+    that follows it; messages are limited to *max_message_bytes* each way. *reuse_port*:
+    bind with SO_REUSEPORT, sharing the port with the other workers of `memplane serve
+    --workers`.
 
     Raises `ValueError` for no servicer or two of one service, or unusable TLS files, and
     `RuntimeError` if the port cannot be bound.
@@ -204,6 +223,8 @@ async def start_server(
             )
 
     database.listen(follow)
+    for cluster, availability in (clusters or {}).items():
+        await _follow_cluster(health_servicer, CLUSTER_HEALTH_PREFIX + cluster, availability)
     if embedder is not None:
         embedder.listen(follow)
     _log.info(

@@ -19,7 +19,8 @@ from memplane.server.compaction import tool_output
 from memplane.server.compaction.knobs import NO_SCOPE
 from memplane.server.settings import CompactionSettings, LimitsSettings
 from memplane.server.storage.blobs import MAX_RETENTION_SECONDS, MIN_RETENTION_SECONDS, ToolResultBlobStore
-from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.database import Connection
+from memplane.server.storage.routing import TenantDatabase
 from memplane.server.validation import Violations, check_scope
 
 # A re-sent cut output pushes its blob's expiry out once this much would be gained.
@@ -53,7 +54,7 @@ class ToolResultOffloader:
     def __init__(
         self,
         *,
-        db: Database,
+        db: TenantDatabase,
         blobs: ToolResultBlobStore,
         settings: CompactionSettings,
         limits: LimitsSettings,

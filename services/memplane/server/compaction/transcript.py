@@ -10,7 +10,7 @@ from memplane.domain.context import ContextMessage
 from memplane.domain.models import Scope, Workspace
 from memplane.server.compaction.content_ids import with_content_ids
 from memplane.server.settings import LimitsSettings
-from memplane.server.storage.database import Database
+from memplane.server.storage.routing import TenantDatabase
 from memplane.server.storage.transcripts import TranscriptEntry, TranscriptStore
 from memplane.server.validation import Violations, check_text
 
@@ -18,7 +18,7 @@ from memplane.server.validation import Violations, check_text
 class SessionTranscript:
     """Records and pages the transcripts of one server's sessions."""
 
-    def __init__(self, *, db: Database, transcripts: TranscriptStore, limits: LimitsSettings) -> None:
+    def __init__(self, *, db: TenantDatabase, transcripts: TranscriptStore, limits: LimitsSettings) -> None:
         self._db = db
         self._transcripts = transcripts
         self._limits = limits

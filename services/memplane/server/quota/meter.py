@@ -20,8 +20,8 @@ import numpy as np
 from memplane.domain.models import Workspace
 from memplane.errors import QuotaExceededError
 from memplane.server.embedding.base import Embedder
-from memplane.server.storage.database import Database
 from memplane.server.storage.embedding_usage import charge_tokens
+from memplane.server.storage.routing import TenantDatabase
 from memplane.text.tokens import token_counter
 
 METER_ENCODING = "cl100k_base"
@@ -31,7 +31,7 @@ class EmbeddingMeter:
     """Hands out the embedder a workspace's request must use. *clock* gives the UTC time
     whose date is the metered day."""
 
-    def __init__(self, db: Database, embedder: Embedder, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(self, db: TenantDatabase, embedder: Embedder, clock: Callable[[], datetime] | None = None) -> None:
         self._db = db
         self._embedder = embedder
         self._clock = clock or (lambda: datetime.now(UTC))

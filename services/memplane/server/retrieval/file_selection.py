@@ -34,7 +34,7 @@ from memplane.server.retrieval.service import RetrievalService, SearchRequest, c
 from memplane.server.settings import LimitsSettings
 from memplane.server.storage.database import Connection
 from memplane.server.storage.recent import recently_updated
-from memplane.server.storage.replica import ReadRouter
+from memplane.server.storage.routing import RoutedReads
 from memplane.server.validation import Violations, check_filter, check_text
 
 _log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class FileSelector:
 
     def __init__(
         self,
-        reads: ReadRouter,
+        reads: RoutedReads,
         search: RetrievalService,
         chat: ChatModel | None,
         limits: LimitsSettings,

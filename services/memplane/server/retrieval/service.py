@@ -51,7 +51,7 @@ from memplane.server.settings import LimitsSettings, RetrievalSettings
 from memplane.server.storage import search as search_sql
 from memplane.server.storage.database import Connection
 from memplane.server.storage.memories import MemoryStore
-from memplane.server.storage.replica import ReadRouter
+from memplane.server.storage.routing import RoutedReads
 from memplane.server.storage.search import ContextTurn, QueryText, SearchRow, SearchSpec
 from memplane.server.validation import Violations, check_filter, check_text, parse_memory_id
 from memplane.text.segment import segment
@@ -138,7 +138,7 @@ class RetrievalService:
 
     def __init__(
         self,
-        reads: ReadRouter,
+        reads: RoutedReads,
         memories: MemoryStore,
         meter: EmbeddingMeter,
         limits: LimitsSettings,

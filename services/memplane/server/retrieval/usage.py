@@ -24,7 +24,7 @@ from datetime import UTC, date, datetime, timedelta
 from memplane.domain.models import Workspace
 from memplane.errors import FieldViolation, InvalidArgumentError, WorkspaceDeletedError
 from memplane.server.background import cancel
-from memplane.server.storage.database import Database
+from memplane.server.storage.routing import TenantDatabase
 from memplane.server.storage.search_counts import DailyCounts, add_searches, daily_counts
 
 _log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ class SearchCounter:
     and the background job that moves them there (`memplane.server.background.Job`).
     *today* is the clock (tests move it across midnight)."""
 
-    def __init__(self, db: Database, *, interval_seconds: float = 5.0, today: Callable[[], date] = _today) -> None:
+    def __init__(
+        self, db: TenantDatabase, *, interval_seconds: float = 5.0, today: Callable[[], date] = _today
+    ) -> None:
         self._db = db
         self._interval = interval_seconds
         self._today = today
@@ -114,7 +116,7 @@ class SearchCounter:
 class DailyUsage:
     """A workspace's searches and memories added per UTC day (GetDailyUsage)."""
 
-    def __init__(self, db: Database, counter: SearchCounter, *, today: Callable[[], date] = _today) -> None:
+    def __init__(self, db: TenantDatabase, counter: SearchCounter, *, today: Callable[[], date] = _today) -> None:
         self._db = db
         self._counter = counter
         self._today = today

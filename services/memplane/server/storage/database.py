@@ -228,9 +228,11 @@ class Database:
             yield conn
 
     @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[Connection]:
-        """A pooled connection in autocommit mode: each statement is a transaction of its
-        own, which the server commits as soon as the statement ends — no COMMIT round trip,
+    async def autocommit(self, workspace_key: int) -> AsyncIterator[Connection]:
+        """A pooled connection in autocommit mode for statements of *workspace_key* (the
+        key a `RoutedDatabase` picks the cluster by; one database needs nothing of it):
+        each statement is a transaction of its own, which the server commits as soon as
+        the statement ends — no COMMIT round trip,
         and no row lock held while this process's event loop gets round to sending one.
         Only for statements that enter their workspace themselves
         (`memplane_insert_memories`, migration 0011); the connection leaves in transaction

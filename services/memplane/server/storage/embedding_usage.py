@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from memplane.server.storage.database import Database
+from memplane.server.storage.routing import TenantDatabase
 
 # One statement: the charge is made only if it keeps the day's total within the quota as
 # stored now (0: unlimited), under the row lock ON CONFLICT takes, so concurrent charges
@@ -20,7 +20,7 @@ RETURNING u.tokens
 """
 
 
-async def charge_tokens(db: Database, workspace_key: int, day: date, tokens: int) -> int | None:
+async def charge_tokens(db: TenantDatabase, workspace_key: int, day: date, tokens: int) -> int | None:
     """Add *tokens* to the workspace's total of *day* (UTC) if the total stays within its
     `max_embedding_tokens_per_day`; return the new total, or None (nothing charged) when
     it would not. Database errors propagate."""

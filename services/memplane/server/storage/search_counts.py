@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
-from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.database import Connection
+from memplane.server.storage.routing import TenantDatabase
 
 # One statement per (workspace, day) delta: it names its workspace, so it routes to the
 # database holding it like every other statement (tests/e2e/test_workspace_scoping.py).
@@ -37,7 +38,7 @@ class DailyCounts:
     searches: int
 
 
-async def add_searches(db: Database, workspace_key: int, day: date, searches: int) -> None:
+async def add_searches(db: TenantDatabase, workspace_key: int, day: date, searches: int) -> None:
     """Add *searches* to the workspace's count of *day* (UTC), in a transaction of its own.
     Database errors propagate (`UnavailableError` when no database answers)."""
     async with db.tenant(workspace_key) as conn:

@@ -25,7 +25,8 @@ short gather (*interval_seconds*, so one pass takes many rows), again a moment l
 when that pass found fewer rows than it was told of (a write is marked when its insert is
 sent: it may commit after the pass looked; `VectorIndexer._follow_up`), and every
 *scan_interval_seconds* every workspace with a backlog (rows left by a process that
-stopped before its pass, or written by another process that stopped); one scan at start.
+stopped before its pass, or written by another process that stopped), on every database
+cluster; one scan at start.
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from memplane.errors import WorkspaceDeletedError
+from memplane.errors import UnavailableError, WorkspaceDeletedError
 from memplane.server.background import cancel
 from memplane.server.storage.database import Database
+from memplane.server.storage.routing import TenantDatabase
 
 _log = logging.getLogger(__name__)
 
@@ -77,7 +81,7 @@ class _FollowUp:
     attempt: int
 
 
-async def index_backlog(db: Database, workspace_key: int, *, batch_size: int = BATCH_SIZE) -> int:
+async def index_backlog(db: TenantDatabase, workspace_key: int, *, batch_size: int = BATCH_SIZE) -> int:
     """Put the workspace's not-yet-indexed memories into its HNSW graph, *batch_size* per
     tenant transaction, until a batch finds fewer; return how many. Rows another
     transaction holds are skipped (left for the next pass). Raises `ValueError` for a
@@ -112,12 +116,16 @@ class VectorIndexer:
     counted toward *max_backlog*; passes failing in a row are retried after a doubling
     wait (up to RETRY_MAX_SECONDS), the first logged at ERROR, the others at DEBUG, and
     the recovery at INFO (a database outage is one error in the log, not one per retry).
-    `start()` needs a running event loop; `start()` and `await stop()` are idempotent."""
+    `start()` needs a running event loop; `start()` and `await stop()` are idempotent.
+    *db* opens each workspace's tenant transactions (a `RoutedDatabase`: on its cluster);
+    *clusters* are the primaries a scan reads backlogs from (default: *db* itself, one
+    `Database`)."""
 
     def __init__(
         self,
-        db: Database,
+        db: TenantDatabase,
         *,
+        clusters: Sequence[Database] | None = None,
         interval_seconds: float = 0.2,
         scan_interval_seconds: float = 30.0,
         batch_size: int = BATCH_SIZE,
@@ -128,7 +136,8 @@ class VectorIndexer:
             raise ValueError("interval_seconds and scan_interval_seconds must be > 0")
         if batch_size < 1 or max_deferred < 0 or max_backlog < 0:
             raise ValueError("batch_size must be >= 1, max_deferred and max_backlog >= 0")
-        self._db = db
+        self._db = db  # a workspace's backlog is indexed in its tenant transactions here
+        self._clusters = list(clusters) if clusters is not None else [cast(Database, db)]  # scanned for backlogs
         self._interval = interval_seconds
         self._scan_interval = scan_interval_seconds
         self._batch = batch_size
@@ -166,19 +175,33 @@ class VectorIndexer:
         await cancel(task)
 
     async def run_once(self, workspace_keys: set[int] | None = None) -> int:
-        """One pass now over *workspace_keys* (None: every workspace with a backlog); the
-        rows indexed. A deleted workspace is skipped; other errors propagate."""
+        """One pass now over *workspace_keys* (None: every workspace with a backlog, on
+        every cluster); the rows indexed. A deleted workspace is skipped. A workspace (or a
+        scan) whose cluster is down does not hold up the others: they are indexed, then
+        the pass raises that `UnavailableError` (the background pass keeps every workspace
+        of it for the next, after its backoff); other errors propagate."""
         return sum((await self._pass(workspace_keys)).values())
 
     async def _pass(self, workspace_keys: set[int] | None) -> dict[int, int]:
         """`run_once`, with the rows indexed per workspace."""
-        keys = set(await backlog_workspaces(self._db)) if workspace_keys is None else workspace_keys
+        keys = set(workspace_keys or ())
+        unreachable: UnavailableError | None = None
+        if workspace_keys is None:
+            for db in self._clusters:
+                try:
+                    keys.update(await backlog_workspaces(db))
+                except UnavailableError as error:
+                    unreachable = unreachable or error
         indexed: dict[int, int] = {}
         for key in sorted(keys):
             try:
                 indexed[key] = await index_backlog(self._db, key, batch_size=self._batch)
             except WorkspaceDeletedError:
                 continue
+            except UnavailableError as error:  # its cluster is down: the others first, then the pass fails
+                unreachable = unreachable or error
+        if unreachable is not None:
+            raise unreachable
         return indexed
 
     async def _run(self) -> None:

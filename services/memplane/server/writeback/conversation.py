@@ -24,9 +24,10 @@ from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.server.embedding.compat import ensure_compatible
 from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.settings import LimitsSettings
-from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.database import Connection
 from memplane.server.storage.jobs import ExtractionJobStore
 from memplane.server.storage.memories import MemoryStore
+from memplane.server.storage.routing import TenantDatabase
 from memplane.server.storage.transcripts import AUTO_ID_PREFIX, TranscriptStore
 from memplane.server.validation import Violations, check_batch, check_request_id, check_scope, check_text, check_time
 from memplane.server.writeback.jobs import ExtractionRunner
@@ -108,7 +109,7 @@ class ConversationWriter:
     def __init__(
         self,
         *,
-        db: Database,
+        db: TenantDatabase,
         ledger: Ledger,
         memories: MemoryStore,
         transcripts: TranscriptStore,

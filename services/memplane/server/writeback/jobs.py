@@ -55,6 +55,7 @@ from memplane.server.storage import search as search_sql
 from memplane.server.storage.database import Database
 from memplane.server.storage.jobs import ExtractionJobStore
 from memplane.server.storage.memories import MemoryStore
+from memplane.server.storage.routing import RoutedDatabase
 from memplane.server.storage.workspaces import WorkspaceStore
 from memplane.server.writeback.extraction import OPERATIONS_SCHEMA, parse_operations, reconciliation_prompt
 from memplane.server.writeback.reconcile import Applier, Audit, JobContext, Step, plan
@@ -74,7 +75,7 @@ class ExtractionRunner:
     def __init__(
         self,
         *,
-        db: Database,
+        db: RoutedDatabase,
         jobs: ExtractionJobStore,
         memories: MemoryStore,
         workspaces: WorkspaceStore,
@@ -104,13 +105,16 @@ class ExtractionRunner:
         return self._chat is not None
 
     def start(self) -> None:
-        """Start the workers (none without an LLM, or with `workers` 0). Idempotent."""
+        """Start the workers, `workers` on each database cluster (none without an LLM, or
+        with `workers` 0). Idempotent."""
         if self._tasks or self._chat is None:
             return
-        for n in range(self._settings.workers):
-            wake = asyncio.Event()
-            self._wakes.append(wake)
-            self._tasks.append(asyncio.get_running_loop().create_task(self._work(wake), name=f"memplane-extract-{n}"))
+        for db in self._db.primaries():
+            for n in range(self._settings.workers):
+                wake = asyncio.Event()
+                self._wakes.append(wake)
+                task = asyncio.get_running_loop().create_task(self._work(db, wake), name=f"memplane-extract-{n}")
+                self._tasks.append(task)
 
     async def stop(self) -> None:
         """Stop the workers and run_now's attempts; a job in progress is abandoned (its
@@ -164,7 +168,10 @@ class ExtractionRunner:
         wait for it; then as `wait`. Cancelling this call cancels the wait only."""
         started = time.monotonic()
         claimed = await self._jobs.claim(
-            self._db, lease_seconds=self._settings.lease_seconds, workspace_key=workspace.key, job_id=job_id
+            await self._db.primary(workspace.key),
+            lease_seconds=self._settings.lease_seconds,
+            workspace_key=workspace.key,
+            job_id=job_id,
         )
         if claimed is not None:
             # The attempt runs in a task of the runner, not of the request: a caller that
@@ -178,15 +185,16 @@ class ExtractionRunner:
         return await self.wait(workspace, job_id, max(0.0, within_seconds - (time.monotonic() - started)))
 
     # -- workers ------------------------------------------------------------------------
-    async def _work(self, wake: asyncio.Event) -> None:
+    async def _work(self, db: Database, wake: asyncio.Event) -> None:
+        """A worker of the jobs of one database cluster's workspaces (*db*: its primary)."""
         while True:
             wake.clear()
             try:
-                job = await self._jobs.claim(self._db, lease_seconds=self._settings.lease_seconds)
+                job = await self._jobs.claim(db, lease_seconds=self._settings.lease_seconds)
                 if job is not None:
                     await self._run(job)
                     continue
-                due = await self._jobs.seconds_to_next(self._db)
+                due = await self._jobs.seconds_to_next(db)
             except MemplaneError as error:  # the database is down: try again shortly
                 _log.warning("extraction worker: %s", error)
                 due = _ERROR_BACKOFF_SECONDS
@@ -209,7 +217,14 @@ class ExtractionRunner:
         if job.attempts > self._settings.max_attempts:
             error = f"attempt {job.attempts - 1} stopped before finishing (its worker was lost)"
             # This attempt did not run; the lost one's failure was recorded by the claim
-            await self._jobs.fail(self._db, job, job.error or error, final=True, retry_seconds=0, attempted=False)
+            await self._jobs.fail(
+                await self._db.primary(job.workspace_key),
+                job,
+                job.error or error,
+                final=True,
+                retry_seconds=0,
+                attempted=False,
+            )
             return
         final = job.attempts >= self._settings.max_attempts
         try:
@@ -227,7 +242,13 @@ class ExtractionRunner:
             self.finished(job.workspace_key, job.id)
             return
         _log.warning("extraction job %s attempt %d failed: %s", job.id, job.attempts, reason)
-        await self._jobs.fail(self._db, job, reason, final=final, retry_seconds=self._settings.retry_seconds)
+        await self._jobs.fail(
+            await self._db.primary(job.workspace_key),
+            job,
+            reason,
+            final=final,
+            retry_seconds=self._settings.retry_seconds,
+        )
         self.finished(job.workspace_key, job.id)
 
     async def _execute(self, job: ExtractionJob) -> None:

@@ -18,10 +18,11 @@ import numpy as np
 from memplane.domain.models import Memory, NewMemory, Workspace
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.server.quota.meter import EmbeddingMeter
-from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.database import Connection
 from memplane.server.storage.idempotency import Claim, IdempotencyStore, request_hash, request_hash_with_vectors
 from memplane.server.storage.inserts import PreparedMemory
 from memplane.server.storage.memories import MemoryStore
+from memplane.server.storage.routing import TenantDatabase
 from memplane.text.segment import segment
 
 
@@ -109,7 +110,7 @@ def checked(claim: Claim) -> dict[str, Any] | None:
 class Ledger:
     """Runs writes at most once per request id, and reads back the replies of done ones."""
 
-    def __init__(self, db: Database, memories: MemoryStore, idempotency: IdempotencyStore) -> None:
+    def __init__(self, db: TenantDatabase, memories: MemoryStore, idempotency: IdempotencyStore) -> None:
         self._db = db
         self._memories = memories
         self._idempotency = idempotency

@@ -46,10 +46,11 @@ from memplane.server.embedding.compat import ensure_compatible
 from memplane.server.quota.meter import EmbeddingMeter
 from memplane.server.settings import LimitsSettings
 from memplane.server.storage.blobs import ToolResultBlobStore
-from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.database import Connection
 from memplane.server.storage.inserts import RequestRecord
 from memplane.server.storage.jobs import ExtractionJobStore
 from memplane.server.storage.memories import Change, MemoryStore
+from memplane.server.storage.routing import TenantDatabase
 from memplane.server.storage.transcripts import TranscriptStore
 from memplane.server.validation import (
     Violations,
@@ -131,7 +132,7 @@ class WriteBackService:
     def __init__(
         self,
         *,
-        db: Database,
+        db: TenantDatabase,
         ledger: Ledger,
         memories: MemoryStore,
         jobs: ExtractionJobStore,
@@ -194,7 +195,7 @@ class WriteBackService:
         record = RequestRecord(request_id, request.method, request.digest) if request_id else None
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
             # One statement, committed by the server as it ends (memplane_insert_memories)
-            async with self._db.autocommit() as conn:
+            async with self._db.autocommit(workspace.key) as conn:
                 stored, pending = await self._memories.insert_once(
                     conn,
                     workspace,

@@ -1,0 +1,153 @@
+"""Which PostgreSQL cluster holds each workspace (issue 30): the placement map, and the rule
+that places a new workspace.
+
+Every cluster holds the whole schema (migrations run on each). The first cluster is the
+*control* cluster: besides workspaces of its own, it holds the control plane — `workspaces`
+(every workspace's row, whose identity gives the keys), `api_keys`, `server_secrets` and the
+placement map `placements` (migration 0022: workspace key → cluster name). A cluster's own
+`workspaces` table holds a copy of the row of each workspace placed there (same key), which
+its foreign keys, quota checks and `memplane_enter_workspace` read
+(`memplane.server.storage.workspaces`).
+
+The rule: a new workspace goes to the cluster its CreateWorkspace names, else to the one
+with the fewest workspaces (the first of those, in settings order, on a tie), passing over
+a cluster this process knows to be down. A workspace
+stays where it was placed (moving one is issue 30's item 2), so this process keeps every
+placement it has read: all of them at start (`load`), and a workspace created by another
+process when its first request comes here — one query to the control cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memplane.errors import UnavailableError
+from memplane.server.storage.database import Connection, Database
+from memplane.server.storage.replica import ReadRouter
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One configured PostgreSQL cluster: its name, its primary's pool and its reads
+    (a streaming replica by `ReadRouter`'s rule, or the primary)."""
+
+    name: str
+    db: Database
+    reads: ReadRouter
+
+
+class Placement:
+    """The placement map of this process over *clusters* (the control cluster first; opened
+    by the caller). Call `await load()` once the clusters are open."""
+
+    def __init__(self, clusters: Sequence[Cluster]) -> None:
+        if not clusters:
+            raise ValueError("placement needs at least one cluster")
+        names = [c.name for c in clusters]
+        if len(set(names)) < len(names):
+            raise ValueError(f"cluster names must be unique, got {names}")
+        self.clusters: tuple[Cluster, ...] = tuple(clusters)
+        self._by_name = {c.name: c for c in clusters}
+        self._placed: dict[int, Cluster] = {}
+
+    @property
+    def control(self) -> Cluster:
+        """The control cluster (the first): workspaces, API keys, placements."""
+        return self.clusters[0]
+
+    @property
+    def names(self) -> list[str]:
+        """The clusters' names, in settings order."""
+        return [c.name for c in self.clusters]
+
+    def named(self, name: str) -> Cluster:
+        """The cluster called *name*. Raises `UnavailableError` for a name this server is
+        not configured with (a placement written by a server with other settings)."""
+        cluster = self._by_name.get(name)
+        if cluster is None:
+            raise UnavailableError(
+                f"the workspace is placed on database cluster {name!r}, which this server is not configured with "
+                f"(database.clusters: {', '.join(self.names)})"
+            )
+        return cluster
+
+    async def load(self) -> int:
+        """Write the placement of every workspace that has none (created before migration
+        0022: on the control cluster), then read every placement; their number. Raises
+        `UnavailableError` when the control cluster cannot be reached."""
+        async with self.control.db.admin() as conn:
+            await conn.execute(
+                "INSERT INTO placements (workspace_key, cluster) SELECT w.key, %s FROM workspaces w"
+                " WHERE NOT EXISTS (SELECT 1 FROM placements p WHERE p.workspace_key = w.key)"
+                " ON CONFLICT (workspace_key) DO NOTHING",
+                (self.control.name,),
+            )
+            cur = await conn.execute("SELECT workspace_key, cluster FROM placements")
+            rows = await cur.fetchall()
+        for row in rows:
+            if row["cluster"] in self._by_name:
+                self._placed[int(row["workspace_key"])] = self._by_name[row["cluster"]]
+            else:
+                _log.warning("workspace %s is placed on unknown cluster %r", row["workspace_key"], row["cluster"])
+        return len(rows)
+
+    async def of(self, workspace_key: int) -> Cluster:
+        """The cluster of *workspace_key*: as remembered, or read from the control cluster
+        (then remembered). A workspace with no placement (deleted, or never created) is
+        answered with the control cluster, whose `memplane_enter_workspace` then refuses it.
+        Raises `UnavailableError` when it must be read and the control cluster is down, or
+        it names a cluster this server is not configured with."""
+        cluster = self._placed.get(workspace_key)
+        if cluster is not None:
+            return cluster
+        async with self.control.db.admin() as conn:
+            cur = await conn.execute("SELECT cluster FROM placements WHERE workspace_key = %s", (workspace_key,))
+            row = await cur.fetchone()
+        if row is None:
+            return self.control
+        cluster = self.named(str(row["cluster"]))
+        self._placed[workspace_key] = cluster
+        return cluster
+
+    async def choose(self, requested: str = "") -> Cluster:
+        """The cluster for a new workspace: *requested* (a configured name), else the one
+        with the fewest workspaces, the first of those on a tie, among those not known to
+        be down (`Database.availability`; all of them if every one is). Raises `UnavailableError`
+        for an unknown *requested* name (the admin service checks it first) or when the
+        control cluster is down."""
+        if requested:
+            return self.named(requested)
+        if len(self.clusters) == 1:
+            return self.control
+        async with self.control.db.admin() as conn:
+            cur = await conn.execute("SELECT cluster, count(*) AS n FROM placements GROUP BY cluster")
+            counts = {str(r["cluster"]): int(r["n"]) for r in await cur.fetchall()}
+        # A cluster known to be down is passed over while another is up; min keeps the first of equals.
+        up = [c for c in self.clusters if c.db.availability.up] or list(self.clusters)
+        return min(up, key=lambda c: counts.get(c.name, 0))
+
+    async def record(self, conn: Connection, workspace_key: int, cluster: Cluster) -> None:
+        """In the caller's transaction on the control cluster: *workspace_key* is placed
+        on *cluster* (remembered here once the caller calls `remember`)."""
+        await conn.execute(
+            "INSERT INTO placements (workspace_key, cluster) VALUES (%s, %s)", (workspace_key, cluster.name)
+        )
+
+    def remember(self, workspace_key: int, cluster: Cluster) -> None:
+        """Keep *workspace_key*'s placement (after the transaction that recorded it committed)."""
+        self._placed[workspace_key] = cluster
+
+    def forget(self, workspace_key: int) -> None:
+        """Drop *workspace_key*'s placement (its workspace was deleted)."""
+        self._placed.pop(workspace_key, None)
+
+    def counts(self) -> dict[str, int]:
+        """Workspaces placed per cluster, as this process knows them (every cluster named)."""
+        counts = dict.fromkeys(self.names, 0)
+        for cluster in self._placed.values():
+            counts[cluster.name] += 1
+        return counts

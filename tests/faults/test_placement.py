@@ -1,0 +1,243 @@
+"""Workspaces placed over several PostgreSQL clusters (issue 30, item 1), with real parts
+only: two and three PostgreSQL clusters of their own (initdb'd from the embedded server's
+binaries, as `killable_postgres`), one memplane server in this process over all of them
+(`database.clusters`), real gRPC.
+
+- Every RPC of the four services works for a workspace on each cluster, and its rows are
+  on that cluster only; the placement rule (fewest workspaces, first on a tie) and an
+  explicit placement hold; an unknown placement is INVALID_ARGUMENT naming the field.
+- One cluster killed (SIGKILL of its postmaster and backends): its workspaces' calls are
+  UNAVAILABLE within a second each, the other clusters' workspaces read and write as
+  before, and health says which cluster is down (`cluster/<name>` NOT_SERVING, the
+  services SERVING); started again, its workspaces are served again by themselves.
+
+On the code before placement, `database.clusters` did not exist (the setting was
+ignored and the embedded server started): no workspace's rows were on the clusters
+these tests read, and no health name `cluster/<name>` existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import psycopg
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from memplane.client import AsyncMemplaneClient
+from memplane.errors import InvalidArgumentError, UnavailableError
+from memplane.server.api.server import RunningServer
+from memplane.server.app import App, build_app
+from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.serving import serve
+from memplane.server.settings import ClusterSettings, DatabaseSettings
+from memplane.v1 import retrieval_pb2
+from tests.e2e.test_workspace_scoping import _every_rpc
+from tests.faults.conftest import KillablePostgres
+from tests.fix_process import free_port
+from tests.fix_replica import _pg, server_owned_dir
+from tests.fix_server import TestWorkspace, random_workspace_name, settings_for
+from tests.support import mem
+
+pytestmark = pytest.mark.timeout(600)
+
+UNAVAILABLE_WITHIN_SECONDS = 1.0  # the issue's bound for a call to a workspace on a cluster that is down
+HEALTH_WITHIN_SECONDS = 5.0
+LEXICAL = retrieval_pb2.SEARCH_MODE_LEXICAL
+RETRIEVAL = "memplane.v1.RetrievalService"
+
+
+@pytest.fixture
+def new_cluster(tmp_path: Path) -> Iterator[Callable[[str], KillablePostgres]]:
+    """`new_cluster(name)`: a new, empty PostgreSQL cluster, started; all stopped after the test."""
+    made: list[KillablePostgres] = []
+
+    def make(name: str) -> KillablePostgres:
+        pgdata = server_owned_dir(tmp_path / f"pg-{name}")
+        _pg("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=utf8")
+        cluster = KillablePostgres(pgdata, free_port())
+        cluster.start()
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+
+
+@dataclass
+class Placed:
+    """A server over several clusters, its admin client and the clusters by name."""
+
+    app: App
+    target: str
+    admin: AsyncMemplaneClient
+    clusters: dict[str, KillablePostgres]
+    clients: list[AsyncMemplaneClient]
+
+    async def workspace(self, placement: str = "") -> TestWorkspace:
+        """A new workspace (on *placement*, or where the rule puts it) with a key and a
+        client that sends every call once (no retries: the test times each)."""
+        name = random_workspace_name()
+        info = await self.admin.create_workspace(name, placement=placement)
+        key = await self.admin.create_api_key(name, "test")
+        client = AsyncMemplaneClient(self.target, key.api_key, timeout=30.0, retry_reads=False)
+        self.clients.append(client)
+        return TestWorkspace(name=name, client=client, key=key.api_key, key_id=key.key_id, info=info)
+
+
+@pytest.fixture
+async def placed(
+    new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
+) -> AsyncIterator[Callable[[list[str]], Awaitable[Placed]]]:
+    """`await placed(names)`: clusters of those names (the first the control cluster) and
+    a server in this process over them, every service, migrations applied at start."""
+    started: list[tuple[App, RunningServer, Placed]] = []
+
+    async def start(names: list[str]) -> Placed:
+        clusters = {name: new_cluster(name) for name in names}
+        settings = settings_for(tmp_path / "memplane", "", admin_key).model_copy(
+            update={
+                "database": DatabaseSettings(
+                    clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
+                )
+            }
+        )
+        app = await build_app(settings, embedder=embedder)
+        app.start()
+        running = await serve(app, host="127.0.0.1", port=0)
+        target = f"127.0.0.1:{running.port}"
+        server = Placed(app, target, AsyncMemplaneClient(target, admin_key, timeout=60.0), clusters, [])
+        started.append((app, running, server))
+        return server
+
+    yield start
+    for app, running, server in started:
+        for client in [*server.clients, server.admin]:
+            await client.close()
+        await running.stop(0)
+        await app.close()
+
+
+def _sql(dsn: str, query: str, *params: object) -> object:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]  # test-only literal SQL
+        return None if row is None else row[0]
+
+
+def _key(server: Placed, name: str) -> int:
+    """The workspace's key, from the control cluster's `workspaces`."""
+    control = next(iter(server.clusters.values()))
+    return int(_sql(control.dsn, "SELECT key FROM workspaces WHERE name = %s", name))  # type: ignore[call-overload]
+
+
+async def _health(target: str, name: str) -> int:
+    async with grpc.aio.insecure_channel(target) as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
+        return int(reply.status)
+
+
+async def _until_health(target: str, name: str, wanted: int) -> None:
+    deadline = time.monotonic() + HEALTH_WITHIN_SECONDS
+    while (status := await _health(target, name)) != wanted:
+        assert time.monotonic() < deadline, (
+            f"health {name!r} is {status}, not {wanted}, after {HEALTH_WITHIN_SECONDS} s"
+        )
+        await asyncio.sleep(0.05)
+
+
+async def test_the_rule_and_an_explicit_placement_place_workspaces_and_an_unknown_one_is_refused(
+    placed: Callable[[list[str]], Awaitable[Placed]],
+) -> None:
+    server = await placed(["east", "west"])
+    first = await server.workspace()
+    second = await server.workspace()
+    third = await server.workspace()
+    chosen = await server.workspace("west")
+    # Fewest workspaces, the first configured of those on a tie: east, west, east; then as asked.
+    assert [w.info.placement for w in (first, second, third, chosen)] == ["east", "west", "east", "west"]
+    assert (await server.admin.get_workspace(second.name)).placement == "west"
+    listed = {w.name: w.placement for w in (await server.admin.list_workspaces()).workspaces}
+    assert listed[first.name] == "east"
+    with pytest.raises(InvalidArgumentError) as refused:
+        await server.admin.create_workspace(random_workspace_name(), placement="north")
+    assert "placement" in str(refused.value)
+    assert server.app.placement.counts() == {"east": 2, "west": 2}
+
+
+async def test_every_rpc_works_for_a_workspace_on_each_of_two_clusters_and_its_rows_stay_there(
+    placed: Callable[[list[str]], Awaitable[Placed]],
+) -> None:
+    server = await placed(["a", "b"])
+    for name, there in server.clusters.items():
+        ws = await server.workspace(name)
+        other = await server.workspace(name)
+        await other.client.add_memories([mem("a memory of another workspace")])
+        await _every_rpc(ws, other, server.admin)  # deletes *other* at its end
+        await ws.client.add_memories([mem(f"the ferry to {name} leaves at dawn")])
+        hits = (await ws.client.search("ferry dawn", mode=LEXICAL)).hits
+        assert [h.memory.content for h in hits] == [f"the ferry to {name} leaves at dawn"]
+        key = _key(server, ws.name)
+        assert _sql(there.dsn, "SELECT count(*) FROM memories WHERE workspace_key = %s", key) == 1
+        assert _sql(there.dsn, "SELECT count(*) > 0 FROM memory_events WHERE workspace_key = %s", key) is True
+        for elsewhere_name, elsewhere in server.clusters.items():
+            if elsewhere_name != name:  # no partition of it; its row only on the control cluster (a)
+                assert _sql(elsewhere.dsn, "SELECT to_regclass(%s)::text", f"memories_w{key}") is None
+                control_row = 1 if elsewhere_name == "a" else 0
+                assert _sql(elsewhere.dsn, "SELECT count(*) FROM workspaces WHERE key = %s", key) == control_row
+        usage = await server.admin.get_workspace_usage(ws.name)
+        assert usage.memory_count == 1
+        await server.admin.delete_workspace(ws.name)
+        for cluster in server.clusters.values():  # gone everywhere, its placement too
+            assert _sql(cluster.dsn, "SELECT to_regclass(%s)::text", f"memories_w{key}") is None
+            assert _sql(cluster.dsn, "SELECT count(*) FROM workspaces WHERE key = %s", key) == 0
+            assert _sql(cluster.dsn, "SELECT count(*) FROM placements WHERE workspace_key = %s", key) == 0
+
+
+async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health_names_it(
+    placed: Callable[[list[str]], Awaitable[Placed]],
+) -> None:
+    server = await placed(["a", "b", "c"])
+    spaces = {name: await server.workspace(name) for name in server.clusters}
+    for name, ws in spaces.items():
+        await ws.client.add_memories([mem(f"the lighthouse on {name} logged a storm")])
+    for name in ("a", "b"):
+        await server.workspace(name)  # c has the fewest workspaces now
+    for name in server.clusters:
+        assert await _health(server.target, f"cluster/{name}") == health_pb2.HealthCheckResponse.SERVING
+
+    server.clusters["c"].kill()
+    down = spaces["c"].client
+    for _ in range(3):  # the first finds its pooled connection broken; the next are refused at once
+        began = time.monotonic()
+        with pytest.raises(UnavailableError):
+            await down.search("lighthouse storm", mode=LEXICAL)
+        assert time.monotonic() - began < UNAVAILABLE_WITHIN_SECONDS
+    began = time.monotonic()
+    with pytest.raises(UnavailableError):
+        await down.add_memories([mem("written while its cluster is down")])
+    assert time.monotonic() - began < UNAVAILABLE_WITHIN_SECONDS
+    for name in ("a", "b"):  # the others read and write as before
+        client = spaces[name].client
+        await client.add_memories([mem(f"the lighthouse on {name} logged a second storm")])
+        assert len((await client.search("lighthouse storm", mode=LEXICAL)).hits) == 2
+        await client.get_transcript("none")
+    await _until_health(server.target, "cluster/c", health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert await _health(server.target, "cluster/a") == health_pb2.HealthCheckResponse.SERVING
+    assert await _health(server.target, "cluster/b") == health_pb2.HealthCheckResponse.SERVING
+    assert await _health(server.target, RETRIEVAL) == health_pb2.HealthCheckResponse.SERVING  # not the control cluster
+    extra = await server.workspace()  # the rule passes over a cluster that is down, though it has the fewest
+    assert extra.info.placement == "a"
+    await extra.client.add_memories([mem("a new workspace's memory")])
+
+    server.clusters["c"].start()
+    await _until_health(server.target, "cluster/c", health_pb2.HealthCheckResponse.SERVING)
+    hits = (await down.search("lighthouse storm", mode=LEXICAL)).hits
+    assert [h.memory.content for h in hits] == ["the lighthouse on c logged a storm"]
+    await down.add_memories([mem("the lighthouse on c logged a second storm")])
+    assert len((await down.search("lighthouse storm", mode=LEXICAL)).hits) == 2
