@@ -11,7 +11,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 SERVICES = ["memplane.v1.RetrievalService", "memplane.v1.WriteBackService", "memplane.v1.AdminService"]
 
 
-@pytest.mark.parametrize("service", ["", *SERVICES])
+@pytest.mark.parametrize("service", ["", *SERVICES, "cluster/default"])  # its one database cluster too
 async def test_health_check_reports_serving(server: str, service: str) -> None:
     async with grpc.aio.insecure_channel(server) as channel:
         reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service))

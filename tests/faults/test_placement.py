@@ -23,21 +23,26 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pydantic import SecretStr
 
 from memplane.client import AsyncMemplaneClient
-from memplane.errors import InvalidArgumentError, UnavailableError
+from memplane.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from memplane.server.api.server import RunningServer
 from memplane.server.app import App, build_app
 from memplane.server.embedding.cache import CachedEmbedder
+from memplane.server.resources import migrate
 from memplane.server.serving import serve
-from memplane.server.settings import ClusterSettings, DatabaseSettings
-from memplane.v1 import retrieval_pb2
+from memplane.server.settings import ClusterSettings, DatabaseSettings, ExtractionSettings, LLMSettings
+from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
+from tests.e2e.test_extraction import SCOPE, USER, answer, fact, message
 from tests.e2e.test_workspace_scoping import _every_rpc
+from tests.fake_llm import FakeLLM
 from tests.faults.conftest import KillablePostgres
 from tests.fix_process import free_port
 from tests.fix_replica import _pg, server_owned_dir
@@ -50,6 +55,7 @@ UNAVAILABLE_WITHIN_SECONDS = 1.0  # the issue's bound for a call to a workspace 
 HEALTH_WITHIN_SECONDS = 5.0
 LEXICAL = retrieval_pb2.SEARCH_MODE_LEXICAL
 RETRIEVAL = "memplane.v1.RetrievalService"
+DONE = writeback_pb2.EXTRACTION_JOB_STATUS_DONE
 
 
 @pytest.fixture
@@ -94,20 +100,25 @@ class Placed:
 @pytest.fixture
 async def placed(
     new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
-) -> AsyncIterator[Callable[[list[str]], Awaitable[Placed]]]:
-    """`await placed(names)`: clusters of those names (the first the control cluster) and
-    a server in this process over them, every service, migrations applied at start."""
+) -> AsyncIterator[Callable[..., Awaitable[Placed]]]:
+    """`await placed(names, llm=None)`: clusters of those names (the first the control
+    cluster) and a server in this process over them, every service, migrations applied at
+    start; with *llm*, that fake endpoint is its LLM and one extraction worker runs per cluster."""
     started: list[tuple[App, RunningServer, Placed]] = []
 
-    async def start(names: list[str]) -> Placed:
+    async def start(names: list[str], llm: FakeLLM | None = None) -> Placed:
         clusters = {name: new_cluster(name) for name in names}
-        settings = settings_for(tmp_path / "memplane", "", admin_key).model_copy(
-            update={
-                "database": DatabaseSettings(
-                    clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
-                )
-            }
-        )
+        update: dict[str, Any] = {
+            "database": DatabaseSettings(
+                clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
+            )
+        }
+        if llm is not None:
+            update["llm"] = LLMSettings(
+                base_url=llm.base_url, api_key=SecretStr("sk-test"), model="fake", max_retries=0
+            )
+            update["extraction"] = ExtractionSettings(workers=1)
+        settings = settings_for(tmp_path / "memplane", "", admin_key).model_copy(update=update)
         app = await build_app(settings, embedder=embedder)
         app.start()
         running = await serve(app, host="127.0.0.1", port=0)
@@ -152,7 +163,7 @@ async def _until_health(target: str, name: str, wanted: int) -> None:
 
 
 async def test_the_rule_and_an_explicit_placement_place_workspaces_and_an_unknown_one_is_refused(
-    placed: Callable[[list[str]], Awaitable[Placed]],
+    placed: Callable[..., Awaitable[Placed]],
 ) -> None:
     server = await placed(["east", "west"])
     first = await server.workspace()
@@ -171,7 +182,7 @@ async def test_the_rule_and_an_explicit_placement_place_workspaces_and_an_unknow
 
 
 async def test_every_rpc_works_for_a_workspace_on_each_of_two_clusters_and_its_rows_stay_there(
-    placed: Callable[[list[str]], Awaitable[Placed]],
+    placed: Callable[..., Awaitable[Placed]],
 ) -> None:
     server = await placed(["a", "b"])
     for name, there in server.clusters.items():
@@ -200,7 +211,7 @@ async def test_every_rpc_works_for_a_workspace_on_each_of_two_clusters_and_its_r
 
 
 async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health_names_it(
-    placed: Callable[[list[str]], Awaitable[Placed]],
+    placed: Callable[..., Awaitable[Placed]],
 ) -> None:
     server = await placed(["a", "b", "c"])
     spaces = {name: await server.workspace(name) for name in server.clusters}
@@ -241,3 +252,43 @@ async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health
     assert [h.memory.content for h in hits] == ["the lighthouse on c logged a storm"]
     await down.add_memories([mem("the lighthouse on c logged a second storm")])
     assert len((await down.search("lighthouse storm", mode=LEXICAL)).hits) == 2
+
+
+async def test_the_extraction_workers_run_the_queued_jobs_of_every_cluster(
+    placed: Callable[..., Awaitable[Placed]], llm: FakeLLM
+) -> None:
+    """Jobs queued without waiting (no request runs them) are taken by the workers of their
+    own cluster: before placement, one set of workers polled the one database."""
+    server = await placed(["a", "b"], llm=llm)
+    for name in server.clusters:
+        ws = await server.workspace(name)
+        llm.script(answer(fact("user", "Tea", f"Ana likes green tea on {name}.", ids=["q1"])))
+        queued = await ws.client.write_conversation(SCOPE, [message("q1", USER, "I like green tea.")], extract=True)
+        deadline = time.monotonic() + 30
+        while (job := await ws.client.get_extraction_job(queued.extraction_job.id)).status != DONE:
+            assert time.monotonic() < deadline, f"the job on cluster {name} was not run: {job}"
+            await asyncio.sleep(0.05)
+        listed = await ws.client.list_memories()
+        assert [m.content for m in listed.memories if m.type == memory_pb2.MEMORY_TYPE_USER] == [
+            f"Ana likes green tea on {name}."
+        ]
+
+
+async def test_migrations_run_on_every_cluster_and_a_cluster_without_them_is_named(
+    new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
+) -> None:
+    clusters = {name: new_cluster(name) for name in ("a", "b")}
+    database = DatabaseSettings(
+        clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], migrate_on_start=False
+    )
+    settings = settings_for(tmp_path / "memplane", "", admin_key).model_copy(update={"database": database})
+    with pytest.raises(FailedPreconditionError, match="database cluster 'a' lacks migrations"):
+        await build_app(settings, embedder=embedder)
+    applied = await migrate(settings)  # what `memplane migrate` runs
+    per_cluster = len(applied) // 2
+    assert applied[0] == "a: 0001_init.sql"
+    assert applied[per_cluster] == "b: 0001_init.sql"
+    assert {name.split(": ")[0] for name in applied} == {"a", "b"}
+    for cluster in clusters.values():
+        assert _sql(cluster.dsn, "SELECT count(*) FROM schema_migrations") == per_cluster
+    assert await migrate(settings) == []
