@@ -107,6 +107,7 @@ class WorkspaceSpec:
     idle_timeout: str = ""  # spec.sandbox.idleTimeout (a DURATION_PATTERN string; "": the class's)
     sync_interval: str = ""  # spec.sandbox.syncInterval (a DURATION_PATTERN string; "0s": off; "": the class's)
     embedding: EmbeddingSpec = field(default_factory=EmbeddingSpec)
+    placement: str = ""  # spec.placement: the database cluster to create the workspace on ("": the services' rule)
     problems: tuple[str, ...] = ()
 
     @classmethod
@@ -147,6 +148,7 @@ class WorkspaceSpec:
                 model=embedding.get("model", ""),
                 dimensions=int(embedding.get("dimensions", 0)),
             ),
+            placement=str(spec.get("placement") or ""),
             problems=tuple(problems),
         )
 

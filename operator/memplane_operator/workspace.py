@@ -92,7 +92,11 @@ async def ensure_workspace(ctx: Ctx) -> admin_pb2.Workspace:
     except NotFoundError:
         try:
             workspace = await admin.create_workspace(
-                tenant, quotas=ctx.spec.quotas, retention=ctx.spec.retention, labels=ctx.owner_labels
+                tenant,
+                quotas=ctx.spec.quotas,
+                retention=ctx.spec.retention,
+                labels=ctx.owner_labels,
+                placement=ctx.spec.placement,
             )
             ctx.logger.info("created workspace %s", tenant)
         except AlreadyExistsError:  # created meanwhile (another reconcile, the CLI): judge it as found
@@ -115,6 +119,7 @@ async def ensure_workspace(ctx: Ctx) -> admin_pb2.Workspace:
         ctx.conditions.set(DATABASE_READY, False, "EmbeddingMismatch", f"spec.embedding declares {mismatch}")
         raise StepBlocked(mismatch)
     ctx.status["workspace"] = tenant
+    ctx.status["placement"] = workspace.placement
     if not ctx.conditions.is_true(DATABASE_READY, current=True):
         ctx.conditions.set(
             DATABASE_READY, True, "Provisioned", f"workspace {tenant!r}; quotas and retention not applied yet"

@@ -143,6 +143,13 @@ def _workspace_spec() -> Schema:
             ),
             "quotas": quotas,
             "retention": retention,
+            "placement": string(
+                "The database cluster to create the workspace on: a name of the services' database.clusters. "
+                "Unset: the services' rule (the cluster with the fewest workspaces). Read when the workspace is "
+                "created; a change later moves nothing yet (status.placement says where it is).",
+                maxLength=63,
+                pattern=DNS_LABEL_PATTERN,
+            ),
             "embedding": embedding,
             "llm": llm,
             "sandbox": sandbox,
@@ -193,6 +200,7 @@ def _workspace_status() -> Schema:
                 "items": condition(),
             },
             "workspace": string("The workspace in memplane (= spec.tenantId once provisioned)."),
+            "placement": string("The database cluster holding the workspace (Workspace.placement)."),
             "secretName": string("The Secret agent pods mount."),
             "keyId": string("Id of the API key in that Secret (the public part)."),
             "usage": object_(

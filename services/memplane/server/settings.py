@@ -37,8 +37,9 @@ def host_cores() -> int:
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
-CLUSTER_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-"""A database cluster's name: a DNS label (it names the cluster in placements and in health)."""
+CLUSTER_NAME = r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"
+"""A database cluster's name: a DNS label starting with a letter (it names the cluster in
+placements, in health and in a MemoryWorkspace's spec.placement)."""
 
 DEFAULT_CLUSTER = "default"
 """The name of the one cluster that `database.dsn` (or the embedded server) makes."""

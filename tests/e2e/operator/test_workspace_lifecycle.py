@@ -136,6 +136,22 @@ async def test_a_quota_change_reaches_the_services(
         await agent.add_memories([_memory("three")])
 
 
+async def test_spec_placement_names_the_database_cluster_and_an_unknown_one_is_refused_by_the_services(
+    kube: KubeCluster, k8s_namespace: str, services_admin: AsyncMemplaneClient
+) -> None:
+    await apply(kube, workspace(k8s_namespace, "placed", placement="default"))  # the services' one cluster
+    ready = await wait_ready(kube, k8s_namespace, "placed")
+    assert ready["status"]["placement"] == "default"
+    assert (await services_admin.get_workspace(ready["spec"]["tenantId"])).placement == "default"
+    await apply(kube, workspace(k8s_namespace, "misplaced", placement="north"))
+    target = "memoryworkspace/misplaced"
+    await wait_for(kube, condition_reason_is("DatabaseReady", "RejectedByServices"), target, k8s_namespace)
+    refused = await get(kube, "memoryworkspace", "misplaced", k8s_namespace)
+    assert "placement" in condition(refused, "DatabaseReady")["message"]
+    with pytest.raises(NotFoundError):  # nothing was created
+        await services_admin.get_workspace(refused["spec"]["tenantId"])
+
+
 @pytest.mark.parametrize("policy", ["Delete", "Retain"])
 async def test_reclaim_policy(
     policy: str, kube: KubeCluster, k8s_namespace: str, services_admin: AsyncMemplaneClient
