@@ -101,13 +101,16 @@ class Placed:
 async def placed(
     new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Awaitable[Placed]]]:
-    """`await placed(names, llm=None)`: clusters of those names (the first the control
-    cluster) and a server in this process over them, every service, migrations applied at
-    start; with *llm*, that fake endpoint is its LLM and one extraction worker runs per cluster."""
+    """`await placed(names, llm=None, extra=None)`: clusters of those names (the first the
+    control cluster), then the *extra* ones given, and a server in this process over them,
+    every service, migrations applied at start; with *llm*, that fake endpoint is its LLM
+    and one extraction worker runs per cluster."""
     started: list[tuple[App, RunningServer, Placed]] = []
 
-    async def start(names: list[str], llm: FakeLLM | None = None) -> Placed:
-        clusters = {name: new_cluster(name) for name in names}
+    async def start(
+        names: list[str], llm: FakeLLM | None = None, extra: dict[str, KillablePostgres] | None = None
+    ) -> Placed:
+        clusters = {name: new_cluster(name) for name in names} | (extra or {})
         update: dict[str, Any] = {
             "database": DatabaseSettings(
                 clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
@@ -230,9 +233,10 @@ async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health
             await down.search("lighthouse storm", mode=LEXICAL)
         assert time.monotonic() - began < UNAVAILABLE_WITHIN_SECONDS
     began = time.monotonic()
-    with pytest.raises(UnavailableError):
+    with pytest.raises(UnavailableError) as refused:  # refused before its text is embedded
         await down.add_memories([mem("written while its cluster is down")])
     assert time.monotonic() - began < UNAVAILABLE_WITHIN_SECONDS
+    assert "database cluster 'c' is unavailable" in str(refused.value)
     for name in ("a", "b"):  # the others read and write as before
         client = spaces[name].client
         await client.add_memories([mem(f"the lighthouse on {name} logged a second storm")])
@@ -292,3 +296,32 @@ async def test_migrations_run_on_every_cluster_and_a_cluster_without_them_is_nam
     for cluster in clusters.values():
         assert _sql(cluster.dsn, "SELECT count(*) FROM schema_migrations") == per_cluster
     assert await migrate(settings) == []
+
+
+async def test_a_cluster_down_at_start_leaves_the_others_served_and_joins_when_it_answers(
+    placed: Callable[..., Awaitable[Placed]], new_cluster: Callable[[str], KillablePostgres]
+) -> None:
+    """Before, a server whose second cluster was down could not start at all (its
+    migrations could not be applied), taking every cluster's workspaces down with it."""
+    late = new_cluster("late")
+    late.kill()
+    server = await placed(["a"], extra={"late": late})
+    assert await _health(server.target, "cluster/late") == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert await _health(server.target, RETRIEVAL) == health_pb2.HealthCheckResponse.SERVING
+    here = await server.workspace()  # the rule passes over the cluster that is down
+    assert here.info.placement == "a"
+    await here.client.add_memories([mem("the ferry leaves at dawn")])
+    began = time.monotonic()
+    with pytest.raises(UnavailableError):
+        await server.admin.create_workspace(random_workspace_name(), placement="late")
+    assert time.monotonic() - began < UNAVAILABLE_WITHIN_SECONDS
+    assert server.app.placement.counts() == {"a": 1, "late": 0}
+
+    late.start()  # never migrated: the server applies its migrations when its probe reaches it
+    await _until_health(server.target, "cluster/late", health_pb2.HealthCheckResponse.SERVING)
+    there = await server.workspace("late")
+    await there.client.add_memories([mem("the ferry to late leaves at noon")])
+    assert [h.memory.content for h in (await there.client.search("ferry", mode=LEXICAL)).hits] == [
+        "the ferry to late leaves at noon"
+    ]
+    assert _sql(late.dsn, "SELECT count(*) FROM memories WHERE workspace_key = %s", _key(server, there.name)) == 1

@@ -193,6 +193,7 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
         concurrency=ConcurrencyLimiter(
             settings.quota.max_concurrent_requests_per_workspace, settings.quota.max_queued_requests_per_workspace
         ),
+        reachable=routed.reachable,
     )
     served = tuple(s for s in SERVICES if s in services)
     app = App(

@@ -10,7 +10,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from memplane.errors import FailedPreconditionError
+from memplane.errors import FailedPreconditionError, UnavailableError
 from memplane.server.embedding.base import Embedder
 from memplane.server.embedding.batching import BatchingEmbedder
 from memplane.server.embedding.cache import CachedEmbedder
@@ -29,7 +29,7 @@ from memplane.server.settings import (
 )
 from memplane.server.storage.database import Database
 from memplane.server.storage.idempotency import delete_expired_records
-from memplane.server.storage.migrate import apply_migrations, pending_migrations
+from memplane.server.storage.migrate import apply_migrations, pending_migrations, unreachable
 from memplane.server.storage.placement import Cluster
 from memplane.server.storage.replica import ReadRouter, ReplicaPolicy
 from memplane.server.storage.retention import delete_expired_memories
@@ -71,10 +71,60 @@ async def open_clusters(settings: Settings) -> tuple[list[Cluster], EmbeddedPost
         dsn, embedded = start_database(settings)
         configured = [ClusterSettings(name=DEFAULT_CLUSTER, dsn=dsn)]
     clusters: list[Cluster] = []
-    for cfg in configured:
-        db = await open_database(settings, cfg.dsn, embedded=embedded is not None, name=cfg.name)
+    for n, cfg in enumerate(configured):
+        try:
+            db = await open_database(settings, cfg.dsn, embedded=embedded is not None, name=cfg.name)
+        except Exception as error:
+            if n == 0 or not (isinstance(error, UnavailableError) or unreachable(error)):
+                raise  # the control cluster (nothing is served without it), or not an outage
+            db = await _open_later(settings, cfg.dsn, cfg.name, error)
         clusters.append(Cluster(cfg.name, db, await build_reads(db, cfg.read_dsn, settings)))
     return clusters, embedded
+
+
+async def _open_later(settings: Settings, dsn: str, name: str, error: Exception) -> Database:
+    """The pool of a cluster (not the control one) that could not be reached at start: down
+    from the start (its workspaces' calls UNAVAILABLE, the others served), connecting in
+    the background; once a probe reaches it, its migrations are applied (or checked, as
+    `database.migrate_on_start` says: pending ones keep it down) before it counts as up."""
+    _log.warning(
+        "database cluster %s not reachable at start (%s): its workspaces are UNAVAILABLE until it is", name, error
+    )
+
+    async def prepare() -> None:
+        await _migrated(settings, dsn, name)
+        _log.info(
+            "database cluster %s reached: migrations %s",
+            name,
+            "applied" if settings.database.migrate_on_start else "checked",
+        )
+
+    db = Database(
+        dsn,
+        min_size=settings.database.pool_min_size,
+        max_size=settings.database.pool_max(embedded=False)[0],
+        timeout=settings.database.pool_timeout,
+        statement_timeout=settings.database.statement_timeout,
+        prepare=prepare,
+    )
+    await db.open(wait=False)
+    db.availability.lost(f"not reachable at start: {str(error).splitlines()[0] if str(error) else error!r}")
+    return db
+
+
+async def _migrated(settings: Settings, dsn: str, name: str) -> None:
+    """Apply pending migrations at *dsn* (`database.migrate_on_start`) or check there are
+    none. Raises `FailedPreconditionError` naming cluster *name* when some are missing and
+    may not be applied here."""
+    if settings.database.migrate_on_start:
+        await apply_migrations(dsn)
+        return
+    pending = await pending_migrations(dsn)
+    if pending:
+        raise FailedPreconditionError(
+            f"database cluster {name!r} lacks migrations {', '.join(pending)}: run `memplane migrate` "
+            "(the chart's migration Job) before starting the services"
+        )
 
 
 async def open_database(
@@ -83,15 +133,7 @@ async def open_database(
     """The open connection pool of the primary at *dsn* (cluster *name*), with migrations
     applied (`database.migrate_on_start`) or checked. Raises `FailedPreconditionError` when
     migrations are missing and may not be applied here."""
-    if settings.database.migrate_on_start:
-        await apply_migrations(dsn)
-    else:
-        pending = await pending_migrations(dsn)
-        if pending:
-            raise FailedPreconditionError(
-                f"database cluster {name!r} lacks migrations {', '.join(pending)}: run `memplane migrate` "
-                "(the chart's migration Job) before starting the services"
-            )
+    await _migrated(settings, dsn, name)
     pool_max, pool_origin = settings.database.pool_max(embedded=embedded)
     db = Database(
         dsn,

@@ -11,6 +11,7 @@ of its `quota.max_concurrent_requests_per_workspace` slots while it runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from memplane.domain.apikeys import split_key
 from memplane.domain.models import Principal, Workspace
@@ -31,7 +32,13 @@ class Authenticator:
         cache_seconds: float,
         limiter: RateLimiter | None = None,
         concurrency: ConcurrencyLimiter | None = None,
+        *,
+        reachable: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
+        """*reachable*: `await reachable(workspace_key)` raises `UnavailableError` while the
+        database cluster holding that workspace is down (`RoutedDatabase.reachable`), so a
+        call of such a workspace fails before it does any work (embedding, a model call)."""
+        self._reachable = reachable
         self._keys = keys
         self._limiter = limiter or RateLimiter()
         self._concurrency = concurrency or ConcurrencyLimiter(0)
@@ -46,7 +53,14 @@ class Authenticator:
     async def authenticate(self, api_key: str) -> Principal:
         """The principal of *api_key*. Raises `UnauthenticatedError` for a missing,
         malformed, unknown or revoked key, or a key whose workspace is gone;
-        `QuotaExceededError` past the workspace's `max_requests_per_second`."""
+        `QuotaExceededError` past the workspace's `max_requests_per_second`;
+        `UnavailableError` while the workspace's database cluster is down."""
+        principal = await self._principal(api_key)
+        if self._reachable is not None and principal.workspace is not None:
+            await self._reachable(principal.workspace.key)
+        return principal
+
+    async def _principal(self, api_key: str) -> Principal:
         if not api_key:
             raise UnauthenticatedError("missing credential: send 'authorization: Bearer <API key>'")
         cached = self._cache.get(api_key) if self._caching else None

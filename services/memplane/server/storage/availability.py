@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from memplane.errors import MemplaneError
 from memplane.server.background import Listener, Listeners, cancel
 
 _log = logging.getLogger(__name__)
@@ -93,8 +94,9 @@ class Availability:
                 async with conn:
                     await conn.execute("SELECT 1")
                 await self._recover()
-            except (psycopg.Error, OSError) as error:
-                _log.info("database probe failed: %s; next in %.2f s", str(error).splitlines()[0], delay)
+            except (psycopg.Error, OSError, MemplaneError) as error:  # MemplaneError: *recover* refused it
+                self._reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                _log.info("database probe failed: %s; next in %.2f s", self._reason, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, PROBE_MAX_SECONDS)
                 continue

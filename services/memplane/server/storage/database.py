@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -86,8 +86,13 @@ class Database:
         timeout: float = 30.0,
         statement_timeout: float = 30.0,
         connect_timeout: float | None = None,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """*prepare*: run once the server first answers a probe, before the database
+        counts as up (a cluster that was down when the process started: its migrations);
+        until it succeeds the database stays down."""
         self.dsn = dsn
+        self._prepare = prepare
         self._statement_timeout_ms = int(statement_timeout * 1000)
         self._timeout = timeout
         self._pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
@@ -101,10 +106,18 @@ class Database:
             kwargs={"row_factory": dict_row, "autocommit": False}
             | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
-        self.availability = Availability(dsn, recover=self._pool.check, connect_timeout=connect_timeout or 2.0)
+        self.availability = Availability(dsn, recover=self._recover, connect_timeout=connect_timeout or 2.0)
         # Connections go to workspaces in fair order, one always left for another workspace
         # than the one holding the rest (memplane.server.quota.fair).
         self.gate = FairGate(max_size, reserve=1)
+
+    async def _recover(self) -> None:
+        """After a probe reached the server: *prepare* (once), then drop the pool's broken
+        idle connections (`AsyncConnectionPool.check`)."""
+        if self._prepare is not None:
+            await self._prepare()
+            self._prepare = None
+        await self._pool.check()
 
     async def _configure(self, conn: Connection) -> None:
         await register_vector_async(conn)

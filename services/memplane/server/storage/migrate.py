@@ -70,3 +70,12 @@ async def pending_migrations(dsn: str) -> list[str]:
             cur = await conn.execute("SELECT version FROM schema_migrations")
             done = {r[0] for r in await cur.fetchall()}
     return [name for version, name, _ in _migrations() if version not in done]
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether *error*, raised by `apply_migrations` or `pending_migrations`, says the
+    server could not be reached (a connection error), rather than a failing migration."""
+    if isinstance(error, OSError):
+        return True
+    # No SQLSTATE: libpq could not connect; 08: connection exceptions; 57P: the server shutting down.
+    return isinstance(error, psycopg.OperationalError) and (error.sqlstate or "08").startswith(("08", "57P"))

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol, TypeVar
 
+from memplane.errors import UnavailableError
 from memplane.server.storage.database import Connection, Database
 from memplane.server.storage.placement import Placement
 
@@ -47,6 +48,15 @@ class RoutedDatabase:
     async def primary(self, workspace_key: int) -> Database:
         """The primary pool of *workspace_key*'s cluster."""
         return (await self.placement.of(workspace_key)).db
+
+    async def reachable(self, workspace_key: int) -> None:
+        """Return at once while the workspace's cluster is up; while it is known to be down,
+        wait up to RECOVERY_WAIT_SECONDS for it, then raise `UnavailableError` naming the
+        cluster (a request fails before doing any work for a database it cannot reach)."""
+        cluster = await self.placement.of(workspace_key)
+        availability = cluster.db.availability
+        if not availability.up and not await availability.wait_up():
+            raise UnavailableError(f"database cluster {cluster.name!r} is unavailable: {availability.describe()}")
 
     def primaries(self) -> list[Database]:
         """Every cluster's primary pool, the control cluster's first (background jobs run on each)."""
