@@ -19,6 +19,7 @@ these tests read, and no health name `cluster/<name>` existed.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
 from tests.e2e.test_extraction import SCOPE, USER, answer, fact, message
 from tests.e2e.test_workspace_scoping import _every_rpc
 from tests.fake_llm import FakeLLM
-from tests.faults.conftest import KillablePostgres
+from tests.faults.conftest import KillablePostgres, ServerProcess
 from tests.fix_process import free_port
 from tests.fix_replica import _pg, server_owned_dir
 from tests.fix_server import TestWorkspace, random_workspace_name, settings_for
@@ -325,3 +326,22 @@ async def test_a_cluster_down_at_start_leaves_the_others_served_and_joins_when_i
         "the ferry to late leaves at noon"
     ]
     assert _sql(late.dsn, "SELECT count(*) FROM memories WHERE workspace_key = %s", _key(server, there.name)) == 1
+
+
+async def test_memplane_serve_takes_its_clusters_from_the_environment(
+    new_cluster: Callable[[str], KillablePostgres], serve: Callable[..., Awaitable[ServerProcess]], admin_key: str
+) -> None:
+    """`memplane serve` as a process of its own, its clusters in MEMPLANE_DATABASE__CLUSTERS (JSON)."""
+    clusters = {name: new_cluster(name) for name in ("one", "two")}
+    listed = json.dumps([{"name": n, "dsn": c.dsn} for n, c in clusters.items()])
+    server = await serve(None, MEMPLANE_DATABASE__CLUSTERS=listed)
+    async with AsyncMemplaneClient(server.target, admin_key) as admin:
+        info = await admin.create_workspace(random_workspace_name(), placement="two")
+        key = (await admin.create_api_key(info.name, "test")).api_key
+    assert info.placement == "two"
+    async with AsyncMemplaneClient(server.target, key) as client:
+        await client.add_memories([mem("the night train to two")])
+        assert len((await client.search("night train", mode=LEXICAL)).hits) == 1
+    assert _sql(clusters["two"].dsn, "SELECT count(*) FROM memories") == 1
+    assert _sql(clusters["one"].dsn, "SELECT count(*) FROM memories") == 0
+    assert await _health(server.target, "cluster/one") == health_pb2.HealthCheckResponse.SERVING
