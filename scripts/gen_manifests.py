@@ -147,6 +147,7 @@ CHART_MANAGED = {
     ("data_dir",),
     ("database", "dsn"),
     ("database", "read_dsn"),
+    ("database", "clusters"),
     ("database", "migrate_on_start"),
     ("auth", "admin_key"),
     ("auth", "admin_key_file"),

@@ -81,19 +81,45 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-admin-key" (include "memplane.fullname" .)) .Values.auth.adminKeySecret.name }}
 {{- end }}
 
-{{/* The DSN from its Secret. */}}
+{{/* The DSN from its Secret; with database.clusters, each cluster's DSNs from their Secrets
+     (MEMPLANE_CLUSTER_<i>_DSN, _READ_DSN) and MEMPLANE_DATABASE__CLUSTERS naming them as
+     $(VAR) references, which Kubernetes expands from the variables defined before it. */}}
 {{- define "memplane.databaseEnv" -}}
+{{ include "memplane.databaseEnvLines" . | trim }}
+{{- end }}
+
+{{- define "memplane.databaseEnvLines" -}}
+{{- if .Values.database.clusters }}
+{{- if .Values.postgresql.enabled }}{{ fail "database.clusters needs postgresql.enabled=false: the bundled PostgreSQL is one database" }}{{ end }}
+{{- $listed := list }}
+{{- range $i, $c := .Values.database.clusters }}
+- name: MEMPLANE_CLUSTER_{{ $i }}_DSN
+  valueFrom:
+    secretKeyRef: {name: {{ $c.dsnSecret.name }}, key: {{ $c.dsnSecret.key }}}
+{{- $cluster := dict "name" $c.name "dsn" (printf "$(MEMPLANE_CLUSTER_%d_DSN)" $i) }}
+{{- with $c.readDsnSecret }}
+- name: MEMPLANE_CLUSTER_{{ $i }}_READ_DSN
+  valueFrom:
+    secretKeyRef: {name: {{ .name }}, key: {{ .key }}}
+{{- $_ := set $cluster "read_dsn" (printf "$(MEMPLANE_CLUSTER_%d_READ_DSN)" $i) }}
+{{- end }}
+{{- $listed = append $listed $cluster }}
+{{- end }}
+- name: MEMPLANE_DATABASE__CLUSTERS
+  value: {{ toJson $listed | quote }}
+{{- else }}
 - name: MEMPLANE_DATABASE__DSN
   valueFrom:
     secretKeyRef:
       name: {{ include "memplane.dsnSecretName" . }}
       key: {{ include "memplane.dsnSecretKey" . }}
 {{- end }}
+{{- end }}
 
 {{/* Environment every services container gets (the DSN and admin key from Secrets, the cluster settings). */}}
 {{- define "memplane.serviceEnv" -}}
 {{ include "memplane.databaseEnv" . }}
-{{- with .Values.database.readDsnSecret }}{{ if .name }}
+{{- with .Values.database.readDsnSecret }}{{ if and .name (not $.Values.database.clusters) }}
 - name: MEMPLANE_DATABASE__READ_DSN
   valueFrom:
     secretKeyRef: {name: {{ .name }}, key: {{ .key }}}

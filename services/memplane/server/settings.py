@@ -70,9 +70,9 @@ class DatabaseSettings(BaseModel):
         description="Several PostgreSQL clusters, each workspace placed wholly on one (JSON in the environment: "
         'MEMPLANE_DATABASE__CLUSTERS=\'[{"name": "a", "dsn": "...", "read_dsn": "..."}, ...]\'). The first is '
         "the control cluster: it also holds workspaces, API keys and the placement map. A new workspace goes to "
-        "the cluster CreateWorkspace names (placement), else to the one with the fewest workspaces (the first of "
-        "those on a tie). Unset: the one cluster of dsn and read_dsn (or the embedded server), named "
-        '"default". Set: dsn and read_dsn must be unset.',
+        "the cluster CreateWorkspace names (placement), else to the one with the fewest workspaces among those "
+        "not known to be down (the first of those on a tie). Unset: the one cluster of dsn and read_dsn (or the "
+        'embedded server), named "default". Set: dsn and read_dsn must be unset.',
     )
 
     dsn: str | None = Field(

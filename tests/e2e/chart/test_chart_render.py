@@ -31,6 +31,19 @@ MATRIX: dict[str, dict[str, str]] = {
     "no-operator-no-crds": {**BASE, "operator.enabled": "false", "crds.create": "false"},
     "console": {**BASE, "console.enabled": "true"},
     "console-one-namespace": {**BASE, "console.enabled": "true", "console.memoryWorkspaces.namespace": "team-a"},
+    "several-clusters": {
+        "database.clusters": json.dumps(
+            [
+                {
+                    "name": "a",
+                    "dsnSecret": {"name": "pg-a-app", "key": "uri"},
+                    "readDsnSecret": {"name": "pg-a-ro", "key": "uri"},
+                },
+                {"name": "b", "dsnSecret": {"name": "pg-b-app", "key": "uri"}},
+                {"name": "c", "dsnSecret": {"name": "pg-c-app", "key": "uri"}},
+            ]
+        )
+    },
 }
 NAMESPACES = ("memplane", "team-a", "team-b")
 
@@ -279,6 +292,7 @@ def test_the_schema_covers_every_value_and_every_value_has_a_default() -> None:
 def test_the_config_schema_is_settings_minus_what_the_chart_sets() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     managed = {"data_dir", "database.dsn", "database.read_dsn", "database.migrate_on_start", "auth.admin_key"}
+    managed |= {"database.clusters"}
     managed |= {"auth.admin_key_file", "auth.bootstrap_default_workspace", "grpc.host", "grpc.port"}
     managed |= {"embedding.api_key", "llm.api_key", "rerank.api_key"}
     expected: set[str] = set()
@@ -330,6 +344,49 @@ def test_a_bad_value_names_its_json_path(cluster: KubeCluster, values: dict[str,
     with pytest.raises(KubeCommandError) as caught:
         render(cluster, {**BASE, **values})
     assert message in caught.value.stderr
+
+
+def test_several_clusters_reach_every_services_pod_and_the_migration_job_from_their_secrets(
+    cluster: KubeCluster,
+) -> None:
+    """database.clusters: each cluster's DSNs from its Secrets, and MEMPLANE_DATABASE__CLUSTERS
+    naming them as $(VAR) references (Kubernetes expands them from the variables before it),
+    which the services' settings read as those clusters; no single DSN beside them."""
+    docs = render(cluster, MATRIX["several-clusters"])
+    containers = [named(docs, "Job", "mp-memplane-migrate-1")["spec"]["template"]["spec"]["containers"][0]]
+    containers += [
+        named(docs, "Deployment", f"mp-memplane-{c}")["spec"]["template"]["spec"]["containers"][0]
+        for c in ("retrieval", "writeback", "compaction", "admin")
+    ]
+    for container in containers:
+        env = container["env"]
+        by_name = {e["name"]: e for e in env}
+        assert "MEMPLANE_DATABASE__DSN" not in by_name
+        assert "MEMPLANE_DATABASE__READ_DSN" not in by_name
+        secrets = {
+            n: by_name[n]["valueFrom"]["secretKeyRef"]["name"] for n in by_name if n.startswith("MEMPLANE_CLUSTER_")
+        }
+        assert secrets == {
+            "MEMPLANE_CLUSTER_0_DSN": "pg-a-app",
+            "MEMPLANE_CLUSTER_0_READ_DSN": "pg-a-ro",
+            "MEMPLANE_CLUSTER_1_DSN": "pg-b-app",
+            "MEMPLANE_CLUSTER_2_DSN": "pg-c-app",
+        }
+        listed = by_name["MEMPLANE_DATABASE__CLUSTERS"]["value"]
+        order = [e["name"] for e in env]
+        for ref in re.findall(r"\$\((\w+)\)", listed):  # each defined before it: expandable
+            assert order.index(ref) < order.index("MEMPLANE_DATABASE__CLUSTERS")
+        expanded = re.sub(r"\$\((\w+)\)", lambda m: f"postgresql://{m.group(1).lower()}/app", listed)
+        clusters = Settings.model_validate({"database": {"clusters": json.loads(expanded)}}).database.cluster_list()
+        assert clusters is not None
+        assert [(c.name, c.dsn, c.read_dsn) for c in clusters] == [
+            ("a", "postgresql://memplane_cluster_0_dsn/app", "postgresql://memplane_cluster_0_read_dsn/app"),
+            ("b", "postgresql://memplane_cluster_1_dsn/app", None),
+            ("c", "postgresql://memplane_cluster_2_dsn/app", None),
+        ]
+    with pytest.raises(KubeCommandError) as caught:
+        render(cluster, {**MATRIX["several-clusters"], "postgresql.enabled": "true"})
+    assert "database.clusters needs postgresql.enabled=false" in caught.value.stderr
 
 
 def test_a_missing_database_is_explained(cluster: KubeCluster) -> None:
