@@ -39,7 +39,13 @@ from memplane.server.app import App, build_app
 from memplane.server.embedding.cache import CachedEmbedder
 from memplane.server.resources import migrate
 from memplane.server.serving import serve
-from memplane.server.settings import ClusterSettings, DatabaseSettings, ExtractionSettings, LLMSettings
+from memplane.server.settings import (
+    ClusterSettings,
+    DatabaseSettings,
+    ExtractionSettings,
+    LLMSettings,
+    VectorIndexSettings,
+)
 from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
 from tests.e2e.test_extraction import SCOPE, USER, answer, fact, message
 from tests.e2e.test_workspace_scoping import _every_rpc
@@ -115,7 +121,10 @@ async def placed(
         update: dict[str, Any] = {
             "database": DatabaseSettings(
                 clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
-            )
+            ),
+            # The vector indexer's scan of every cluster for backlogs each second (not 30 s): rows a
+            # pass missed (written in a transaction it ran before) reach the graph within the tests' wait.
+            "vector_index": VectorIndexSettings(scan_interval_seconds=1.0),
         }
         if llm is not None:
             update["llm"] = LLMSettings(
@@ -205,6 +214,11 @@ async def test_every_rpc_works_for_a_workspace_on_each_of_two_clusters_and_its_r
                 assert _sql(elsewhere.dsn, "SELECT to_regclass(%s)::text", f"memories_w{key}") is None
                 control_row = 1 if elsewhere_name == "a" else 0
                 assert _sql(elsewhere.dsn, "SELECT count(*) FROM workspaces WHERE key = %s", key) == control_row
+        deadline = time.monotonic() + 30  # the vector indexer puts its small writes into its cluster's graph
+        unindexed = "SELECT count(*) FROM memories WHERE workspace_key = %s AND NOT vector_indexed"
+        while _sql(there.dsn, unindexed, key) != 0:
+            assert time.monotonic() < deadline, f"memories of cluster {name} never indexed"
+            await asyncio.sleep(0.1)
         usage = await server.admin.get_workspace_usage(ws.name)
         assert usage.memory_count == 1
         await server.admin.delete_workspace(ws.name)
