@@ -52,7 +52,7 @@ from tests.e2e.test_workspace_scoping import _every_rpc
 from tests.fake_llm import FakeLLM
 from tests.faults.conftest import KillablePostgres, ServerProcess
 from tests.fix_process import free_port
-from tests.fix_replica import _pg, server_owned_dir
+from tests.fix_replica import StreamingReplica, _pg, server_owned_dir
 from tests.fix_server import TestWorkspace, random_workspace_name, settings_for
 from tests.support import mem
 
@@ -108,20 +108,23 @@ class Placed:
 async def placed(
     new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Awaitable[Placed]]]:
-    """`await placed(names, llm=None, extra=None)`: clusters of those names (the first the
-    control cluster), then the *extra* ones given, and a server in this process over them,
-    every service, migrations applied at start; with *llm*, that fake endpoint is its LLM
-    and one extraction worker runs per cluster."""
+    """`await placed(names, llm=None, extra=None, read_dsns=None)`: clusters of those names
+    (the first the control cluster), then the *extra* ones given, and a server in this
+    process over them, every service, migrations applied at start; *read_dsns*: a replica
+    per cluster name (a paused replay does not count as stale); with *llm*, that fake
+    endpoint is its LLM and one extraction worker runs per cluster."""
     started: list[tuple[App, RunningServer, Placed]] = []
 
     async def start(
-        names: list[str], llm: FakeLLM | None = None, extra: dict[str, KillablePostgres] | None = None
+        names: list[str],
+        llm: FakeLLM | None = None,
+        extra: dict[str, KillablePostgres] | None = None,
+        read_dsns: dict[str, str] | None = None,
     ) -> Placed:
         clusters = {name: new_cluster(name) for name in names} | (extra or {})
+        listed = [ClusterSettings(name=n, dsn=c.dsn, read_dsn=(read_dsns or {}).get(n)) for n, c in clusters.items()]
         update: dict[str, Any] = {
-            "database": DatabaseSettings(
-                clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()], pool_timeout=5.0
-            ),
+            "database": DatabaseSettings(clusters=listed, pool_timeout=5.0, replica_max_lag=3600.0),
             # The vector indexer's scan of every cluster for backlogs each second (not 30 s): rows a
             # pass missed (written in a transaction it ran before) reach the graph within the tests' wait.
             "vector_index": VectorIndexSettings(scan_interval_seconds=1.0),
@@ -359,3 +362,35 @@ async def test_memplane_serve_takes_its_clusters_from_the_environment(
     assert _sql(clusters["two"].dsn, "SELECT count(*) FROM memories") == 1
     assert _sql(clusters["one"].dsn, "SELECT count(*) FROM memories") == 0
     assert await _health(server.target, "cluster/one") == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_a_workspaces_reads_go_to_its_own_clusters_replica(
+    placed: Callable[..., Awaitable[Placed]], new_cluster: Callable[[str], KillablePostgres], tmp_path: Path
+) -> None:
+    """Cluster b has a streaming replica (its read_dsn), cluster a none: a search of b's
+    workspace without a token runs on b's replica (its replay paused, it misses the write
+    made after the pause), one of a's workspace on a's primary (it sees every write)."""
+    b = new_cluster("b")
+    pgdata = server_owned_dir(tmp_path / "b-standby")
+    _pg("pg_basebackup", "-D", str(pgdata), "-R", "-X", "stream", "-c", "fast", "-d", b.dsn)
+    standby = StreamingReplica(b.dsn, pgdata, free_port())
+    standby.start()
+    try:
+        server = await placed(["a"], extra={"b": b}, read_dsns={"b": standby.dsn})
+        on_a, on_b = await server.workspace("a"), await server.workspace("b")
+        for ws in (on_a, on_b):
+            await ws.client.add_memories([mem("the harbour master keeps a blue logbook")])
+        await asyncio.to_thread(standby.wait_replayed)
+        await asyncio.to_thread(standby.pause_replay)
+        try:
+            for ws in (on_a, on_b):
+                await ws.client.add_memories([mem("the harbour master lost the blue logbook at sea")])
+            for ws, seen in ((on_a, 2), (on_b, 1)):
+                async with AsyncMemplaneClient(server.target, ws.key) as stranger:  # holds no read token
+                    assert len((await stranger.search("harbour logbook", mode=LEXICAL)).hits) == seen
+            assert server.app.reads.stats["replica"] >= 1
+            assert len((await on_b.client.search("harbour logbook", mode=LEXICAL)).hits) == 2  # its token: the primary
+        finally:
+            await asyncio.to_thread(standby.resume_replay)
+    finally:
+        standby.stop()
