@@ -46,6 +46,7 @@ from memplane.server.settings import (
     LLMSettings,
     VectorIndexSettings,
 )
+from memplane.server.storage.migrate import apply_migrations
 from memplane.v1 import memory_pb2, retrieval_pb2, writeback_pb2
 from tests.e2e.test_extraction import SCOPE, USER, answer, fact, message
 from tests.e2e.test_workspace_scoping import _every_rpc
@@ -394,3 +395,20 @@ async def test_a_workspaces_reads_go_to_its_own_clusters_replica(
             await asyncio.to_thread(standby.resume_replay)
     finally:
         standby.stop()
+
+
+async def test_a_database_that_served_alone_cannot_join_as_another_cluster(
+    new_cluster: Callable[[str], KillablePostgres], embedder: CachedEmbedder, admin_key: str, tmp_path: Path
+) -> None:
+    """Its workspaces' keys would collide with the control cluster's, and no key would
+    reach them: the server refuses to start, naming the cluster and a workspace."""
+    clusters = {name: new_cluster(name) for name in ("a", "b")}
+    await apply_migrations(clusters["b"].dsn)
+    _sql(
+        clusters["b"].dsn,
+        "INSERT INTO workspaces (name, embedding_model, embedding_dimensions) VALUES ('alone', 'm', 4) RETURNING key",
+    )
+    database = DatabaseSettings(clusters=[ClusterSettings(name=n, dsn=c.dsn) for n, c in clusters.items()])
+    settings = settings_for(tmp_path / "memplane", "", admin_key).model_copy(update={"database": database})
+    with pytest.raises(FailedPreconditionError, match=r"database cluster 'b' holds 1 workspace\(s\) .*\(alone\)"):
+        await build_app(settings, embedder=embedder)

@@ -178,6 +178,7 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
     clusters, embedded = await open_clusters(settings)
     placement = Placement(clusters)
     placed = await placement.load()
+    await placement.check()
     _log.info("database clusters %s: %d workspaces placed", ", ".join(placement.names), placed)
     db = placement.control.db
     routed = RoutedDatabase(placement)

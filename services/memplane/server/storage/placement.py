@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memplane.errors import UnavailableError
+from memplane.errors import FailedPreconditionError, UnavailableError
 from memplane.server.storage.database import Connection, Database
 from memplane.server.storage.replica import ReadRouter
 
@@ -94,6 +94,37 @@ class Placement:
             else:
                 _log.warning("workspace %s is placed on unknown cluster %r", row["workspace_key"], row["cluster"])
         return len(rows)
+
+    async def check(self) -> None:
+        """Raise `FailedPreconditionError` when a cluster other than the control one (and
+        up) holds a workspace the control cluster does not place there: a database that
+        served alone before, added as a cluster (its keys would collide with the control
+        cluster's, and its workspaces would be reachable by no key). Each cluster's keys
+        are read before the control cluster's placements, and a workspace's placement is
+        committed before its copy is made, so a workspace being created is never taken
+        for a stray one. Raises `UnavailableError` when the control cluster is down."""
+        for cluster in self.clusters[1:]:
+            if not cluster.db.availability.up:
+                continue  # checked by nobody: it joins when it answers (a fresh cluster by then)
+            async with cluster.db.admin() as conn:
+                cur = await conn.execute("SELECT key, name FROM workspaces ORDER BY key")
+                held = {int(r["key"]): str(r["name"]) for r in await cur.fetchall()}
+            if not held:
+                continue
+            async with self.control.db.admin() as conn:
+                cur = await conn.execute(
+                    "SELECT workspace_key FROM placements WHERE cluster = %s AND workspace_key = ANY(%s)",
+                    (cluster.name, list(held)),
+                )
+                placed = {int(r["workspace_key"]) for r in await cur.fetchall()}
+            stray = sorted(set(held) - placed)
+            if stray:
+                names = ", ".join(held[k] for k in stray[:5]) + (", ..." if len(stray) > 5 else "")
+                raise FailedPreconditionError(
+                    f"database cluster {cluster.name!r} holds {len(stray)} workspace(s) the control cluster "
+                    f"{self.control.name!r} does not place there ({names}): a database that served on its own "
+                    "cannot join as another cluster"
+                )
 
     async def of(self, workspace_key: int) -> Cluster:
         """The cluster of *workspace_key*: as remembered, or read from the control cluster
