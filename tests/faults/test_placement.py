@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
+from memplane.cli.main import main as cli_main
 from memplane.client import AsyncMemplaneClient
 from memplane.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from memplane.server.api.server import RunningServer
@@ -90,6 +92,7 @@ class Placed:
 
     app: App
     target: str
+    admin_key: str
     admin: AsyncMemplaneClient
     clusters: dict[str, KillablePostgres]
     clients: list[AsyncMemplaneClient]
@@ -140,7 +143,7 @@ async def placed(
         app.start()
         running = await serve(app, host="127.0.0.1", port=0)
         target = f"127.0.0.1:{running.port}"
-        server = Placed(app, target, AsyncMemplaneClient(target, admin_key, timeout=60.0), clusters, [])
+        server = Placed(app, target, admin_key, AsyncMemplaneClient(target, admin_key, timeout=60.0), clusters, [])
         started.append((app, running, server))
         return server
 
@@ -233,7 +236,7 @@ async def test_every_rpc_works_for_a_workspace_on_each_of_two_clusters_and_its_r
 
 
 async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health_names_it(
-    placed: Callable[..., Awaitable[Placed]],
+    placed: Callable[..., Awaitable[Placed]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = await placed(["a", "b", "c"])
     spaces = {name: await server.workspace(name) for name in server.clusters}
@@ -265,6 +268,14 @@ async def test_a_killed_cluster_makes_only_its_workspaces_unavailable_and_health
     assert await _health(server.target, "cluster/a") == health_pb2.HealthCheckResponse.SERVING
     assert await _health(server.target, "cluster/b") == health_pb2.HealthCheckResponse.SERVING
     assert await _health(server.target, RETRIEVAL) == health_pb2.HealthCheckResponse.SERVING  # not the control cluster
+    # `memplane workspace list` lists every workspace, the down cluster's without its sizes
+    argv = ["workspace", "list", "--target", server.target, "--api-key", server.admin_key]
+    capsys.readouterr()
+    assert await asyncio.get_running_loop().run_in_executor(None, cli_main, argv) == 0
+    listed = {line.split("\t")[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert listed[spaces["c"].name].endswith("\tcluster c")
+    assert "\tunavailable\t" in listed[spaces["c"].name]
+    assert re.search(r"\t2 memories\t\d+ bytes\t.*\tcluster a$", listed[spaces["a"].name])
     extra = await server.workspace()  # the rule passes over a cluster that is down, though it has the fewest
     assert extra.info.placement == "a"
     await extra.client.add_memories([mem("a new workspace's memory")])

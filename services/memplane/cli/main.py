@@ -22,7 +22,7 @@ from google.protobuf import timestamp_pb2
 
 from memplane.cli.connect import add_connection_flags, admin_client, workspace_client
 from memplane.cli.usage import Parser
-from memplane.errors import MemplaneError
+from memplane.errors import MemplaneError, UnavailableError
 from memplane.server.logs import setup_logging
 from memplane.server.settings import Settings
 from memplane.v1 import admin_pb2, filter_pb2, memory_pb2
@@ -126,10 +126,12 @@ async def cmd_workspace(ns: argparse.Namespace, settings: Settings) -> int:
             while True:
                 page = await client.list_workspaces(page_token=token)
                 for ws in page.workspaces:
-                    usage = await client.get_workspace_usage(ws.name)
-                    print(
-                        f"{ws.name}\t{usage.memory_count} memories\t{usage.storage_bytes} bytes\t{ws.embedding_model}"
-                    )
+                    try:
+                        usage = await client.get_workspace_usage(ws.name)
+                        sizes = f"{usage.memory_count} memories\t{usage.storage_bytes} bytes"
+                    except UnavailableError:  # its database cluster is down: the others are listed
+                        sizes = "unavailable\t-"
+                    print(f"{ws.name}\t{sizes}\t{ws.embedding_model}\tcluster {ws.placement or 'default'}")
                 token = page.next_page_token
                 if not token:
                     break
