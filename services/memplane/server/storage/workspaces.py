@@ -280,10 +280,10 @@ class WorkspaceStore:
         its row on the control cluster, with its keys and placement); return its memory
         count. Touches no other workspace. Raises `NotFoundError`; `UnavailableError` when
         its cluster or the control cluster is down (a retry completes it)."""
-        there = self._db
-        if self._placement is not None:
-            workspace = await self.get(name)
-            there = await self._cluster(workspace.key)
+        if self._placement is None:
+            return await _ddl(self._db, lambda conn: _drop(conn, name))
+        workspace = await self.get(name)
+        there = await self._cluster(workspace.key)
         if there is self._db:
             count = await _ddl(self._db, lambda conn: _drop(conn, name))
         else:
@@ -295,8 +295,7 @@ class WorkspaceStore:
                 cur = await conn.execute("DELETE FROM workspaces WHERE name = %s RETURNING key", (name,))
                 if await cur.fetchone() is None:
                     raise NotFoundError("workspace", name)
-        if self._placement is not None:
-            self._placement.forget(workspace.key)
+        self._placement.forget(workspace.key)
         return count
 
     async def usage(self, name: str) -> WorkspaceUsage:
