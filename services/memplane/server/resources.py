@@ -62,9 +62,12 @@ async def open_clusters(settings: Settings) -> tuple[list[Cluster], EmbeddedPost
     """Every configured database cluster (`database.clusters`, or the one of `database.dsn`
     or the embedded server, named "default"), the control cluster first: each primary's
     pool open with migrations applied (`database.migrate_on_start`) or checked, and its
-    reads (`build_reads`); with the embedded server, this process's hold on it. Raises
-    `FailedPreconditionError` when a cluster lacks migrations that may not be applied here,
-    `UnavailableError` when a primary cannot be reached within the pool timeout."""
+    reads (`build_reads`); with the embedded server, this process's hold on it. Another
+    cluster than the control one that cannot be reached starts down (`_open_later`). With
+    several clusters each pool's availability names its cluster in messages and logs.
+    Raises `FailedPreconditionError` when a reachable cluster lacks migrations that may
+    not be applied here, `UnavailableError` (or the driver's connection error) when the
+    control cluster cannot be reached."""
     configured = settings.database.cluster_list()
     embedded: EmbeddedPostgres | None = None
     if configured is None:
@@ -72,8 +75,9 @@ async def open_clusters(settings: Settings) -> tuple[list[Cluster], EmbeddedPost
         configured = [ClusterSettings(name=DEFAULT_CLUSTER, dsn=dsn)]
     clusters: list[Cluster] = []
     for n, cfg in enumerate(configured):
+        label = cfg.name if len(configured) > 1 else ""
         try:
-            db = await open_database(settings, cfg.dsn, embedded=embedded is not None, name=cfg.name)
+            db = await open_database(settings, cfg.dsn, embedded=embedded is not None, name=cfg.name, label=label)
         except Exception as error:
             if n == 0 or not (isinstance(error, UnavailableError) or unreachable(error)):
                 raise  # the control cluster (nothing is served without it), or not an outage
@@ -106,6 +110,7 @@ async def _open_later(settings: Settings, dsn: str, name: str, error: Exception)
         timeout=settings.database.pool_timeout,
         statement_timeout=settings.database.statement_timeout,
         prepare=prepare,
+        name=name,
     )
     await db.open(wait=False)
     db.availability.lost(f"not reachable at start: {str(error).splitlines()[0] if str(error) else error!r}")
@@ -128,10 +133,11 @@ async def _migrated(settings: Settings, dsn: str, name: str) -> None:
 
 
 async def open_database(
-    settings: Settings, dsn: str, *, embedded: bool = False, name: str = DEFAULT_CLUSTER
+    settings: Settings, dsn: str, *, embedded: bool = False, name: str = DEFAULT_CLUSTER, label: str = ""
 ) -> Database:
-    """The open connection pool of the primary at *dsn* (cluster *name*), with migrations
-    applied (`database.migrate_on_start`) or checked. Raises `FailedPreconditionError` when
+    """The open connection pool of the primary at *dsn* (cluster *name*; *label*: the name
+    its availability gives in messages, "" for the one database), with migrations applied
+    (`database.migrate_on_start`) or checked. Raises `FailedPreconditionError` when
     migrations are missing and may not be applied here."""
     await _migrated(settings, dsn, name)
     pool_max, pool_origin = settings.database.pool_max(embedded=embedded)
@@ -141,6 +147,7 @@ async def open_database(
         max_size=pool_max,
         timeout=settings.database.pool_timeout,
         statement_timeout=settings.database.statement_timeout,
+        name=label,
     )
     await db.open()
     _log.info("database cluster %s: up to %d connections (%s)", name, pool_max, pool_origin)

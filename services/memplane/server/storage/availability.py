@@ -36,9 +36,14 @@ RECOVERY_WAIT_SECONDS = 0.5  # a request arriving while down waits this long for
 class Availability:
     """Up/down state of one database, with the probe that brings it back up."""
 
-    def __init__(self, dsn: str, *, recover: Callable[[], Awaitable[None]], connect_timeout: float = 2.0) -> None:
+    def __init__(
+        self, dsn: str, *, recover: Callable[[], Awaitable[None]], connect_timeout: float = 2.0, name: str = ""
+    ) -> None:
         """*recover*: run once a probe succeeded, before the state is up (drops broken
-        pooled connections). *connect_timeout*: seconds a probe's connect may take."""
+        pooled connections). *connect_timeout*: seconds a probe's connect may take.
+        *name*: the database cluster's, named in its messages and log lines ("": one
+        database, unnamed)."""
+        self._what = f"database cluster {name!r}" if name else "database"
         self._dsn = dsn
         self._recover = recover
         self._connect_timeout = max(1, round(connect_timeout))
@@ -55,8 +60,8 @@ class Availability:
     def describe(self) -> str:
         """Why requests are refused, for their UNAVAILABLE message."""
         if self._down_since is None:
-            return "database reachable"
-        return f"database unreachable for {time.monotonic() - self._down_since:.1f} s ({self._reason})"
+            return f"{self._what} reachable"
+        return f"{self._what} unreachable for {time.monotonic() - self._down_since:.1f} s ({self._reason})"
 
     async def wait_up(self, seconds: float = RECOVERY_WAIT_SECONDS) -> bool:
         """Whether the database is up, waiting up to *seconds* for the probe if it is down."""
@@ -80,7 +85,7 @@ class Availability:
         self._down_since = time.monotonic()
         self._back.clear()
         self._reason = reason
-        _log.warning("database unreachable (%s): refusing requests, probing until it answers", reason)
+        _log.warning("%s unreachable (%s): refusing requests, probing until it answers", self._what, reason)
         self._probe = asyncio.get_running_loop().create_task(self._run_probe())
 
     async def _run_probe(self) -> None:
@@ -96,7 +101,7 @@ class Availability:
                 await self._recover()
             except (psycopg.Error, OSError, MemplaneError) as error:  # MemplaneError: *recover* refused it
                 self._reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                _log.info("database probe failed: %s; next in %.2f s", self._reason, delay)
+                _log.info("%s probe failed: %s; next in %.2f s", self._what, self._reason, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, PROBE_MAX_SECONDS)
                 continue
@@ -105,7 +110,7 @@ class Availability:
         self._down_since = None
         self._back.set()
         self._probe = None
-        _log.warning("database reachable again after %.1f s: serving", down_for)
+        _log.warning("%s reachable again after %.1f s: serving", self._what, down_for)
         await self._listeners.notify(True)
 
     async def close(self) -> None:

@@ -87,10 +87,12 @@ class Database:
         statement_timeout: float = 30.0,
         connect_timeout: float | None = None,
         prepare: Callable[[], Awaitable[None]] | None = None,
+        name: str = "",
     ) -> None:
         """*prepare*: run once the server first answers a probe, before the database
         counts as up (a cluster that was down when the process started: its migrations);
-        until it succeeds the database stays down."""
+        until it succeeds the database stays down. *name*: the database cluster's, named
+        in its availability's messages and log lines ("": one database)."""
         self.dsn = dsn
         self._prepare = prepare
         self._statement_timeout_ms = int(statement_timeout * 1000)
@@ -106,7 +108,7 @@ class Database:
             kwargs={"row_factory": dict_row, "autocommit": False}
             | ({"connect_timeout": max(1, round(connect_timeout))} if connect_timeout else {}),
         )
-        self.availability = Availability(dsn, recover=self._recover, connect_timeout=connect_timeout or 2.0)
+        self.availability = Availability(dsn, recover=self._recover, connect_timeout=connect_timeout or 2.0, name=name)
         # Connections go to workspaces in fair order, one always left for another workspace
         # than the one holding the rest (memplane.server.quota.fair).
         self.gate = FairGate(max_size, reserve=1)

@@ -52,11 +52,12 @@ class RoutedDatabase:
     async def reachable(self, workspace_key: int) -> None:
         """Return at once while the workspace's cluster is up; while it is known to be down,
         wait up to RECOVERY_WAIT_SECONDS for it, then raise `UnavailableError` naming the
-        cluster (a request fails before doing any work for a database it cannot reach)."""
+        cluster when there are several (a request fails before doing any work for a
+        database it cannot reach)."""
         cluster = await self.placement.of(workspace_key)
         availability = cluster.db.availability
         if not availability.up and not await availability.wait_up():
-            raise UnavailableError(f"database cluster {cluster.name!r} is unavailable: {availability.describe()}")
+            raise UnavailableError(availability.describe())  # "database cluster '<name>' unreachable for ..."
 
     def primaries(self) -> list[Database]:
         """Every cluster's primary pool, the control cluster's first (background jobs run on each)."""
