@@ -179,7 +179,8 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
     placement = Placement(clusters)
     placed = await placement.load()
     await placement.check()
-    _log.info("database clusters %s: %d workspaces placed", ", ".join(placement.names), placed)
+    if len(placement.names) > 1:  # one database: nothing to say that the pool's line does not
+        _log.info("database clusters %s: %d workspaces placed", ", ".join(placement.names), placed)
     db = placement.control.db
     routed = RoutedDatabase(placement)
     embedder_health: EndpointHealth | None = None
