@@ -150,7 +150,10 @@ async def open_database(
         name=label,
     )
     await db.open()
-    _log.info("database cluster %s: up to %d connections (%s)", name, pool_max, pool_origin)
+    if label:  # one of several clusters
+        _log.info("database cluster %s: up to %d connections (%s)", name, pool_max, pool_origin)
+    else:
+        _log.info("database pool: up to %d connections (%s)", pool_max, pool_origin)
     return db
 
 
