@@ -53,7 +53,7 @@ class _Unreachable:
     def admin(self) -> Any:
         raise UnavailableError("database unreachable")
 
-    def tenant(self, workspace_key: int) -> Any:
+    def tenant(self, workspace_key: int, lock_timeout_ms: int = 0) -> Any:
         raise UnavailableError("database unreachable")
 
 
@@ -100,7 +100,7 @@ class _NothingCommitted:
         yield _Connection()
 
     @contextlib.asynccontextmanager
-    async def tenant(self, workspace_key: int) -> AsyncIterator[_Connection]:
+    async def tenant(self, workspace_key: int, lock_timeout_ms: int = 0) -> AsyncIterator[_Connection]:
         yield _Connection()
 
 

@@ -210,7 +210,13 @@ class Database:
 
     @asynccontextmanager
     async def tenant(
-        self, workspace_key: int, *, pipeline: bool = False, after_lsn: str = "", wait_seconds: float = 0.0
+        self,
+        workspace_key: int,
+        *,
+        pipeline: bool = False,
+        after_lsn: str = "",
+        wait_seconds: float = 0.0,
+        lock_timeout_ms: int = 0,
     ) -> AsyncIterator[Connection]:
         """A transaction confined to one workspace by row-level security.
 
@@ -230,16 +236,27 @@ class Database:
         first fetch — entry holds the workspace until the transaction ends, so a deletion
         never lands inside it (`memplane_enter_workspace`, migration 0016);
         `QuotaExceededError` when a statement's `memplane_check_quotas()` refused a write.
+
+        *lock_timeout_ms* (0: none): the transaction's lock_timeout, for background work
+        that has no deadline of its own (a lock held elsewhere fails it, SQLSTATE 55P03,
+        instead of holding a pooled connection until statement_timeout).
         """
         async with (
             self._connection(after_lsn, wait_seconds) as conn,
             _pipelined_transaction(conn) if pipeline else conn.transaction(),
         ):
-            await conn.execute(
-                "SELECT set_config('role', 'memplane_tenant', true),"
-                " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
-                (workspace_key,),
-            )
+            if lock_timeout_ms:  # set first: it bounds the entry's own wait for the workspace too
+                await conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true), set_config('role', 'memplane_tenant', true),"
+                    " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
+                    (f"{lock_timeout_ms}ms", workspace_key),
+                )
+            else:
+                await conn.execute(
+                    "SELECT set_config('role', 'memplane_tenant', true),"
+                    " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
+                    (workspace_key,),
+                )
             yield conn
 
     @asynccontextmanager

@@ -27,7 +27,13 @@ class TenantDatabase(Protocol):
     `Database.autocommit` for what each does and raises."""
 
     def tenant(
-        self, workspace_key: int, *, pipeline: bool = False, after_lsn: str = "", wait_seconds: float = 0.0
+        self,
+        workspace_key: int,
+        *,
+        pipeline: bool = False,
+        after_lsn: str = "",
+        wait_seconds: float = 0.0,
+        lock_timeout_ms: int = 0,
     ) -> AbstractAsyncContextManager[Connection]: ...
 
     def tenant_pipeline(
@@ -65,11 +71,23 @@ class RoutedDatabase:
 
     @asynccontextmanager
     async def tenant(
-        self, workspace_key: int, *, pipeline: bool = False, after_lsn: str = "", wait_seconds: float = 0.0
+        self,
+        workspace_key: int,
+        *,
+        pipeline: bool = False,
+        after_lsn: str = "",
+        wait_seconds: float = 0.0,
+        lock_timeout_ms: int = 0,
     ) -> AsyncIterator[Connection]:
         """`Database.tenant` on the workspace's cluster."""
         db = await self.primary(workspace_key)
-        async with db.tenant(workspace_key, pipeline=pipeline, after_lsn=after_lsn, wait_seconds=wait_seconds) as conn:
+        async with db.tenant(
+            workspace_key,
+            pipeline=pipeline,
+            after_lsn=after_lsn,
+            wait_seconds=wait_seconds,
+            lock_timeout_ms=lock_timeout_ms,
+        ) as conn:
             yield conn
 
     @asynccontextmanager

@@ -41,7 +41,7 @@ class DailyCounts:
 async def add_searches(db: TenantDatabase, workspace_key: int, day: date, searches: int) -> None:
     """Add *searches* to the workspace's count of *day* (UTC), in a transaction of its own.
     Database errors propagate (`UnavailableError` when no database answers)."""
-    async with db.tenant(workspace_key) as conn:
+    async with db.tenant(workspace_key, lock_timeout_ms=1_000) as conn:  # a held lock: retried at the next flush
         await conn.execute(_ADD, {"ws": workspace_key, "day": day, "n": searches})
 
 

@@ -45,6 +45,7 @@ from memplane.server.storage.routing import TenantDatabase
 
 _log = logging.getLogger(__name__)
 
+BACKGROUND_LOCK_TIMEOUT_MS = 1_000  # a pass meeting a held lock fails and is retried, not left waiting
 BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commit
 INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
 FOLLOW_UPS = 6  # looks again at a workspace whose pass found fewer rows than marked (waits 1, 2, ... 32 gathers)
@@ -91,7 +92,7 @@ async def index_backlog(db: TenantDatabase, workspace_key: int, *, batch_size: i
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     total = 0
     while True:
-        async with db.tenant(workspace_key) as conn:
+        async with db.tenant(workspace_key, lock_timeout_ms=BACKGROUND_LOCK_TIMEOUT_MS) as conn:
             cur = await conn.execute(_INDEX_BATCH, {"ws": workspace_key, "batch": batch_size})
             count = cur.rowcount
         total += count
