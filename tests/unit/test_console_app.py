@@ -259,6 +259,20 @@ def test_the_command_reads_its_target_and_tls_from_flags_then_the_environment(tm
         console_cli.client_factory(parser.parse_args(["--ca-file", str(tmp_path / "missing.pem")]), {})
 
 
+def test_the_kubeconfig_flag_is_read_at_start_and_a_bad_path_names_it(tmp_path: Path) -> None:
+    parser = console_cli.build_parser()
+    assert not console_cli.cluster_access(parser.parse_args([]), {}).enabled  # not in a Pod: no cluster
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    access = console_cli.cluster_access(
+        parser.parse_args(["--kubeconfig", str(kubeconfig), "--kube-namespace", "team-a"]), {}
+    )
+    assert (access.kubeconfig, access.namespace, access.enabled) == (str(kubeconfig), "team-a", True)
+    for bad in (tmp_path / "missing", tmp_path):  # absent; a directory
+        with pytest.raises(console_cli.ConsoleUsageError, match="--kubeconfig"):
+            console_cli.cluster_access(parser.parse_args(["--kubeconfig", str(bad)]), {})
+
+
 def test_the_command_needs_only_the_console_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,8 +11,8 @@ The admin view shows MemoryWorkspace conditions from ``--kubeconfig``'s cluster,
 Pod's own when run in one (`memplane.console.cluster`).
 
 Prints ``memplane console: http://HOST:PORT/BASE/`` on stdout once it listens.
-Exit status: 0 on SIGINT/SIGTERM, 1 for an address in use or an unreadable CA file,
-2 on bad usage.
+Exit status: 0 on SIGINT/SIGTERM, 1 for an address in use or an unreadable CA file or
+kubeconfig, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from memplane.client.aio import SERVICE_NAMES, AsyncMemplaneClient
 if TYPE_CHECKING:
     import uvicorn
     from starlette.types import ASGIApp
+
+    from memplane.console.cluster import ClusterAccess
 
 DEFAULT_PORT = 8080
 DEFAULT_TIMEOUT_SECONDS = 15.0  # a page waits this long for a hung server, then shows 504
@@ -137,6 +139,20 @@ def client_factory(ns: argparse.Namespace, environ: Mapping[str, str]) -> Callab
     )
 
 
+def cluster_access(ns: argparse.Namespace, environ: Mapping[str, str]) -> ClusterAccess:
+    """Where the admin view reads MemoryWorkspaces (`memplane.console.cluster.access_from`).
+    Raises `ConsoleUsageError` naming --kubeconfig for a file it cannot read: said at start,
+    not on the first admin page as an unreachable cluster."""
+    from memplane.console.cluster import access_from  # noqa: PLC0415 - beside build_app
+
+    if ns.kubeconfig:
+        try:
+            Path(ns.kubeconfig).read_bytes()
+        except OSError as error:
+            raise ConsoleUsageError(f"--kubeconfig {ns.kubeconfig}: {error.strerror or error}") from None
+    return access_from(ns.kubeconfig, ns.kube_namespace, environ)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port. Raises `ConsoleUsageError` naming --host / --port."""
     try:
@@ -171,16 +187,17 @@ def server_config(app: ASGIApp, ns: argparse.Namespace) -> uvicorn.Config:
 async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> int:
     """Serve the console of the parsed flags *ns* until SIGINT/SIGTERM; 0, or 1 with the
     reason on stderr for an address in use. A bad flag goes to *usage_error* (exit 2);
-    an unreadable CA file raises `ConsoleUsageError`."""
+    an unreadable CA file or kubeconfig raises `ConsoleUsageError`."""
     import uvicorn  # noqa: PLC0415 - the console extra, loaded once the flags are read
 
     from memplane.console.app import build_app  # noqa: PLC0415 - starlette: the console extra
-    from memplane.console.cluster import MemoryWorkspaces, access_from  # noqa: PLC0415 - beside build_app
+    from memplane.console.cluster import MemoryWorkspaces  # noqa: PLC0415 - beside build_app
     from memplane.console.ratelimit import RateLimiter  # noqa: PLC0415 - beside build_app
 
     if ns.sign_ins_per_minute < 1:
         usage_error(f"--sign-ins-per-minute: must be 1 or more, not {ns.sign_ins_per_minute}")
     factory = client_factory(ns, os.environ)
+    access = cluster_access(ns, os.environ)
     limiter = RateLimiter(burst=ns.sign_ins_per_minute, rate_per_second=ns.sign_ins_per_minute / 60.0)
     try:
         app = build_app(
@@ -188,7 +205,7 @@ async def run(ns: argparse.Namespace, usage_error: Callable[[str], NoReturn]) ->
             base_path=ns.base_path,
             secure_cookie=ns.secure_cookie,
             limiter=limiter,
-            cluster=MemoryWorkspaces(access_from(ns.kubeconfig, ns.kube_namespace)),
+            cluster=MemoryWorkspaces(access),
         )
     except ValueError as error:  # the base path
         usage_error(str(error))
