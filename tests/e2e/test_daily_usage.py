@@ -110,8 +110,12 @@ async def test_the_background_flush_writes_without_a_reader(
     try:
         async with AsyncMemplaneClient(f"127.0.0.1:{running.port}", workspace.key) as client:
             await client.search("flushed in the background")
-        while await _stored(pg_dsn, workspace.name) != 1:  # the periodic flush, polled (bounded by the test timeout)
-            pass
+        for _ in range(600):  # 30 s at most
+            if await _stored(pg_dsn, workspace.name) == 1:  # the periodic flush, polled
+                break
+            await asyncio.sleep(0.05)  # not a connection per loop turn, back to back
+        else:
+            raise AssertionError("the periodic flush never wrote the search")
     finally:
         await stop_serving(running, app)
 

@@ -58,12 +58,7 @@ async def test_sigterm_flushes_sigkill_loses_only_the_last_interval(
 
     third: ServerProcess = await serve(dsn, MEMPLANE_RETRIEVAL__SEARCH_COUNT_FLUSH_SECONDS="0.2")
     await _search(third, key, 1)
-    await wait_for_sql(
-        dsn,
-        "SELECT coalesce(sum(c.searches), 0) = 4 FROM search_counts c JOIN workspaces w ON w.key = c.workspace_key"
-        " WHERE w.name = %s",
-        ("counted",),
-        "the periodic flush added the third server's search",
-    )
+    flushed = "the periodic flush added the third server's search"
+    await wait_for_sql(dsn, f"SELECT ({_COUNT}) = 4", ("counted",), flushed)
     async with AsyncMemplaneClient(third.target, key) as client:
         assert (await client.get_daily_usage(1)).days[0].search_count == 4
