@@ -53,6 +53,7 @@ class Placement:
         self.clusters: tuple[Cluster, ...] = tuple(clusters)
         self._by_name = {c.name: c for c in clusters}
         self._placed: dict[int, Cluster] = {}
+        self._unplaced: set[int] = set()  # keys read with no placement: answered with the control cluster
 
     @property
     def control(self) -> Cluster:
@@ -128,17 +129,24 @@ class Placement:
 
     async def of(self, workspace_key: int) -> Cluster:
         """The cluster of *workspace_key*: as remembered, or read from the control cluster
-        (then remembered). A workspace with no placement (deleted, or never created) is
-        answered with the control cluster, whose `memplane_enter_workspace` then refuses it.
-        Raises `UnavailableError` when it must be read and the control cluster is down, or
-        it names a cluster this server is not configured with."""
+        (then remembered). A workspace with no placement is answered with the control
+        cluster, and remembered as such (not counted by `counts`), so its calls do not
+        each read it again: one created by a server without placements (during an upgrade,
+        after `load`) is there, and one deleted, or never created, is refused by the control
+        cluster's `memplane_enter_workspace` (a key is never reused, and a workspace's
+        placement commits with its row). Raises `UnavailableError` when it must
+        be read and the control cluster is down, or it names a cluster this server is not
+        configured with."""
         cluster = self._placed.get(workspace_key)
         if cluster is not None:
             return cluster
+        if workspace_key in self._unplaced:
+            return self.control
         async with self.control.db.admin() as conn:
             cur = await conn.execute("SELECT cluster FROM placements WHERE workspace_key = %s", (workspace_key,))
             row = await cur.fetchone()
         if row is None:
+            self._unplaced.add(workspace_key)
             return self.control
         cluster = self.named(str(row["cluster"]))
         self._placed[workspace_key] = cluster
@@ -170,11 +178,13 @@ class Placement:
 
     def remember(self, workspace_key: int, cluster: Cluster) -> None:
         """Keep *workspace_key*'s placement (after the transaction that recorded it committed)."""
+        self._unplaced.discard(workspace_key)
         self._placed[workspace_key] = cluster
 
     def forget(self, workspace_key: int) -> None:
         """Drop *workspace_key*'s placement (its workspace was deleted)."""
         self._placed.pop(workspace_key, None)
+        self._unplaced.discard(workspace_key)
 
     def counts(self) -> dict[str, int]:
         """Workspaces placed per cluster, as this process knows them (every cluster named)."""
