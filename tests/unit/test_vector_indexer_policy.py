@@ -5,15 +5,13 @@ under max_backlog; each workspace counted apart."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
 
 from memplane.errors import UnavailableError
 from memplane.server.storage.database import Database
-from memplane.server.storage.vector_index import FOLLOW_UPS, VectorIndexer
+from memplane.server.storage.vector_index import VectorIndexer
 
 
 def _indexer(**kwargs: int) -> VectorIndexer:
@@ -77,44 +75,3 @@ async def test_a_failed_pass_keeps_its_rows_counted_toward_max_backlog() -> None
         await indexer.stop()
     assert not indexer.defers(1, 1)  # still 12 waiting: writes enter the graph themselves
     assert indexer.defers(2, 1)
-
-
-class _Cursor:
-    rowcount = 0
-
-    async def fetchall(self) -> list[dict[str, int]]:
-        return []  # no workspace has a backlog
-
-
-class _Connection:
-    async def execute(self, query: str, params: object = None) -> _Cursor:
-        return _Cursor()
-
-
-class _NothingCommitted:
-    """A database where the rows the indexer is told of never show (a write that never
-    commits): every batch finds none."""
-
-    @contextlib.asynccontextmanager
-    async def admin(self) -> AsyncIterator[_Connection]:
-        yield _Connection()
-
-    @contextlib.asynccontextmanager
-    async def tenant(self, workspace_key: int, lock_timeout_ms: int = 0) -> AsyncIterator[_Connection]:
-        yield _Connection()
-
-
-async def test_rows_never_found_are_looked_for_a_bounded_number_of_times() -> None:
-    indexer = VectorIndexer(cast(Database, _NothingCommitted()), interval_seconds=0.001)
-    indexer.mark(1, 3)
-    indexer.start()  # the scan at start takes the mark, then the follow-ups come
-    try:
-        async with asyncio.timeout(10):
-            while True:
-                if indexer.stats.passes > 1 and not indexer._followups:
-                    break
-                await asyncio.sleep(0.001)  # between looks at the indexer's follow-ups
-    finally:
-        await indexer.stop()
-    assert indexer.stats.passes == 1 + FOLLOW_UPS  # then the next scan has it
-    assert indexer.stats.failures == 0

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memplane.errors import DeadlineExceededError, QuotaExceededError, UnavailableError, WorkspaceDeletedError
 from memplane.server.quota.fair import FairGate
+from memplane.server.storage import commits
 from memplane.server.storage.availability import Availability
 from memplane.server.storage.binary_arrays import register_array_dumpers
 
@@ -241,23 +242,20 @@ class Database:
         that has no deadline of its own (a lock held elsewhere fails it, SQLSTATE 55P03,
         instead of holding a pooled connection until statement_timeout).
         """
-        async with (
-            self._connection(after_lsn, wait_seconds) as conn,
-            _pipelined_transaction(conn) if pipeline else conn.transaction(),
-        ):
-            if lock_timeout_ms:  # set first: it bounds the entry's own wait for the workspace too
+        with commits.collected() as committed:
+            async with (
+                self._connection(after_lsn, wait_seconds) as conn,
+                _pipelined_transaction(conn) if pipeline else conn.transaction(),
+            ):
+                # lock_timeout first: it bounds the entry's own wait for the workspace too
                 await conn.execute(
-                    "SELECT set_config('lock_timeout', %s, true), set_config('role', 'memplane_tenant', true),"
+                    "SELECT set_config('lock_timeout', coalesce(%s, current_setting('lock_timeout')), true),"
+                    " set_config('role', 'memplane_tenant', true),"
                     " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
-                    (f"{lock_timeout_ms}ms", workspace_key),
+                    (f"{lock_timeout_ms}ms" if lock_timeout_ms else None, workspace_key),
                 )
-            else:
-                await conn.execute(
-                    "SELECT set_config('role', 'memplane_tenant', true),"
-                    " set_config('memplane.workspace_key', memplane_enter_workspace(%s), true)",
-                    (workspace_key,),
-                )
-            yield conn
+                yield conn
+        commits.run(committed)  # reached only once the transaction has committed
 
     @asynccontextmanager
     async def autocommit(self, workspace_key: int) -> AsyncIterator[Connection]:
@@ -270,8 +268,10 @@ class Database:
         (`memplane_insert_memories`, migration 0011); the connection leaves in transaction
         mode (closed, so the pool drops it, if it cannot be put back). Raises as every
         call, and `QuotaExceededError` when `memplane_check_quotas()` refused a write."""
-        async with self._connection() as conn, _autocommit(conn):
-            yield conn
+        with commits.collected() as committed:
+            async with self._connection() as conn, _autocommit(conn):
+                yield conn
+        commits.run(committed)  # each statement committed as it ended
 
     @asynccontextmanager
     async def tenant_pipeline(

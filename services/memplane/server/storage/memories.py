@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from memplane.domain.filters import MemoryFilter
 from memplane.domain.models import EventKind, Memory, MemoryEvent, Scope, Workspace
 from memplane.errors import VersionConflictError
+from memplane.server.storage.commits import after_commit
 from memplane.server.storage.database import Connection, fetch_one
 from memplane.server.storage.filters import Params, compile_filter
 from memplane.server.storage.history import load_events, record_events
@@ -50,7 +51,8 @@ class MemoryStore:
     same transaction. Searching is `memplane.server.storage.search`. Holds no state but
     the *indexer* of a process that writes: it decides whether an insert's rows wait
     outside the HNSW graph (`VectorIndexer.defers`, migration 0020) and is told of each
-    insert sent; without one (a process that does not write) every insert enters the graph."""
+    deferred insert once it has committed (`memplane.server.storage.commits`); without
+    one (a process that does not write) every insert enters the graph."""
 
     def __init__(self, indexer: VectorIndexer | None = None) -> None:
         self._indexer = indexer
@@ -59,8 +61,9 @@ class MemoryStore:
         """Whether *count* new rows enter the graph in their own statement; notes the insert."""
         if self._indexer is None:
             return True
-        if self._indexer.defers(workspace.key, count):
-            self._indexer.mark(workspace.key, count)
+        indexer, key = self._indexer, workspace.key
+        if indexer.defers(key, count):
+            after_commit(lambda: indexer.mark(key, count))  # a pass then finds the rows committed
             return False
         return True
 

@@ -20,10 +20,9 @@ its rows afterwards would rewrite each of them (the flag's UPDATE is a new row v
 and an entry in every index of the partition) — about twice the database time; and a
 backlog the indexer cannot catch up with would make every search scan it exactly.
 
-Which workspaces to visit: those this process deferred a write of (`mark`), after a
-short gather (*interval_seconds*, so one pass takes many rows), again a moment later
-when that pass found fewer rows than it was told of (a write is marked when its insert is
-sent: it may commit after the pass looked; `VectorIndexer._follow_up`), and every
+Which workspaces to visit: those this process deferred a write of (`mark`, called once
+the write has committed: `memplane.server.storage.commits`, so a pass finds its rows),
+after a short gather (*interval_seconds*, so one pass takes many rows), and every
 *scan_interval_seconds* every workspace with a backlog (rows left by a process that
 stopped before its pass, or written by another process that stopped), on every database
 cluster; one scan at start.
@@ -48,7 +47,6 @@ _log = logging.getLogger(__name__)
 BACKGROUND_LOCK_TIMEOUT_MS = 1_000  # a pass meeting a held lock fails and is retried, not left waiting
 BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commit
 INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
-FOLLOW_UPS = 6  # looks again at a workspace whose pass found fewer rows than marked (waits 1, 2, ... 32 gathers)
 RETRY_MAX_SECONDS = 30.0  # the longest wait between passes while they keep failing (the wait doubles from interval)
 
 _INDEX_BATCH = """/* memplane: vector indexing */
@@ -70,16 +68,6 @@ class IndexerStats:
     indexed: int = 0
     passes: int = 0
     failures: int = 0
-
-
-@dataclass(frozen=True)
-class _FollowUp:
-    """Another look at a workspace at loop time *due*: *expected* rows it was told of that
-    no pass has found yet, after *attempt* earlier follow-ups."""
-
-    due: float
-    expected: int
-    attempt: int
 
 
 async def index_backlog(db: TenantDatabase, workspace_key: int, *, batch_size: int = BATCH_SIZE) -> int:
@@ -110,9 +98,9 @@ async def backlog_workspaces(db: Database) -> list[int]:
 
 class VectorIndexer:
     """The background job (`memplane.server.background.Job`): `defers(key, count)` before
-    a write, `mark(key, count)` after a deferred one; the workspaces marked are indexed
-    *interval_seconds* later (the gather) and looked at again while rows they were told of
-    are not found, all with a backlog every *scan_interval_seconds* and at start. A
+    a write, `mark(key, count)` once a deferred one has committed; the workspaces marked are
+    indexed *interval_seconds* later (the gather), all with a backlog every
+    *scan_interval_seconds* and at start. A
     failing pass is counted and its workspaces kept for the next, with their rows still
     counted toward *max_backlog*; passes failing in a row are retried after a doubling
     wait (up to RETRY_MAX_SECONDS), the first logged at ERROR, the others at DEBUG, and
@@ -145,7 +133,6 @@ class VectorIndexer:
         self._max_deferred = max_deferred
         self._max_backlog = max_backlog
         self._marked: dict[int, int] = {}  # workspace key -> rows deferred since its last pass began
-        self._followups: dict[int, _FollowUp] = {}  # workspace key -> its next look for rows not found yet
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.stats = IndexerStats()
@@ -210,33 +197,26 @@ class VectorIndexer:
         next_scan = loop.time()  # a scan at start: rows a stopped process left
         failed = 0  # passes failed in a row
         while True:
-            wake_at = min([next_scan, *(f.due for f in self._followups.values())])
-            if loop.time() < wake_at:
+            if loop.time() < next_scan:
                 if not self._marked:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(wake_at - loop.time()):
+                        async with asyncio.timeout(next_scan - loop.time()):
                             await self._wake.wait()
                 if self._marked:
                     await asyncio.sleep(self._interval)  # gather: the writes of the next moments join this pass
-            now = loop.time()
-            scan = now >= next_scan
+            scan = loop.time() >= next_scan
             marked, self._marked = self._marked, {}
-            due = {k: f for k, f in self._followups.items() if f.due <= now or k in marked}
-            for key in due:
-                del self._followups[key]
             try:
-                counts = await self._pass(None if scan else set(marked) | set(due))
+                counts = await self._pass(None if scan else set(marked))
                 self.stats.indexed += sum(counts.values())
                 self.stats.passes += 1
-                self._follow_up(marked, due, counts, loop.time())
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # any failure: log it, keep the workspaces, retry after a backoff
                 self.stats.failures += 1
                 failed += 1
                 self._keep(marked)
-                self._followups.update(due)
                 delay = min(self._interval * 2 ** min(failed - 1, 16), RETRY_MAX_SECONDS)
                 if failed == 1:  # the first failure is news; each retry while it lasts is not
                     _log.exception("vector indexing pass failed; retrying in %.1f s", delay)
@@ -251,20 +231,6 @@ class VectorIndexer:
                 failed = 0
             if scan:
                 next_scan = loop.time() + self._scan_interval
-
-    def _follow_up(self, marked: dict[int, int], due: dict[int, _FollowUp], counts: dict[int, int], now: float) -> None:
-        """Look again later at each workspace whose pass found fewer rows than it was told
-        of: a write is marked when its insert is sent, and one that commits after the pass
-        looked (an insert waiting on a lock, a transaction still open) would otherwise wait
-        for the next write or the scan. The wait doubles from *interval_seconds*; after
-        FOLLOW_UPS looks the scan has it. (Rows not found for another reason — a duplicate
-        not stored, a write refused, rows another process indexed — cost the same few looks.)"""
-        for key in set(marked) | set(due):
-            previous = due.get(key)
-            expected = marked.get(key, 0) + (previous.expected if previous else 0) - counts.get(key, 0)
-            attempt = previous.attempt + 1 if previous and not marked.get(key) else 0
-            if expected > 0 and attempt < FOLLOW_UPS:
-                self._followups[key] = _FollowUp(now + self._interval * 2**attempt, expected, attempt)
 
     def _keep(self, marked: dict[int, int]) -> None:
         """Put back the counts of a failed pass's workspaces: their rows still wait, and
