@@ -20,6 +20,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.console import cli as console_cli
 from memplane.console import inputs
 from memplane.console.app import build_app, normalize_base_path
+from memplane.console.cluster import ClusterAccess, MemoryWorkspaces
 from memplane.console.ratelimit import RateLimiter
 from memplane.console.security import CONTENT_SECURITY_POLICY
 from memplane.console.sessions import SessionStore, TooManySessionsError
@@ -271,6 +272,18 @@ def test_the_kubeconfig_flag_is_read_at_start_and_a_bad_path_names_it(tmp_path: 
     for bad in (tmp_path / "missing", tmp_path):  # absent; a directory
         with pytest.raises(console_cli.ConsoleUsageError, match="--kubeconfig"):
             console_cli.cluster_access(parser.parse_args(["--kubeconfig", str(bad)]), {})
+
+
+async def test_an_unreachable_cluster_is_an_answer_for_the_admin_page_not_an_error(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"  # nothing listens on port 1
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    answer = await MemoryWorkspaces(ClusterAccess(kubeconfig=str(kubeconfig), namespace="team-a")).list()
+    assert answer["reason"].startswith("the Kubernetes API is unreachable: "), answer
+    assert (answer["available"], answer["namespace"], answer["items"]) == (False, "team-a", [])
 
 
 def test_the_command_needs_only_the_console_extra(
