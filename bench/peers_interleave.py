@@ -93,9 +93,9 @@ async def ingest_one_at_a_time(entries: Sequence[Entry], turns: Sequence[Turn]) 
                     await add([turn])
 
             started = time.perf_counter()
-            if await _guarded(entry, "ingest", one_by_one) is None and entry.failed:
-                continue
-            seconds[entry.name][user] = time.perf_counter() - started
+            await _guarded(entry, "ingest", one_by_one)
+            if not entry.failed:
+                seconds[entry.name][user] = time.perf_counter() - started
     for entry in entries:
         took = seconds[entry.name]
         if entry.failed or entry.add is None or len(took) != len(users):

@@ -18,7 +18,7 @@ from memplane.client import AsyncMemplaneClient
 from memplane.server.app import VECTOR_INDEXER, App, build_app
 from memplane.server.embedding.cache import CachedEmbedder
 from memplane.server.serving import serve
-from memplane.server.settings import RetrievalSettings, Settings, VectorIndexSettings
+from memplane.server.settings import Settings, VectorIndexSettings
 from memplane.server.storage.vector_index import VectorIndexer
 from memplane.v1 import retrieval_pb2
 from tests.fix_server import TestWorkspace, settings_for
@@ -55,7 +55,7 @@ class Held:
 
 
 def _graph_settings(base: Settings, vector_index: VectorIndexSettings) -> Settings:
-    retrieval = RetrievalSettings(**{**base.retrieval.model_dump(), "exact_scan_max_rows": 0})
+    retrieval = base.retrieval.model_copy(update={"exact_scan_max_rows": 0})
     return base.model_copy(update={"retrieval": retrieval, "vector_index": vector_index})
 
 

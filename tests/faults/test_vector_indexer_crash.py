@@ -21,7 +21,7 @@ from psycopg import sql
 from memplane.client import AsyncMemplaneClient
 from memplane.server.storage.vector_index import INDEX_MARKER
 from memplane.v1 import retrieval_pb2
-from tests.e2e.test_vector_index import TOPICS
+from tests.e2e.test_vector_index import TOPICS, _flags
 from tests.faults.conftest import ServerProcess, wait_for_sql
 from tests.fix_server import random_workspace_name
 from tests.support import mem, unit_vectors
@@ -52,12 +52,6 @@ async def _write_backlog(server: ServerProcess, api_key: str, seed: int) -> None
             await client.add_memories([mem(f"ship's log {seed}-{i}", embedding=vectors[i]) for i in rows])
         for text in TOPICS:
             await client.add_memories([mem(text)])
-
-
-async def _flags(pg_dsn: str, workspace_key: int) -> list[bool]:
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute("SELECT vector_indexed FROM memories WHERE workspace_key = %s", (workspace_key,))
-        return [bool(r[0]) for r in await cur.fetchall()]
 
 
 async def _counts(pg_dsn: str, workspace_key: int) -> tuple[int, ...]:

@@ -8,8 +8,10 @@ import asyncio
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
 from memplane.errors import UnavailableError
+from memplane.server.settings import Settings
 from memplane.server.storage.database import Database
 from memplane.server.storage.vector_index import VectorIndexer
 
@@ -75,3 +77,14 @@ async def test_a_failed_pass_keeps_its_rows_counted_toward_max_backlog() -> None
         await indexer.stop()
     assert not indexer.defers(1, 1)  # still 12 waiting: writes enter the graph themselves
     assert indexer.defers(2, 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("interval_seconds", 0), ("interval_seconds", 61), ("scan_interval_seconds", -1), ("batch_size", 0),
+     ("max_deferred", -1), ("max_backlog", -1)],
+)  # fmt: skip
+def test_vector_index_settings_out_of_range_are_refused_naming_the_field(field: str, value: float) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(vector_index={field: value})  # type: ignore[arg-type]
+    assert [e["loc"] for e in caught.value.errors()] == [("vector_index", field)]
