@@ -93,17 +93,18 @@ def _fmt(value: Any) -> str:
 def environment_banner(name: str, args: argparse.Namespace) -> None:
     """What ran, where, with which flags: printed first so figures keep their context."""
     print(f"# memplane bench: {name}")
-    print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs, load average {_load()}")
+    print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load_average()}")
     print(f"# flags: {json.dumps(vars(args), default=str, sort_keys=True)}")
     sys.stdout.flush()
 
 
 def closing_banner() -> None:
     """Load average at the end (the machine may be shared)."""
-    print(f"\n# load average at end: {_load()}")
+    print(f"\n# load average at end: {load_average()}")
 
 
-def _load() -> str:
+def load_average() -> str:
+    """The host's 1, 5 and 15 minute load averages ("n/a" where there are none)."""
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
@@ -401,9 +402,7 @@ async def _memplane_serve(
     """Start `memplane serve` on a free loopback port with this environment plus *env*
     (without the variables in *unset*), wait until it is SERVING, yield (target, process);
     SIGTERM at exit (SIGKILL if it has not ended STOP_SECONDS later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     environment = {k: v for k, v in os.environ.items() if k not in unset}
     environment.update({"MEMPLANE_AUTH__BOOTSTRAP_DEFAULT_WORKSPACE": "false", "MEMPLANE_GRPC__PORT": str(port)})
     environment.update(env)
@@ -436,6 +435,13 @@ async def _memplane_serve(
 
 STOP_SECONDS = 60.0
 """Seconds a `memplane serve` of the benches has to stop after SIGTERM before SIGKILL."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server of the bench to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 async def workspace_key(target: str, admin_key: str, name: str) -> str:

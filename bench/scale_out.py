@@ -32,7 +32,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -48,6 +47,8 @@ from _harness import (
     common_args,
     embed_documents,
     environment_banner,
+    free_port,
+    load_average,
     locomo_questions,
     locomo_turns,
     log,
@@ -81,12 +82,6 @@ def _pg(tool: str, *args: str, core: int | None = None) -> None:
         raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Cluster:
     """A PostgreSQL cluster of the bench: data in *pgdata*, on 127.0.0.1:*port*."""
@@ -113,7 +108,7 @@ def clusters(count: int, root: Path, *, pin: bool) -> Iterator[list[Cluster]]:
             if _RUN_AS is not None:
                 shutil.chown(pgdata, _RUN_AS, _RUN_AS)
             _pg("initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "--encoding=utf8")
-            cluster = Cluster(f"c{i}", pgdata, _free_port())
+            cluster = Cluster(f"c{i}", pgdata, free_port())
             options = f"-p {cluster.port} -h 127.0.0.1 -c unix_socket_directories='' -c max_connections=200"
             core = cores[i % len(cores)] if pin else None
             _pg("pg_ctl", "-D", str(pgdata), "-w", "-l", str(pgdata / "log"), "-o", options, "start", core=core)
@@ -206,7 +201,7 @@ async def measure(count: int, args: argparse.Namespace, data: Data, root: Path) 
         ms(pct(written.latencies, 50)),
         ms(pct(written.latencies, 99)),
         written.errors,
-        " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        load_average(),
     )
 
 
