@@ -217,19 +217,20 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
         app.jobs[EMBEDDED_SUPERVISOR] = app.embedded
     app.jobs[INVALIDATION_LISTENER] = InvalidationListener(db.dsn, authenticator)  # credentials: the control cluster
     meter = EmbeddingMeter(routed, embedder)
-    indexer = VectorIndexer(
-        routed,
-        clusters=[c.db for c in placement.clusters],
-        interval_seconds=settings.vector_index.interval_seconds,
-        scan_interval_seconds=settings.vector_index.scan_interval_seconds,
-        batch_size=settings.vector_index.batch_size,
-        max_deferred=settings.vector_index.max_deferred,
-        max_backlog=settings.vector_index.max_backlog,
-    )
-    writes = "writeback" in served or "compaction" in served
-    memories = MemoryStore(indexer if writes else None)
-    if writes:
+    indexer: VectorIndexer | None = None  # only a process that writes defers graph inserts
+    if "writeback" in served or "compaction" in served:
+        cfg = settings.vector_index
+        indexer = VectorIndexer(
+            routed,
+            clusters=[c.db for c in placement.clusters],
+            interval_seconds=cfg.interval_seconds,
+            scan_interval_seconds=cfg.scan_interval_seconds,
+            batch_size=cfg.batch_size,
+            max_deferred=cfg.max_deferred,
+            max_backlog=cfg.max_backlog,
+        )
         app.jobs[VECTOR_INDEXER] = indexer
+    memories = MemoryStore(indexer)
     if "retrieval" in served:
         _wire_retrieval(app, meter, memories)
     if "writeback" in served or "compaction" in served:
