@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -103,15 +104,7 @@ async def _open_later(settings: Settings, dsn: str, name: str, error: Exception)
             "applied" if settings.database.migrate_on_start else "checked",
         )
 
-    db = Database(
-        dsn,
-        min_size=settings.database.pool_min_size,
-        max_size=settings.database.pool_max(embedded=False)[0],
-        timeout=settings.database.pool_timeout,
-        statement_timeout=settings.database.statement_timeout,
-        prepare=prepare,
-        name=name,
-    )
+    db = _primary_pool(settings, dsn, label=name, prepare=prepare)
     await db.open(wait=False)
     db.availability.lost(f"not reachable at start: {str(error).splitlines()[0] if str(error) else error!r}")
     return db
@@ -140,21 +133,36 @@ async def open_database(
     (`database.migrate_on_start`) or checked. Raises `FailedPreconditionError` when
     migrations are missing and may not be applied here."""
     await _migrated(settings, dsn, name)
-    pool_max, pool_origin = settings.database.pool_max(embedded=embedded)
-    db = Database(
-        dsn,
-        min_size=settings.database.pool_min_size,
-        max_size=pool_max,
-        timeout=settings.database.pool_timeout,
-        statement_timeout=settings.database.statement_timeout,
-        name=label,
-    )
+    db = _primary_pool(settings, dsn, embedded=embedded, label=label)
     await db.open()
+    pool_max, pool_origin = settings.database.pool_max(embedded=embedded)
     if label:  # one of several clusters
         _log.info("database cluster %s: up to %d connections (%s)", name, pool_max, pool_origin)
     else:
         _log.info("database pool: up to %d connections (%s)", pool_max, pool_origin)
     return db
+
+
+def _primary_pool(
+    settings: Settings,
+    dsn: str,
+    *,
+    embedded: bool = False,
+    label: str = "",
+    prepare: Callable[[], Awaitable[None]] | None = None,
+) -> Database:
+    """The (unopened) pool of a cluster's primary at *dsn*, sized and timed by `database`
+    (*label*, *prepare*: as `Database` takes them)."""
+    cfg = settings.database
+    return Database(
+        dsn,
+        min_size=cfg.pool_min_size,
+        max_size=cfg.pool_max(embedded=embedded)[0],
+        timeout=cfg.pool_timeout,
+        statement_timeout=cfg.statement_timeout,
+        prepare=prepare,
+        name=label,
+    )
 
 
 async def build_embedder(cfg: EmbeddingSettings) -> tuple[Embedder, EndpointHealth | None]:
