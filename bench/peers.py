@@ -60,6 +60,7 @@ import base64
 import contextlib
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -87,7 +88,18 @@ from _harness import (
     workspace_key,
 )
 from ingest_sql import INSERT, RAW_TABLE, create_raw_table, sql_copies
-from peers_interleave import Adder, Call, Entry, Row, ingest_batched, ingest_one_at_a_time, search_levels
+from peers_interleave import (
+    ROLES,
+    Adder,
+    Call,
+    Entry,
+    Row,
+    Sampler,
+    ingest_batched,
+    ingest_one_at_a_time,
+    search_levels,
+    tree_cpu_seconds,
+)
 from peers_sql import (
     TOP_K,
     Level,
@@ -137,6 +149,7 @@ class UnavailableError(Exception):
 @dataclass
 class Endpoint:
     url: str
+    pid: int = 0  # the endpoint's process (0: not started by this bench)
 
     def stats(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.url}/stats", timeout=10) as reply:  # noqa: S310 (loopback)
@@ -191,7 +204,7 @@ async def endpoint(cache: Path) -> AsyncIterator[Endpoint]:
             raise RuntimeError(f"embedding endpoint did not start; see {log_path}")
         url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
         log(f"embedding endpoint on {url} (process {process.pid})")
-        yield Endpoint(url)
+        yield Endpoint(url, process.pid)
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -359,7 +372,7 @@ async def peer_entry(
         return [peer_call(main_worker, questions, mode) for _, mode in modes]
 
     rows = [Row(f"{info} {label}" if len(modes) > 1 else info) for label, _ in modes]
-    return Entry(peer.name, rows, adder(main_worker), batch, calls)
+    return Entry(peer.name, rows, adder(main_worker), batch, calls, processes=lambda: [main_worker.process.pid])
 
 
 def memplane_env(ep: Endpoint, *, cache_size: int, workers: int = 1) -> dict[str, str]:
@@ -400,19 +413,28 @@ async def memplane_entries(
     async def calls() -> list[Call]:
         return [await memplane_call(served, questions, True, connections=args.connections)]
 
-    entries = [Entry("memplane", [Row("memplane default hybrid over gRPC")], add, batch, calls)]
+    entries = [
+        Entry("memplane", [Row("memplane default hybrid over gRPC")], add, batch, calls, processes=lambda: [served.pid])
+    ]
     if args.cached:
+        cached_pids: list[int] = []
 
         async def cached_calls() -> list[Call]:
             cached = await exits.enter_async_context(
                 server_process(stack, **memplane_env(ep, cache_size=100_000, workers=args.workers))
             )
+            cached_pids.append(cached.pid)
             call = await memplane_call(cached, questions, True, connections=args.connections)
             await run_load(call, concurrency=8, requests=len(questions), max_seconds=600)  # fills its cache
             return [call]
 
         entries.append(
-            Entry("memplane cached", [Row("memplane, query embedding cached in process")], calls=cached_calls)
+            Entry(
+                "memplane cached",
+                [Row("memplane, query embedding cached in process")],
+                calls=cached_calls,
+                processes=lambda: cached_pids,
+            )
         )
     return entries
 
@@ -455,6 +477,23 @@ async def sql_entry(
     return Entry("SQL", [Row("one SQL statement, dense + FTS, RRF (precomputed vectors)")], add, batch, calls)
 
 
+def cpu_sampler(pgdata: Path, ep: Endpoint) -> Sampler:
+    """CPU seconds so far by role (`peers_interleave.ROLES`) for an entry: the PostgreSQL
+    of *pgdata* (postmaster and backends), the entry's own processes, this process, *ep*."""
+
+    def sample(entry: Entry) -> dict[str, float]:
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            "database": tree_cpu_seconds([postmaster], recursive=False),
+            "service": tree_cpu_seconds(entry.processes()),
+            "client": own.ru_utime + own.ru_stime,
+            "endpoint": tree_cpu_seconds([ep.pid]) if ep.pid else 0.0,
+        }
+
+    return sample
+
+
 def _timing(level: Level) -> dict[str, float]:
     replies = level.result.replies
     return {"embed": ms(pct([r[2] for r in replies], 50)), "db": ms(pct([r[3] for r in replies], 50))}
@@ -489,9 +528,10 @@ async def main(args: argparse.Namespace) -> None:
             entries = [await sql_entry(exits, turns=turns, **common), *await memplane_entries(exits, **common)]
             for name in args.peers:
                 entries.append(await peer_entry(exits, PEERS[name], **common))
-            await ingest_one_at_a_time(entries, turns)
+            sample = cpu_sampler(stack.data_dir / "pgdata", ep)
+            await ingest_one_at_a_time(entries, turns, sample)
             await ingest_batched(entries)
-            await search_levels(entries, questions, args, stack.data_dir / "pgdata")
+            await search_levels(entries, questions, args, stack.data_dir / "pgdata", sample)
             after = ep.stats()
     rows = [row for entry in entries for row in entry.rows]
     for entry in entries:
@@ -532,6 +572,26 @@ def print_results(
          "first conv /s", "last conv /s", f"batched ({args.batch}) /s", "notes"],
         table,
     )  # fmt: skip
+    print_cpu(rows)
+
+
+def print_cpu(rows: Sequence[Row]) -> None:
+    """Where each system's CPU went: ms per request by process role, per phase."""
+    phases = [("search@8", "search at 8 clients"), ("search@1", "search at 1 client"), ("ingest", "one-at-a-time add")]
+    table = []
+    for r in rows:
+        for key, label in phases:
+            used = r.cpu.get(key)
+            if used is not None:
+                table.append([r.system, label, *(used[role] for role in ROLES), sum(used.values())])
+    print_table(
+        "CPU ms per request by process (user + system, over the system's own turns): database = the PostgreSQL"
+        " backends, service = the system's own process (memplane's server, a peer's worker), client = the bench"
+        " process, endpoint = the embedding endpoint; on 2 cores, 2,000 / total is the most requests/s the box"
+        " could do",
+        ["system", "phase", *ROLES, "total"],
+        table,
+    )
 
 
 def plot(rows: Sequence[Row], path: Path, command: str) -> None:
