@@ -145,8 +145,9 @@ def _workspace_spec() -> Schema:
             "retention": retention,
             "placement": string(
                 "The database cluster to create the workspace on: a name of the services' database.clusters. "
-                "Unset: the services' rule (the cluster with the fewest workspaces). Read when the workspace is "
-                "created; a change later moves nothing yet (status.placement says where it is).",
+                "Unset: the services' rule (the cluster with the fewest workspaces). Fixed at creation: this "
+                "version does not move a workspace between clusters, so the API server refuses a change "
+                "(status.placement says where the workspace is).",
                 maxLength=63,
                 pattern=DNS_LABEL_PATTERN,
             ),
@@ -173,6 +174,13 @@ def _workspace_spec() -> Schema:
                     "rule": "!has(oldSelf.embedding) || (has(self.embedding) && self.embedding == oldSelf.embedding)",
                     "message": "embedding is immutable once set",
                     "fieldPath": ".embedding",
+                },
+                {
+                    "rule": "(has(self.placement) ? self.placement : '') == "
+                    "(has(oldSelf.placement) ? oldSelf.placement : '')",
+                    "message": "placement cannot be set, changed or removed after creation: this version does not "
+                    "move a workspace between database clusters",
+                    "fieldPath": ".placement",
                 },
             ]
         },

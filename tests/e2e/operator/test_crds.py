@@ -109,6 +109,29 @@ async def test_tenant_id_and_embedding_are_immutable(memplane_crds: KubeCluster,
     await apply(kube, obj)
 
 
+async def test_placement_is_fixed_at_creation(memplane_crds: KubeCluster, crd_namespace: str) -> None:
+    """No workspace move exists yet: a changed, added or removed spec.placement is refused
+    by the API server, not accepted and silently left unapplied."""
+    kube = memplane_crds
+    placed = workspace(crd_namespace, "placed", "tn-placed", placement="east")
+    await apply(kube, placed)
+    for change in ({"placement": "west"}, {"placement": None}):
+        changed = json.loads(json.dumps(placed))
+        changed["spec"].update(change)
+        if change["placement"] is None:
+            del changed["spec"]["placement"]
+        error = await _refused(kube, changed)
+        assert "spec.placement" in error
+        assert "does not move a workspace between database clusters" in error
+    unplaced = workspace(crd_namespace, "unplaced", "tn-unplaced")
+    await apply(kube, unplaced)
+    pinned = json.loads(json.dumps(unplaced))
+    pinned["spec"]["placement"] = "east"
+    assert "placement cannot be set, changed or removed" in await _refused(kube, pinned)
+    placed["spec"]["quotas"] = {"maxMemories": 7}  # the rest of the spec may still change
+    await apply(kube, placed)
+
+
 async def test_sandbox_classes_need_the_parameters_of_their_type(memplane_crds: KubeCluster) -> None:
     kube = memplane_crds
     error = await _refused(kube, _sandbox_class("kvm", type="kvm"))
