@@ -145,9 +145,9 @@ def _workspace_spec() -> Schema:
             "retention": retention,
             "placement": string(
                 "The database cluster to create the workspace on: a name of the services' database.clusters. "
-                "Unset: the services' rule (the cluster with the fewest workspaces). Fixed at creation: this "
-                "version does not move a workspace between clusters, so the API server refuses a change "
-                "(status.placement says where the workspace is).",
+                "Unset: the services' rule (the cluster with the fewest workspaces). Once the workspace is "
+                "placed (status.placement), this may only name that cluster or be unset: this version does not "
+                "move a workspace between clusters, so the API server refuses another.",
                 maxLength=63,
                 pattern=DNS_LABEL_PATTERN,
             ),
@@ -174,13 +174,6 @@ def _workspace_spec() -> Schema:
                     "rule": "!has(oldSelf.embedding) || (has(self.embedding) && self.embedding == oldSelf.embedding)",
                     "message": "embedding is immutable once set",
                     "fieldPath": ".embedding",
-                },
-                {
-                    "rule": "(has(self.placement) ? self.placement : '') == "
-                    "(has(oldSelf.placement) ? oldSelf.placement : '')",
-                    "message": "placement cannot be set, changed or removed after creation: this version does not "
-                    "move a workspace between database clusters",
-                    "fieldPath": ".placement",
                 },
             ]
         },
@@ -287,4 +280,16 @@ def memory_workspace_crd() -> dict[str, Any]:
             {"name": "Reclaim", "type": "string", "jsonPath": ".spec.reclaimPolicy", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
+        rules=[_PLACED_STAYS],
     )
+
+
+_PLACED_STAYS: Schema = {
+    # Before the workspace is placed, spec.placement may change (a name the services refused
+    # can be corrected); after, it may only name where the workspace is, or be unset.
+    "rule": "!has(oldSelf.status) || !has(oldSelf.status.placement) || oldSelf.status.placement == ''"
+    " || !has(self.spec.placement) || self.spec.placement == '' || self.spec.placement == oldSelf.status.placement",
+    "message": "spec.placement may only name the cluster in status.placement, or be unset: this version does not "
+    "move a workspace between database clusters",
+    "fieldPath": ".spec.placement",
+}

@@ -120,9 +120,11 @@ def crd(
     spec: Schema,
     status: Schema | None,
     columns: list[Schema],
+    rules: list[Schema] | None = None,
 ) -> dict[str, Any]:
     """The CustomResourceDefinition of one kind of group `GROUP`, served and stored at
-    `VERSION`: *spec* required, *status* (if any) a subresource, *columns* for `kubectl get`."""
+    `VERSION`: *spec* required, *status* (if any) a subresource, *columns* for `kubectl get`,
+    *rules* CEL validations of the whole object (a rule that reads both spec and status)."""
     properties: dict[str, Schema] = {
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
@@ -140,6 +142,7 @@ def crd(
             "description": description,
             "properties": properties,
             "required": ["spec"],
+            **({"x-kubernetes-validations": rules} if rules else {}),
         }
     }
     return {

@@ -109,27 +109,30 @@ async def test_tenant_id_and_embedding_are_immutable(memplane_crds: KubeCluster,
     await apply(kube, obj)
 
 
-async def test_placement_is_fixed_at_creation(memplane_crds: KubeCluster, crd_namespace: str) -> None:
-    """No workspace move exists yet: a changed, added or removed spec.placement is refused
-    by the API server, not accepted and silently left unapplied."""
+async def test_a_placed_workspace_keeps_its_placement(memplane_crds: KubeCluster, crd_namespace: str) -> None:
+    """No workspace move exists yet: once status.placement is set, a spec.placement naming
+    another cluster is refused by the API server (not accepted and silently left
+    unapplied); before it, a name the services refused can still be corrected."""
     kube = memplane_crds
-    placed = workspace(crd_namespace, "placed", "tn-placed", placement="east")
-    await apply(kube, placed)
-    for change in ({"placement": "west"}, {"placement": None}):
-        changed = json.loads(json.dumps(placed))
-        changed["spec"].update(change)
-        if change["placement"] is None:
-            del changed["spec"]["placement"]
-        error = await _refused(kube, changed)
-        assert "spec.placement" in error
-        assert "does not move a workspace between database clusters" in error
-    unplaced = workspace(crd_namespace, "unplaced", "tn-unplaced")
-    await apply(kube, unplaced)
-    pinned = json.loads(json.dumps(unplaced))
-    pinned["spec"]["placement"] = "east"
-    assert "placement cannot be set, changed or removed" in await _refused(kube, pinned)
-    placed["spec"]["quotas"] = {"maxMemories": 7}  # the rest of the spec may still change
-    await apply(kube, placed)
+    obj = workspace(crd_namespace, "placed", "tn-placed", placement="nort")
+    await apply(kube, obj)
+    obj["spec"]["placement"] = "north"  # not placed yet: a typo may be fixed
+    await apply(kube, obj)
+    status = json.dumps({"status": {"placement": "north"}})
+    await kube.akubectl(
+        "patch", "mws", "placed", "-n", crd_namespace, "--subresource=status", "--type=merge", "-p", status
+    )
+    obj["spec"]["placement"] = "south"
+    error = await _refused(kube, obj)
+    assert "spec.placement" in error
+    assert "does not move a workspace between database clusters" in error
+    obj["spec"]["placement"] = "north"  # where it is
+    obj["spec"]["quotas"] = {"maxMemories": 7}
+    await apply(kube, obj)
+    del obj["spec"]["placement"]  # unset: the services' rule, which moves nothing either
+    await apply(kube, obj)
+    obj["spec"]["placement"] = "south"
+    assert "may only name the cluster in status.placement" in await _refused(kube, obj)
 
 
 async def test_sandbox_classes_need_the_parameters_of_their_type(memplane_crds: KubeCluster) -> None:
