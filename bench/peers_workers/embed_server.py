@@ -19,6 +19,7 @@ import json
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -128,9 +129,11 @@ def save(path: Path) -> None:
         return
     keys = list(CACHE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, keys=np.array(keys, dtype="S32"), vectors=np.stack([CACHE[k] for k in keys]))
-    tmp.replace(path)
+    # A temporary file of this process's own (two benches may run endpoints at once), moved
+    # over the cache in one rename: a reader sees the old cache or the new one, never half.
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.stem + ".", suffix=".npz", delete=False) as tmp:
+        np.savez(tmp, keys=np.array(keys, dtype="S32"), vectors=np.stack([CACHE[k] for k in keys]))
+    Path(tmp.name).replace(path)
 
 
 def main() -> None:
