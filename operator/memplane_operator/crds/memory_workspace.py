@@ -286,9 +286,13 @@ def memory_workspace_crd() -> dict[str, Any]:
 
 _PLACED_STAYS: Schema = {
     # Before the workspace is placed, spec.placement may change (a name the services refused
-    # can be corrected); after, it may only name where the workspace is, or be unset.
+    # can be corrected); after, a change may only name where the workspace is, or unset it.
+    # An unchanged value always passes: an object whose spec.placement was changed under an
+    # earlier CRD (which accepted it and moved nothing) still takes status writes and other
+    # edits.
     "rule": "!has(oldSelf.status) || !has(oldSelf.status.placement) || oldSelf.status.placement == ''"
-    " || !has(self.spec.placement) || self.spec.placement == '' || self.spec.placement == oldSelf.status.placement",
+    " || !has(self.spec.placement) || self.spec.placement == '' || self.spec.placement == oldSelf.status.placement"
+    " || (has(oldSelf.spec.placement) && self.spec.placement == oldSelf.spec.placement)",
     "message": "spec.placement may only name the cluster in status.placement, or be unset: this version does not "
     "move a workspace between database clusters",
     "fieldPath": ".spec.placement",

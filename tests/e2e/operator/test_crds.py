@@ -135,6 +135,31 @@ async def test_a_placed_workspace_keeps_its_placement(memplane_crds: KubeCluster
     assert "may only name the cluster in status.placement" in await _refused(kube, obj)
 
 
+async def test_a_placement_changed_under_an_earlier_crd_still_takes_status_and_other_edits(
+    memplane_crds: KubeCluster, crd_namespace: str
+) -> None:
+    """An object whose spec.placement differs from status.placement (changed while the CRD
+    accepted it) must not be frozen by the rule: the operator's status writes and edits
+    of other fields pass while spec.placement stays as it is; changing it is refused."""
+    kube = memplane_crds
+    obj = workspace(crd_namespace, "drifted", "tn-drifted", placement="south")
+    await apply(kube, obj)
+
+    async def status(placement: str, memories: int) -> None:
+        patch = json.dumps({"status": {"placement": placement, "usage": {"memories": memories}}})
+        await kube.akubectl(
+            "patch", "mws", "drifted", "-n", crd_namespace, "--subresource=status", "--type=merge", "-p", patch
+        )
+
+    await status("north", 1)  # placed on north while spec says south: the old CRD's drift
+    await status("north", 2)  # the operator's next status write
+    obj["spec"]["quotas"] = {"maxMemories": 9}
+    await apply(kube, obj)
+    assert (await get(kube, "mws", "drifted", crd_namespace))["status"]["usage"]["memories"] == 2
+    obj["spec"]["placement"] = "east"
+    assert "does not move a workspace between database clusters" in await _refused(kube, obj)
+
+
 async def test_sandbox_classes_need_the_parameters_of_their_type(memplane_crds: KubeCluster) -> None:
     kube = memplane_crds
     error = await _refused(kube, _sandbox_class("kvm", type="kvm"))
