@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+import psutil  # type: ignore[import-untyped]
 import psycopg
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
@@ -101,6 +102,25 @@ def environment_banner(name: str, args: argparse.Namespace) -> None:
 def closing_banner() -> None:
     """Load average at the end (the machine may be shared)."""
     print(f"\n# load average at end: {load_average()}")
+
+
+def process_cpu_seconds(pids: Sequence[int], *, descendants: bool = False) -> float:
+    """CPU seconds (user + system) used so far by the live processes *pids* (and all their
+    descendants with *descendants*); a process gone meanwhile counts 0."""
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)] if descendants else [root]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+    return total
 
 
 def load_average() -> str:

@@ -64,6 +64,7 @@ from _harness import (
     load_average,
     log,
     print_table,
+    process_cpu_seconds,
     run_load,
     server_process,
 )
@@ -132,13 +133,7 @@ def affinity_report(processes: dict[str, list[int]]) -> dict[str, list[str]]:
 
 def cpu_seconds(processes: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds (user + system) used so far by the processes of each role."""
-    used = dict.fromkeys(processes, 0.0)
-    for role, pids in processes.items():
-        for pid in pids:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = psutil.Process(pid).cpu_times()
-                used[role] += times.user + times.system
-    return used
+    return {role: process_cpu_seconds(pids) for role, pids in processes.items()}
 
 
 async def listening(root: int, port: int, count: int) -> list[int]:

@@ -60,7 +60,6 @@ import base64
 import contextlib
 import json
 import os
-import resource
 import signal
 import sys
 import time
@@ -83,6 +82,7 @@ from _harness import (
     ms,
     pct,
     print_table,
+    process_cpu_seconds,
     run_load,
     server_process,
     workspace_key,
@@ -98,7 +98,6 @@ from peers_interleave import (
     ingest_batched,
     ingest_one_at_a_time,
     search_levels,
-    tree_cpu_seconds,
 )
 from peers_sql import (
     TOP_K,
@@ -108,6 +107,7 @@ from peers_sql import (
     _register,
     _turn_items,
     _turn_memory,
+    cpu_seconds,
     memplane_call,
     sql_call,
 )
@@ -482,13 +482,12 @@ def cpu_sampler(pgdata: Path, ep: Endpoint) -> Sampler:
     of *pgdata* (postmaster and backends), the entry's own processes, this process, *ep*."""
 
     def sample(entry: Entry) -> dict[str, float]:
-        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-        own = resource.getrusage(resource.RUSAGE_SELF)
+        client, database = cpu_seconds(pgdata)
         return {
-            "database": tree_cpu_seconds([postmaster], recursive=False),
-            "service": tree_cpu_seconds(entry.processes()),
-            "client": own.ru_utime + own.ru_stime,
-            "endpoint": tree_cpu_seconds([ep.pid]) if ep.pid else 0.0,
+            "database": database,
+            "service": process_cpu_seconds(entry.processes(), descendants=True),
+            "client": client,
+            "endpoint": process_cpu_seconds([ep.pid], descendants=True) if ep.pid else 0.0,
         }
 
     return sample

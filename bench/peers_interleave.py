@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil  # type: ignore[import-untyped]
 from _harness import log, run_load
 from peers_sql import Level, Question, Turn, measure
 
@@ -39,25 +38,6 @@ Sampler = Callable[["Entry"], dict[str, float]]
 """CPU seconds used so far by role (database, service, client, endpoint) for an entry."""
 T = TypeVar("T")
 ROLES = ("database", "service", "client", "endpoint")
-
-
-def tree_cpu_seconds(roots: Sequence[int], *, recursive: bool = True) -> float:
-    """CPU seconds (user + system) used so far by the live processes *roots* and their
-    children (all descendants unless not *recursive*); a process gone meanwhile counts 0."""
-    total = 0.0
-    for pid in roots:
-        try:
-            root = psutil.Process(pid)
-            procs = [root, *root.children(recursive=recursive)]
-        except psutil.Error:
-            continue
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-    return total
 
 
 def per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
@@ -137,8 +117,9 @@ async def ingest_one_at_a_time(entries: Sequence[Entry], turns: Sequence[Turn], 
             await _guarded(entry, "ingest", one_by_one)
             if not entry.failed:
                 seconds[entry.name][user] = time.perf_counter() - started
-                used = per_request(before, sample(entry), 1)
-                cpu[entry.name] = {role: cpu[entry.name][role] + used[role] / 1000 for role in ROLES}
+                after = sample(entry)
+                for role in ROLES:
+                    cpu[entry.name][role] += after[role] - before[role]
     for entry in entries:
         took = seconds[entry.name]
         if entry.failed or entry.add is None or len(took) != len(users):

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import resource
 import statistics
@@ -54,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 from _bulk import Row, bulk_seed
 from _harness import (
     LoadResult,
@@ -67,6 +65,7 @@ from _harness import (
     ms,
     pct,
     print_table,
+    process_cpu_seconds,
     run_load,
     seed,
     seeded_marker,
@@ -349,13 +348,8 @@ def cpu_seconds(pgdata: Path) -> tuple[float, float]:
     A busy shared machine stretches time, not the CPU a request needs: the ratio of these
     is the QPS ratio on an idle machine of the same cores, which the bench cannot have."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    postmaster = psutil.Process(int((pgdata / "postmaster.pid").read_text().split()[0]))
-    pg = 0.0
-    for proc in [postmaster, *postmaster.children()]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = proc.cpu_times()
-            pg += times.user + times.system
-    return own.ru_utime + own.ru_stime, pg
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    return own.ru_utime + own.ru_stime, process_cpu_seconds([postmaster], descendants=True)
 
 
 async def main(args: argparse.Namespace) -> None:
