@@ -103,15 +103,15 @@ async def killable_postgres(fresh_postgres: KillablePostgres) -> KillablePostgre
 POLL_SECONDS = 0.01  # between looks at pg_stat_activity (the states waited for live there)
 
 
-async def wait_for_sql(dsn: str, query: str, params: tuple[Any, ...], what: str) -> None:
-    """Poll *query* (one boolean) until it is true; fail naming *what* after 60 s."""
+async def wait_for_sql(dsn: str, query: str, params: tuple[Any, ...], what: str) -> Any:
+    """Poll *query* (one value) until it is true; return it; fail naming *what* after 60 s."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         try:
             async with asyncio.timeout(60):
                 while True:
                     row = await (await conn.execute(query, params)).fetchone()
                     if row is not None and row[0]:
-                        return
+                        return row[0]
                     await asyncio.sleep(POLL_SECONDS)
         except TimeoutError:
             pytest.fail(f"timed out waiting until {what}")
