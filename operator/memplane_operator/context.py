@@ -4,6 +4,7 @@ status being written, and the clients (AdminService, Kubernetes) shared by the p
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ class Runtime:
     MemoryWorkspace, so a timer never reconciles an object while a change handler does; the
     open sandbox backends and, per MemoryWorkspace uid, how many sandbox calls in a row
     found the backend unavailable (the retry backoff); the file sync's book (`syncs`); the
-    Events posted per object (`events`)."""
+    Events posted per object (`events`); the status each object's last pass wrote (`statuses`)."""
 
     settings: OperatorSettings
     admin: AsyncMemplaneClient
@@ -39,10 +40,28 @@ class Runtime:
     sandbox_failures: dict[str, int] = field(default_factory=dict)
     syncs: SyncBook = field(default_factory=SyncBook)
     events: EventBook = field(default_factory=EventBook)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def lock(self, uid: str) -> asyncio.Lock:
         """The lock of the object with *uid*."""
         return self.locks.setdefault(uid, asyncio.Lock())
+
+    def wrote(self, uid: str, status: Mapping[str, Any]) -> None:
+        """Remember *status*, what a pass of this process just gave kopf to write into the
+        status of the object *uid* (status.sandbox aside: the sync book keeps it)."""
+        self.statuses[uid] = copy.deepcopy({key: value for key, value in status.items() if key != "sandbox"})
+
+    def status(self, uid: str, observed: Mapping[str, Any]) -> dict[str, Any]:
+        """The status of the object *uid* as this process knows it: *observed* (as read),
+        with what its last pass wrote over it. kopf hands a handler and the resync timer a
+        body refreshed only by the object's next watch event, and applies a handler's patch
+        after the handler returns, outside the object's lock: a resync pass that waited for
+        the lock while a reconcile cycle ran read the status from before that cycle's write
+        and wrote again what the cycle had just written, stamped anew (usage.measuredTime,
+        the lastTransitionTime of a condition the cycle set first) — a second write of an
+        object already settled. Only this process's passes write these fields, so the last
+        one written is the newest."""
+        return {**observed, **self.statuses.get(uid, {})}
 
 
 class StepBlocked(Exception):  # noqa: N818 - a control-flow signal, not an error of the operator

@@ -110,6 +110,7 @@ def _write_status(ctx: Ctx, body: kopf.Body, patch: kopf.Patch) -> None:
     """The status of *ctx* into kopf's *patch*, and an Event for each transition it makes."""
     status = ctx.status_patch()
     patch.status.update(status)
+    ctx.runtime.wrote(ctx.uid, status)
     ctx.runtime.events.note(body, events.by_type(ctx.observed.get("conditions")), events.by_type(status["conditions"]))
 
 
@@ -233,6 +234,7 @@ async def delete(**kwargs: Any) -> None:
         released,
     )
     runtime.locks.pop(ctx.uid, None)
+    runtime.statuses.pop(ctx.uid, None)
     runtime.syncs.forget(ctx.uid)
     runtime.events.forget(ctx.uid)
 

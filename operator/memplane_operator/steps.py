@@ -74,11 +74,13 @@ STEP_FUNCTIONS: dict[str, Step] = {
 
 
 def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
-    """The Ctx of one reconcile of *body*; its conditions carry the SandboxSynced the file
-    sync last wrote and the SandboxReady the sandbox step last set, Ready derived again
-    (see `memplane_operator.sync.state`: *body* may predate a pass of this process). Make
-    it under the object's lock, so no sandbox step runs between it and its status write."""
+    """The Ctx of one reconcile of *body*; its status is the one this process's last pass
+    wrote (`Runtime.status`), its conditions carry the SandboxSynced the file sync last
+    wrote and the SandboxReady the sandbox step last set, Ready derived again (see
+    `memplane_operator.sync.state`: *body* may predate a pass of this process). Make it
+    under the object's lock, so no sandbox step runs between it and its status write."""
     meta = body["metadata"]
+    status = runtime.status(meta["uid"], body.get("status") or {})  # the last pass's write, seen or not
     ctx = Ctx(
         runtime=runtime,
         name=meta["name"],
@@ -87,9 +89,9 @@ def context(runtime: Runtime, body: kopf.Body, logger: Any) -> Ctx:
         generation=int(meta.get("generation", 0)),
         annotations=dict(meta.get("annotations") or {}),
         spec=WorkspaceSpec.parse(meta["name"], body["spec"]),
-        conditions=Conditions((body.get("status") or {}).get("conditions") or [], int(meta.get("generation", 0))),
+        conditions=Conditions(status.get("conditions") or [], int(meta.get("generation", 0))),
         logger=logger,
-        observed=dict(body.get("status") or {}),
+        observed=status,
     )
     runtime.syncs.overlay(ctx.uid, ctx.conditions)
     return ctx
