@@ -302,6 +302,7 @@ def _wire_writeback(app: App, meter: EmbeddingMeter, memories: MemoryStore, work
         blobs=blobs,
         meter=meter,
         limits=settings.limits,
+        group_commit=settings.group_commit,
     )
     app.writeback = writeback
     if "writeback" in app.services:

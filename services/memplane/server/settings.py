@@ -777,6 +777,30 @@ class VectorIndexSettings(BaseModel):
     )
 
 
+class GroupCommitSettings(BaseModel):
+    """Group commit of concurrent small adds (`memplane.server.writeback.group_commit`):
+    while a workspace has *max_inflight* inserts in flight from this process, the adds that
+    arrive wait and then go together, one transaction and one round trip for all; a lone
+    writer never waits."""
+
+    enabled: bool = Field(default=True, description="Group concurrent small adds of a workspace (false: each alone).")
+    max_inflight: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Inserts of one workspace in flight at once from one server process before further adds wait "
+        "to go together.",
+    )
+    max_members: int = Field(default=64, ge=2, le=1_000, description="Adds in one group at most.")
+    max_memories: int = Field(
+        default=16,
+        ge=1,
+        le=10_000,
+        description="An add of at most this many memories may join a group; a larger one goes alone (a bulk load "
+        "is its own batch).",
+    )
+
+
 class Settings(BaseSettings):
     """Root settings; see each group for units and defaults."""
 
@@ -793,6 +817,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    group_commit: GroupCommitSettings = Field(default_factory=GroupCommitSettings)
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     rerank: RerankSettings = Field(default_factory=RerankSettings)

@@ -44,10 +44,10 @@ from memplane.errors import (
 )
 from memplane.server.embedding.compat import ensure_compatible
 from memplane.server.quota.meter import EmbeddingMeter
-from memplane.server.settings import LimitsSettings
+from memplane.server.settings import GroupCommitSettings, LimitsSettings
 from memplane.server.storage.blobs import ToolResultBlobStore
 from memplane.server.storage.database import Connection
-from memplane.server.storage.inserts import RequestRecord
+from memplane.server.storage.inserts import InsertOutcome, PendingInsert, RequestRecord
 from memplane.server.storage.jobs import ExtractionJobStore
 from memplane.server.storage.memories import Change, MemoryStore
 from memplane.server.storage.routing import TenantDatabase
@@ -61,6 +61,7 @@ from memplane.server.validation import (
     check_scope,
     parse_memory_id,
 )
+from memplane.server.writeback.group_commit import GroupCommitter, PendingAdd
 from memplane.server.writeback.requests import Added, Ledger, WriteRequest, prepare
 from memplane.server.writeback.turns import merge_update
 from memplane.text.segment import segment
@@ -126,6 +127,9 @@ def _plan_update(
     return _PlannedUpdate(fields, text)
 
 
+Inserted = tuple[list[Memory], InsertOutcome]  # an add's memories as stored, and what its insert did
+
+
 class WriteBackService:
     """Writes of one workspace at a time; the workspace comes from the caller's principal."""
 
@@ -140,9 +144,11 @@ class WriteBackService:
         blobs: ToolResultBlobStore,
         meter: EmbeddingMeter,
         limits: LimitsSettings,
+        group_commit: GroupCommitSettings | None = None,
     ) -> None:
         """*ledger* runs each write at most once per request id; *jobs* is the extraction
-        job table GetExtractionJob reads."""
+        job table GetExtractionJob reads; *group_commit* (default: its defaults) how
+        concurrent small adds of a workspace share transactions."""
         self._db = db
         self._jobs = jobs
         self._blobs = blobs
@@ -152,6 +158,13 @@ class WriteBackService:
         self._embedder = meter.embedder
         self._limits = limits
         self._ledger = ledger
+        self._group_commit = group_commit or GroupCommitSettings()
+        self.committer: GroupCommitter[Inserted] = GroupCommitter(  # public: its statistics
+            self._insert_one,
+            self._insert_group,
+            max_inflight=self._group_commit.max_inflight,
+            max_members=self._group_commit.max_members,
+        )
 
     async def add(
         self, principal: Principal, workspace: Workspace, items: Sequence[NewMemory], request_id: str = ""
@@ -193,20 +206,9 @@ class WriteBackService:
                 return Added.replayed(*replayed)
             raise
         record = RequestRecord(request_id, request.method, request.digest) if request_id else None
+        add = PendingAdd(prepared, record, principal.actor, request_id, now)
         for _ in range(2):  # a second pass only if the record taken was swept meanwhile
-            # One statement, committed by the server as it ends (memplane_insert_memories)
-            async with self._db.autocommit(workspace.key) as conn:
-                stored, pending = await self._memories.insert_once(
-                    conn,
-                    workspace,
-                    prepared,
-                    record,
-                    actor=principal.actor,
-                    request_id=request_id,
-                    now=now,
-                    dedupe=True,
-                )
-                outcome = await pending.outcome()
+            stored, outcome = await self._insert(workspace, add)
             if outcome.claimed:
                 if not outcome.duplicates:
                     return Added(stored, ())
@@ -226,6 +228,36 @@ class WriteBackService:
             if replayed is not None:
                 return Added.replayed(*replayed)
         raise RuntimeError(f"request id {request_id!r} was neither claimable nor found")
+
+    async def _insert(self, workspace: Workspace, add: PendingAdd) -> Inserted:
+        """*add* through the group committer when it may join a group, else alone."""
+        if self._group_commit.enabled and len(add.prepared) <= self._group_commit.max_memories:
+            return await self.committer.insert(workspace, add)
+        return await self._insert_one(workspace, add)
+
+    async def _insert_one(self, workspace: Workspace, add: PendingAdd) -> Inserted:
+        """*add* as one statement, committed by the server as it ends
+        (`memplane_insert_memories`): the memories it would store and its outcome."""
+        async with self._db.autocommit(workspace.key) as conn:
+            stored, pending = await self._send(conn, workspace, add)
+            return stored, await pending.outcome()
+
+    async def _insert_group(self, workspace: Workspace, adds: Sequence[PendingAdd]) -> list[Inserted]:
+        """*adds* in one tenant transaction, each its own statement, all sent in one round
+        trip and committed together: each one's `_insert_one` result. Raises (nothing
+        committed) if any of them fails."""
+        async with self._db.tenant(workspace.key, pipeline=True) as conn:
+            sent = [await self._send(conn, workspace, a) for a in adds]
+        return [(stored, await pending.outcome()) for stored, pending in sent]
+
+    async def _send(
+        self, conn: Connection, workspace: Workspace, add: PendingAdd
+    ) -> tuple[list[Memory], PendingInsert]:
+        """Send *add*'s statement (deduplicating) on *conn*; its result arrives with the pipeline's."""
+        return await self._memories.insert_once(
+            conn, workspace, add.prepared, add.record, actor=add.actor, request_id=add.request_id, now=add.now,
+            dedupe=True,
+        )  # fmt: skip
 
     async def extraction_job(self, workspace: Workspace, job_id: str) -> ExtractionJob:
         """One extraction job of the workspace. Raises `InvalidArgumentError` for a
