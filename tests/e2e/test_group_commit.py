@@ -5,8 +5,8 @@ errors, exactly as alone.
 
 To make the adds wait deterministically, the test holds `memories` (the lock every write's
 `memplane_enter_workspace` takes, ACCESS SHARE) in ACCESS EXCLUSIVE mode: the first
-`max_inflight` adds block in the database, the others wait in the group committer; the
-test releases the lock once the committer holds all of them."""
+`max_inflight` adds are sent first and block in the database, the others then wait in the
+group committer; the test releases the lock once the committer holds all of them."""
 
 from __future__ import annotations
 
@@ -56,20 +56,40 @@ async def writes_held(pg_dsn: str) -> AsyncIterator[None]:
         yield
 
 
+# What an add running alone sends (`memplane_insert_memories` on an autocommit connection).
+ALONE = "SELECT claimed, duplicate_ords, duplicate_ids FROM memplane_insert_memories(%"
+
+
+async def queued_alone(pg_dsn: str) -> int:
+    """Backends queued on a lock while running an add alone."""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s", (ALONE,)
+        )
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 async def held_then_released(app: App, pg_dsn: str, key: int, calls: list[Awaitable[T]]) -> list[T | BaseException]:
     """Run *calls* (adds to workspace *key*, at most quota.max_concurrent_requests_per_workspace
-    of them: more would wait before the committer) while writes are held, until all but the
-    committer's in-flight ones wait in it; then release them and return their outcomes."""
+    of them: more would wait before the committer) while writes are held: the first
+    group_commit.max_inflight of them first, until each is queued in the database alone,
+    then the others, until they wait in the committer; then release them all and return
+    their outcomes, in order."""
     assert app.writeback is not None
     assert len(calls) <= app.settings.quota.max_concurrent_requests_per_workspace
     committer = app.writeback.committer
-    expected = len(calls) - app.settings.group_commit.max_inflight
+    inflight = app.settings.group_commit.max_inflight
     async with writes_held(pg_dsn):
-        tasks = [asyncio.ensure_future(c) for c in calls]
+        first = [asyncio.ensure_future(c) for c in calls[:inflight]]
         async with asyncio.timeout(WAIT_SECONDS):
-            while committer.waiting(key) < expected:  # noqa: ASYNC110  # the committer's count raises no event
+            while await queued_alone(pg_dsn) < inflight:  # noqa: ASYNC110  # pg_stat_activity raises no event
                 await asyncio.sleep(0.01)
-    return list(await asyncio.gather(*tasks, return_exceptions=True))
+        rest = [asyncio.ensure_future(c) for c in calls[inflight:]]
+        async with asyncio.timeout(WAIT_SECONDS):
+            while committer.waiting(key) < len(rest):  # noqa: ASYNC110  # the committer's count raises no event
+                await asyncio.sleep(0.01)
+    return list(await asyncio.gather(*first, *rest, return_exceptions=True))
 
 
 def one(text: str, index: int, *, user_id: str = "u1") -> list[memory_pb2.MemoryInput]:

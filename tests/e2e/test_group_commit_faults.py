@@ -264,3 +264,35 @@ async def test_a_group_whose_backend_is_terminated_runs_each_member_alone(
         # each request id's record names what its caller got
         assert await workspace.client.add_memories(one(f"member {i}", i), request_id=f"m-{i}") == reply
     await assert_consistent(pg_dsn, admin_client, workspace, key)
+
+
+async def test_a_group_whose_callers_all_left_leaves_the_lock_queue(
+    app: App, pg_dsn: str, server: str, workspace: TestWorkspace, admin_client: Any
+) -> None:
+    key = await workspace_key(pg_dsn, workspace.name)
+    async with (
+        client(server, workspace, 60.0) as patient,
+        client(server, workspace, 2.0) as hasty,
+        client(server, workspace, 10.0) as later,
+    ):
+        async with writes_held(pg_dsn):
+            a = start(hasty.add_memories(one("alone, leaves", 1), request_id="a"))
+            await until_waiting(pg_dsn, ALONE, 1)
+            b = start(patient.add_memories(one("alone, stays", 2), request_id="b"))
+            await until_waiting(pg_dsn, ALONE, 2)
+            grouped = [start(later.add_memories(one(f"grouped {i}", 10 + i), request_id=f"g-{i}")) for i in range(2)]
+            await until_queued(app, key, 2)
+            with pytest.raises(DeadlineExceededError):
+                await a
+            await until_waiting(pg_dsn, ALONE, 1)  # a's statement was cancelled: it left the lock queue
+            await until_waiting(pg_dsn, GROUP, 1)  # the two waiting adds went, as one group
+            for call in grouped:
+                with pytest.raises(DeadlineExceededError):
+                    await call
+            # Every caller of the group has left: as `a`'s, its statement is cancelled (before the
+            # fix it stayed queued until statement_timeout, 30 s, and then the fallback ran both
+            # members alone again, for callers long gone).
+            await until_waiting(pg_dsn, GROUP, 0)
+            assert len(await waiting_backends(pg_dsn, ALONE)) == 1, "the group's members were re-run alone"
+        await b
+    assert sorted((await ledger(pg_dsn, key))["adds"]) == ["b"]

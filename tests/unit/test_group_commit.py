@@ -27,23 +27,32 @@ class Runners:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.cancelled: list[tuple[str, ...]] = []  # calls cancelled while held
         self.gate = asyncio.Event()
+        self.group_gate = self.gate  # a test may hold groups apart from lone runs
         self.fail_group = False
         self.fail_alone: set[str] = set()
 
     async def one(self, workspace: Workspace, item: PendingAdd) -> str:
         self.calls.append((item.request_id,))
-        await self.gate.wait()
+        await self._held((item.request_id,), self.gate)
         if item.request_id in self.fail_alone:
             raise ValueError(item.request_id)
         return f"{workspace.name}:{item.request_id}"
 
     async def group(self, workspace: Workspace, items: Sequence[PendingAdd]) -> list[str]:
         self.calls.append(tuple(i.request_id for i in items))
-        await self.gate.wait()
+        await self._held(self.calls[-1], self.group_gate)
         if self.fail_group:
             raise RuntimeError("a member failed")
         return [f"{workspace.name}:{i.request_id}" for i in items]
+
+    async def _held(self, call: tuple[str, ...], gate: asyncio.Event) -> None:
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(call)
+            raise
 
 
 async def started(runners: Runners, count: int) -> None:
@@ -164,3 +173,48 @@ def test_limits_are_checked() -> None:
         GroupCommitter(runners.one, runners.group, max_inflight=0, max_members=2)
     with pytest.raises(ValueError, match="max_members"):
         GroupCommitter(runners.one, runners.group, max_inflight=1, max_members=1)
+
+
+async def test_a_group_whose_callers_all_left_is_cancelled_and_not_run_again() -> None:
+    runners = Runners()
+    runners.fail_group = True  # were it to end, it would fail and fall back to lone runs
+    runners.group_gate = asyncio.Event()
+    committer = committer_for(runners)
+    first = asyncio.create_task(committer.insert(WS, add("r1")))
+    await started(runners, 1)
+    leaving = [asyncio.create_task(committer.insert(WS, add(f"r{i}"))) for i in (2, 3)]
+    await queued(committer, WS, 2)
+    runners.gate.set()
+    await first  # r2 and r3 go to the database as a group, held by group_gate
+    await started(runners, 2)
+    assert runners.calls == [("r1",), ("r2", "r3")]
+    for task in leaving:
+        task.cancel()
+    await asyncio.gather(*leaving, return_exceptions=True)
+    while committer.waiting(WS.key) or runners.cancelled != [("r2", "r3")]:  # noqa: ASYNC110  # no event to wait on
+        await asyncio.sleep(0)
+    assert runners.calls == [("r1",), ("r2", "r3")]  # no lone re-runs
+    assert committer.fallbacks == 0
+    assert await committer.insert(WS, add("r4")) == "a:r4"  # the workspace is free again
+
+
+async def test_a_failed_group_does_not_rerun_a_member_whose_caller_left() -> None:
+    runners = Runners()
+    runners.group_gate = asyncio.Event()
+    committer = committer_for(runners)
+    first = asyncio.create_task(committer.insert(WS, add("r1")))
+    await started(runners, 1)
+    leaving = asyncio.create_task(committer.insert(WS, add("r2")))
+    staying = asyncio.create_task(committer.insert(WS, add("r3")))
+    await queued(committer, WS, 2)
+    runners.gate.set()
+    await first
+    await started(runners, 2)  # the group (r2, r3) is held by group_gate
+    leaving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    runners.fail_group = True
+    runners.group_gate.set()
+    assert await staying == "a:r3"
+    assert runners.calls == [("r1",), ("r2", "r3"), ("r3",)]
+    assert committer.fallbacks == 1

@@ -19,6 +19,11 @@ A group's statements commit or roll back together. If the group fails for any re
 member over its quota, a duplicate-content race, the database going away), nothing of it
 was committed, and each member runs again alone, so each caller gets exactly the outcome
 or error its add would have had without grouping.
+
+A caller who leaves (its deadline passed, its RPC cancelled) is dropped as a lone add is:
+while it waits, from the next group; once its group is running, the group carries on for
+the others, and is cancelled (its statements with it) when every one of its callers has
+left; a member whose caller left is not run again alone after a failed group.
 """
 
 from __future__ import annotations
@@ -121,12 +126,16 @@ class GroupCommitter(Generic[R]):
                 await _settle(members[0][1], self._run_one(workspace, members[0][0]))
                 return
             try:
-                results = await self._run_group(workspace, [a for a, _ in members])
+                results = await _unless_all_left(
+                    [w for _, w in members], self._run_group(workspace, [a for a, _ in members])
+                )
+            except _AllLeft:
+                return
             except asyncio.CancelledError:
                 raise
             except Exception:  # nothing committed: each member alone, for its own outcome or error
                 self.fallbacks += 1
-                await asyncio.gather(*(_settle(w, self._run_one(workspace, a)) for a, w in members))
+                await asyncio.gather(*(_settle(w, self._run_one(workspace, a)) for a, w in members if not w.done()))
                 return
             self.groups += 1
             self.grouped += len(members)
@@ -141,11 +150,50 @@ class GroupCommitter(Generic[R]):
             self._finished(workspace, lane)
 
 
-async def _settle(waiter: asyncio.Future[R], work: Awaitable[R]) -> None:
-    """Run *work* and hand its result or error to *waiter* (unless its caller left)."""
+class _AllLeft(Exception):  # noqa: N818 - a control-flow signal
+    """Every caller of a group left (their deadline passed, or they were cancelled)."""
+
+
+async def _unless_all_left(waiters: Sequence[asyncio.Future[R]], work: Awaitable[list[R]]) -> list[R]:
+    """*work*'s result; cancelled (`_AllLeft` raised) once every one of *waiters* is done
+    without it, as a lone add's statement is cancelled when its caller leaves: a group
+    nobody waits for does not hold its connection and its place in a lock's queue until
+    statement_timeout."""
+    task = asyncio.ensure_future(work)
+    abandoned = False
+
+    def left(_: object) -> None:
+        nonlocal abandoned
+        if not task.done() and all(w.done() for w in waiters):
+            abandoned = True
+            task.cancel()
+
+    for waiter in waiters:
+        waiter.add_done_callback(left)
+    left(None)  # all may have left before the group started
     try:
-        result = await work
+        return await task
     except asyncio.CancelledError:
+        if abandoned and not _cancelling():
+            raise _AllLeft from None
+        raise
+
+
+async def _settle(waiter: asyncio.Future[R], work: Awaitable[R]) -> None:
+    """Run *work* and hand its result or error to *waiter*; cancel it if *waiter*'s caller
+    leaves first (as a lone add is cancelled with its RPC)."""
+    task = asyncio.ensure_future(work)
+
+    def left(_: object) -> None:
+        if waiter.cancelled():
+            task.cancel()
+
+    waiter.add_done_callback(left)
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        if waiter.cancelled() and not _cancelling():
+            return
         raise
     except Exception as error:
         if not waiter.done():
@@ -153,3 +201,9 @@ async def _settle(waiter: asyncio.Future[R], work: Awaitable[R]) -> None:
         return
     if not waiter.done():
         waiter.set_result(result)
+
+
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not only what it awaited)."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
