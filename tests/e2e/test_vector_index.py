@@ -69,8 +69,13 @@ async def held(
         embedder=embedder,
     )
     app.start()
-    running = await serve(app, host="127.0.0.1", port=0)
-    yield Held(app, f"127.0.0.1:{running.port}")
+    held = Held(app, f"127.0.0.1:{(running := await serve(app, host='127.0.0.1', port=0)).port}")
+    # Its scan at start indexes backlogs earlier tests left; a test's own writes must come
+    # after it, or that scan could index them before the test does.
+    async with asyncio.timeout(60):
+        while held.indexer.stats.passes < 1:  # noqa: ASYNC110  # the indexer's count raises no event
+            await asyncio.sleep(0.01)
+    yield held
     await running.stop(0)
     await app.close()
 
@@ -96,12 +101,13 @@ async def _top_ids(client: AsyncMemplaneClient, query: str) -> list[str]:
     return [hit.memory.id for hit in result.hits]
 
 
-async def _wait_for_no_backlog(pg_dsn: str, workspace_key: int, indexer: Any) -> None:
-    """Until the workspace's memories are all in its graph (30 s at most); a failed
-    indexing pass fails the test at once."""
+async def _wait_for_no_backlog(pg_dsn: str, workspace_key: int, indexer: Any, failures: int) -> None:
+    """Until the workspace's memories are all in its graph (30 s at most); an indexing pass
+    failing meanwhile (the indexer's failures past *failures*, its count before the test's
+    writes: the session's indexer also ran for earlier tests) fails the test at once."""
     deadline = time.monotonic() + 30
     while not all(flags := await _flags(pg_dsn, workspace_key)):
-        assert indexer.stats.failures == 0, "a vector indexing pass failed (see the log)"
+        assert indexer.stats.failures == failures, "a vector indexing pass failed (see the log)"
         assert time.monotonic() < deadline, f"backlog still there after 30 s: {flags}"
         await asyncio.sleep(0.05)  # between looks at the flags
 
@@ -131,10 +137,13 @@ async def test_a_new_memory_waits_outside_the_graph_and_a_search_finds_it(
 
 async def test_the_indexer_empties_the_backlog_after_writes(app: App, workspace: TestWorkspace, pg_dsn: str) -> None:
     key = await _key(pg_dsn, workspace)
+    indexer = app.jobs[VECTOR_INDEXER]
+    assert isinstance(indexer, VectorIndexer)
+    failures = indexer.stats.failures
     for start in range(0, 40, 8):
         notes = [mem(f"burst note {i}: {TOPICS[i % len(TOPICS)]}") for i in range(start, start + 8)]
         await workspace.client.add_memories(notes)
-    await _wait_for_no_backlog(pg_dsn, key, app.jobs[VECTOR_INDEXER])
+    await _wait_for_no_backlog(pg_dsn, key, indexer, failures)
     assert len(await _flags(pg_dsn, key)) == 40
 
 
@@ -152,7 +161,7 @@ async def test_a_backlog_left_by_a_stopped_server_is_indexed_at_the_next_start(
     nxt = await build_app(base, embedder=embedder)
     nxt.start()  # its indexer's first pass scans for every workspace's backlog
     try:
-        await _wait_for_no_backlog(pg_dsn, key, nxt.jobs[VECTOR_INDEXER])
+        await _wait_for_no_backlog(pg_dsn, key, nxt.jobs[VECTOR_INDEXER], 0)  # a new indexer: none yet
     finally:
         await nxt.close()
 
