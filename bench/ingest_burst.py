@@ -48,7 +48,8 @@ from _harness import (
     workspace_key,
 )
 from peers import CACHE, DIMENSIONS, MODEL, endpoint, memplane_env, peer_text
-from peers_sql import Turn, _turn_items, _turn_memory
+from peers_interleave import _rotated
+from peers_sql import Turn, _turn_items, _turn_memory, cpu_seconds
 
 from memplane.client import AsyncMemplaneClient
 from memplane.eval.locomo import load_locomo
@@ -102,17 +103,27 @@ async def transactions(dsn: str, name: str) -> int:
     return int(row[0]) if row else 0
 
 
+def cpu_by_role(stack: Stack, served: Stack, endpoint_pid: int) -> dict[str, float]:
+    """CPU seconds so far: PostgreSQL (its processes), the server, this process (the callers,
+    and the bench's own idle in-process server), the endpoint."""
+    client, database = cpu_seconds(stack.data_dir / "pgdata")
+    return {
+        "database": database,
+        "server": process_cpu_seconds([served.pid]),
+        "client": client,
+        "endpoint": process_cpu_seconds([endpoint_pid]),
+    }
+
+
 async def measure(
-    f: Figures, served: Stack, stack: Stack, *, ws: str, turns: Sequence[Turn], clients: int, pids: dict[str, list[int]]
+    f: Figures, served: Stack, stack: Stack, *, ws: str, turns: Sequence[Turn], clients: int, endpoint_pid: int
 ) -> None:
     """One burst into a new workspace *ws* through *served*; its figures appended to *f*."""
     key = await workspace_key(served.target, stack.admin_key, ws)
-    roles = {**pids, "server": [served.pid]}
-    before = {r: process_cpu_seconds(p, descendants=r == "database") for r, p in roles.items()}
-    client_before = time.process_time()
+    before = cpu_by_role(stack, served, endpoint_pid)
     seconds, latencies = await burst(served.target, key, turns, clients)
-    cpu = {r: process_cpu_seconds(p, descendants=r == "database") - before[r] for r, p in roles.items()}
-    cpu["client"] = time.process_time() - client_before
+    after = cpu_by_role(stack, served, endpoint_pid)
+    cpu = {role: after[role] - before[role] for role in after}
     f.rate.append(len(turns) / seconds)
     f.p50.append(ms(pct(latencies, 50)))
     f.p99.append(ms(pct(latencies, 99)))
@@ -132,21 +143,18 @@ async def main(args: argparse.Namespace) -> None:
             provider="openai", base_url=ep.url, model=MODEL, dimensions=DIMENSIONS, cache_size=0
         )
         async with bench_server(embedding=embedding) as stack, contextlib.AsyncExitStack() as exits:
-            postmaster = int((stack.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
             servers = {
                 name: await exits.enter_async_context(
                     server_process(stack, **memplane_env(ep, cache_size=0), MEMPLANE_GROUP_COMMIT__ENABLED=enabled)
                 )
                 for name, enabled in CONFIGS.items()
             }
-            names = list(CONFIGS)
-            pids = {"database": [postmaster], "endpoint": [ep.pid]}
             for round_no in range(args.rounds):
                 for clients in args.clients:
-                    for name in names[round_no % 2 :] + names[: round_no % 2]:
+                    for name in _rotated(list(CONFIGS), round_no):
                         ws = f"burst-{round_no}-{clients}-{name.split()[-1]}"
                         f = figures[(name, clients)]
-                        await measure(f, servers[name], stack, ws=ws, turns=turns, clients=clients, pids=pids)
+                        await measure(f, servers[name], stack, ws=ws, turns=turns, clients=clients, endpoint_pid=ep.pid)
                         log(f"round {round_no + 1}, {clients} clients, {name}: {f.rate[-1]:.0f}/s")
     report(figures, args.clients)
     closing_banner()

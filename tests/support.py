@@ -168,6 +168,17 @@ _ROLES = {
 }
 
 
+async def workspace_key(pg_dsn: str, name: str) -> int:
+    """The partition key of the workspace named *name*, read as the database owner."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
+        cur = await conn.execute("SELECT key FROM workspaces WHERE name = %s", (name,))
+        row = await cur.fetchone()
+    assert row is not None, f"no workspace {name!r}"
+    return int(row[0])
+
+
 async def workspace_blob_count(pg_dsn: str, workspace: str) -> int:
     """Stored tool outputs (tool_result_blobs rows) of the workspace named *workspace*,
     read as the database owner (no row-level security)."""

@@ -11,7 +11,7 @@ group committer; the test releases the lock once the committer holds all of them
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -21,18 +21,10 @@ from memplane.errors import QuotaExceededError
 from memplane.server.app import App
 from memplane.v1 import memory_pb2
 from tests.fix_server import TestWorkspace, WorkspaceFactory
-from tests.support import list_all, mem, unit_vectors
+from tests.support import list_all, mem, unit_vectors, workspace_key
 
 T = TypeVar("T")
 WAIT_SECONDS = 60.0
-
-
-async def workspace_key(pg_dsn: str, name: str) -> int:
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute("SELECT key FROM workspaces WHERE name = %s", (name,))
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def transactions(pg_dsn: str, key: int) -> list[int]:
@@ -60,14 +52,38 @@ async def writes_held(pg_dsn: str) -> AsyncIterator[None]:
 ALONE = "SELECT claimed, duplicate_ords, duplicate_ids FROM memplane_insert_memories(%"
 
 
-async def queued_alone(pg_dsn: str) -> int:
-    """Backends queued on a lock while running an add alone."""
+async def waiting_backends(pg_dsn: str, query_like: str, waited: float = 0.0) -> list[int]:
+    """Pids of the backends queued on a lock for more than *waited* seconds while running a
+    statement like *query_like*."""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s", (ALONE,)
+            "SELECT DISTINCT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted"
+            " WHERE a.query LIKE %s AND (%s = 0 OR now() - l.waitstart > make_interval(secs => %s)) ORDER BY 1",
+            (query_like, waited, waited),
         )
-        row = await cur.fetchone()
-    return int(row[0]) if row else 0
+        return [int(r[0]) for r in await cur.fetchall()]
+
+
+async def until_waiting(
+    pg_dsn: str, query_like: str, count: int, calls: Sequence[asyncio.Future[Any]] = (), *, waited: float = 0.0
+) -> list[int]:
+    """Wait until exactly *count* backends are queued (for more than *waited* seconds)
+    running *query_like*; their pids. Fails at once if one of *calls* (adds that should be
+    among them) has ended."""
+    async with asyncio.timeout(WAIT_SECONDS):
+        while len(pids := await waiting_backends(pg_dsn, query_like, waited)) != count:
+            ended = [c for c in calls if c.done()]
+            assert not ended, f"an add ended while {len(pids)} of {count} waited: {ended[0]!r}"
+            await asyncio.sleep(0.01)
+    return pids
+
+
+async def until_queued(app: App, key: int, count: int) -> None:
+    """Wait until *count* adds of workspace *key* wait in the group committer."""
+    assert app.writeback is not None
+    async with asyncio.timeout(WAIT_SECONDS):
+        while app.writeback.committer.waiting(key) != count:  # noqa: ASYNC110  # the committer's count raises no event
+            await asyncio.sleep(0.01)
 
 
 async def held_then_released(app: App, pg_dsn: str, key: int, calls: list[Awaitable[T]]) -> list[T | BaseException]:
@@ -78,17 +94,12 @@ async def held_then_released(app: App, pg_dsn: str, key: int, calls: list[Awaita
     their outcomes, in order."""
     assert app.writeback is not None
     assert len(calls) <= app.settings.quota.max_concurrent_requests_per_workspace
-    committer = app.writeback.committer
     inflight = app.settings.group_commit.max_inflight
     async with writes_held(pg_dsn):
         first = [asyncio.ensure_future(c) for c in calls[:inflight]]
-        async with asyncio.timeout(WAIT_SECONDS):
-            while await queued_alone(pg_dsn) < inflight:  # noqa: ASYNC110  # pg_stat_activity raises no event
-                await asyncio.sleep(0.01)
+        await until_waiting(pg_dsn, ALONE, inflight, first)
         rest = [asyncio.ensure_future(c) for c in calls[inflight:]]
-        async with asyncio.timeout(WAIT_SECONDS):
-            while committer.waiting(key) < len(rest):  # noqa: ASYNC110  # the committer's count raises no event
-                await asyncio.sleep(0.01)
+        await until_queued(app, key, len(rest))
     return list(await asyncio.gather(*first, *rest, return_exceptions=True))
 
 
@@ -160,12 +171,3 @@ async def test_a_member_over_its_quota_fails_alone(
     stored = {o[0].content for o in outcomes if not isinstance(o, BaseException)}
     assert {m.content for m in await list_all(workspace.client)} == stored
     assert len(stored) == 7
-
-
-async def test_a_lone_writer_never_waits(app: App, pg_dsn: str, workspace: TestWorkspace) -> None:
-    key = await workspace_key(pg_dsn, workspace.name)
-    for i in range(3):
-        await workspace.client.add_memories(one(f"one by one {i}", i))
-    assert await transactions(pg_dsn, key) == [1, 1, 1]
-    assert app.writeback is not None
-    assert app.writeback.committer.waiting(key) == 0

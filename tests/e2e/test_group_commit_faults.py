@@ -11,7 +11,7 @@ count of the committer), never on time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -22,17 +22,24 @@ from memplane.client import AsyncMemplaneClient
 from memplane.errors import DeadlineExceededError, UnavailableError
 from memplane.server.app import App
 from memplane.server.storage.vector_index import BACKGROUND_LOCK_TIMEOUT_MS
-from tests.e2e.test_group_commit import one, transactions, workspace_key
+from tests.e2e.test_group_commit import (
+    ALONE,
+    WAIT_SECONDS,
+    one,
+    transactions,
+    until_queued,
+    until_waiting,
+    waiting_backends,
+    writes_held,
+)
 from tests.fix_server import TestWorkspace
-from tests.support import list_all
+from tests.support import list_all, workspace_key
 
 T = TypeVar("T")
-WAIT_SECONDS = 60.0
 HASTY_SECONDS = 2.0  # the deadline of a caller meant to give up while writes are held
 
-# What a backend queued on the held lock runs: an add alone (`memplane_insert_memories` on
-# an autocommit connection), or the entry of a tenant transaction (a group's first statement).
-ALONE = "SELECT claimed, duplicate_ords, duplicate_ids FROM memplane_insert_memories(%"
+# What a backend queued on the held lock runs as a group's entry: a tenant transaction's
+# first statement (an add alone runs test_group_commit.ALONE).
 GROUP = "SELECT set_config('lock_timeout'%"
 
 
@@ -42,52 +49,10 @@ GROUP = "SELECT set_config('lock_timeout'%"
 GROUP_WAITED_SECONDS = 3 * BACKGROUND_LOCK_TIMEOUT_MS / 1000
 
 
-async def waiting_backends(pg_dsn: str, query_like: str, waited: float = 0.0) -> list[int]:
-    """Pids of the backends queued on a lock for more than *waited* seconds while running a
-    statement like *query_like*."""
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT DISTINCT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted"
-            " WHERE a.query LIKE %s AND (%s = 0 OR now() - l.waitstart > make_interval(secs => %s)) ORDER BY 1",
-            (query_like, waited, waited),
-        )
-        return [int(r[0]) for r in await cur.fetchall()]
-
-
-async def until_waiting(
-    pg_dsn: str, query_like: str, count: int, calls: Sequence[asyncio.Future[Any]] = (), *, waited: float = 0.0
-) -> list[int]:
-    """Wait until exactly *count* backends are queued (for more than *waited* seconds)
-    running *query_like*; their pids. Fails at once if one of *calls* (adds that should be
-    among them) has ended."""
-    async with asyncio.timeout(WAIT_SECONDS):
-        while len(pids := await waiting_backends(pg_dsn, query_like, waited)) != count:
-            ended = [c for c in calls if c.done()]
-            assert not ended, f"an add ended while {len(pids)} of {count} waited: {ended[0]!r}"
-            await asyncio.sleep(0.01)
-    return pids
-
-
-async def until_queued(app: App, key: int, count: int) -> None:
-    """Wait until *count* adds of workspace *key* wait in the group committer."""
-    assert app.writeback is not None
-    async with asyncio.timeout(WAIT_SECONDS):
-        while app.writeback.committer.waiting(key) != count:  # noqa: ASYNC110  # the committer's count raises no event
-            await asyncio.sleep(0.01)
-
-
 async def terminate(pg_dsn: str, pid: int) -> None:
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         cur = await conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert await cur.fetchone() == (True,)
-
-
-@asynccontextmanager
-async def writes_held(pg_dsn: str) -> AsyncIterator[None]:
-    """While the block runs, every write's entry into its workspace waits."""
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn, conn.transaction():
-        await conn.execute("LOCK TABLE ONLY memories IN ACCESS EXCLUSIVE MODE")
-        yield
 
 
 @asynccontextmanager
@@ -285,14 +250,14 @@ async def test_a_group_whose_callers_all_left_leaves_the_lock_queue(
             with pytest.raises(DeadlineExceededError):
                 await a
             await until_waiting(pg_dsn, ALONE, 1)  # a's statement was cancelled: it left the lock queue
-            await until_waiting(pg_dsn, GROUP, 1)  # the two waiting adds went, as one group
+            await until_waiting(pg_dsn, GROUP, 1, waited=GROUP_WAITED_SECONDS)  # the two waiting adds, as one group
             for call in grouped:
                 with pytest.raises(DeadlineExceededError):
                     await call
             # Every caller of the group has left: as `a`'s, its statement is cancelled (before the
             # fix it stayed queued until statement_timeout, 30 s, and then the fallback ran both
             # members alone again, for callers long gone).
-            await until_waiting(pg_dsn, GROUP, 0)
+            await until_waiting(pg_dsn, GROUP, 0, waited=GROUP_WAITED_SECONDS)
             assert len(await waiting_backends(pg_dsn, ALONE)) == 1, "the group's members were re-run alone"
         await b
     assert sorted((await ledger(pg_dsn, key))["adds"]) == ["b"]

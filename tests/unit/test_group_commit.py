@@ -67,6 +67,13 @@ async def queued(committer: GroupCommitter[str], workspace: Workspace, count: in
         await asyncio.sleep(0)
 
 
+async def busy(committer: GroupCommitter[str], runners: Runners) -> asyncio.Task[str]:
+    """Start add "r1" of WS and wait until it runs (held): later adds of WS then wait."""
+    first = asyncio.create_task(committer.insert(WS, add("r1")))
+    await started(runners, 1)
+    return first
+
+
 def committer_for(runners: Runners, *, max_inflight: int = 1, max_members: int = 64) -> GroupCommitter[str]:
     return GroupCommitter(runners.one, runners.group, max_inflight=max_inflight, max_members=max_members)
 
@@ -74,8 +81,7 @@ def committer_for(runners: Runners, *, max_inflight: int = 1, max_members: int =
 async def test_a_lone_add_runs_at_once_and_others_wait_to_go_together() -> None:
     runners = Runners()
     committer = committer_for(runners)
-    first = asyncio.create_task(committer.insert(WS, add("r1")))
-    await started(runners, 1)
+    first = await busy(committer, runners)
     rest = [asyncio.create_task(committer.insert(WS, add(f"r{i}"))) for i in range(2, 6)]
     await queued(committer, WS, 4)
     assert runners.calls == [("r1",)]  # nothing of the waiting ones has run
@@ -142,8 +148,7 @@ async def test_a_failed_group_runs_each_member_alone_for_its_own_outcome() -> No
 async def test_a_caller_who_left_while_waiting_is_not_run() -> None:
     runners = Runners()
     committer = committer_for(runners)
-    first = asyncio.create_task(committer.insert(WS, add("r1")))
-    await started(runners, 1)
+    first = await busy(committer, runners)
     leaving = asyncio.create_task(committer.insert(WS, add("r2")))
     staying = asyncio.create_task(committer.insert(WS, add("r3")))
     await queued(committer, WS, 2)
@@ -180,8 +185,7 @@ async def test_a_group_whose_callers_all_left_is_cancelled_and_not_run_again() -
     runners.fail_group = True  # were it to end, it would fail and fall back to lone runs
     runners.group_gate = asyncio.Event()
     committer = committer_for(runners)
-    first = asyncio.create_task(committer.insert(WS, add("r1")))
-    await started(runners, 1)
+    first = await busy(committer, runners)
     leaving = [asyncio.create_task(committer.insert(WS, add(f"r{i}"))) for i in (2, 3)]
     await queued(committer, WS, 2)
     runners.gate.set()
@@ -202,8 +206,7 @@ async def test_a_failed_group_does_not_rerun_a_member_whose_caller_left() -> Non
     runners = Runners()
     runners.group_gate = asyncio.Event()
     committer = committer_for(runners)
-    first = asyncio.create_task(committer.insert(WS, add("r1")))
-    await started(runners, 1)
+    first = await busy(committer, runners)
     leaving = asyncio.create_task(committer.insert(WS, add("r2")))
     staying = asyncio.create_task(committer.insert(WS, add("r3")))
     await queued(committer, WS, 2)

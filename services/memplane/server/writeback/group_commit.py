@@ -131,8 +131,6 @@ class GroupCommitter(Generic[R]):
                 )
             except _AllLeft:
                 return
-            except asyncio.CancelledError:
-                raise
             except Exception:  # nothing committed: each member alone, for its own outcome or error
                 self.fallbacks += 1
                 await asyncio.gather(*(_settle(w, self._run_one(workspace, a)) for a, w in members if not w.done()))
