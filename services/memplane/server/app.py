@@ -57,6 +57,7 @@ from memplane.server.storage.keys import ApiKeyStore
 from memplane.server.storage.memories import MemoryStore
 from memplane.server.storage.placement import Placement
 from memplane.server.storage.routing import RoutedDatabase, RoutedReads, TenantDatabase
+from memplane.server.storage.statistics import PartitionAnalyzer
 from memplane.server.storage.transcripts import TranscriptStore
 from memplane.server.storage.vector_index import VectorIndexer
 from memplane.server.storage.workspaces import WorkspaceStore
@@ -90,6 +91,7 @@ EXTRACTION_WORKERS = "extraction workers"  # extraction jobs, run by the servers
 JOB_LISTENER = "job listener"  # wakes the workers when another process queues a job
 BLOB_CLEANER = "blob cleaner"  # expired tool outputs, deleted by the server that stores them
 VECTOR_INDEXER = "vector indexer"  # new memories into their HNSW graph, by the servers that write them
+PARTITION_ANALYZER = "partition analyzer"  # planner statistics of written workspaces, by the servers that write them
 SEARCH_COUNTER = "search counter"  # searches per workspace and day, flushed by the retrieval servers that count them
 
 
@@ -230,7 +232,17 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
             max_backlog=cfg.max_backlog,
         )
         app.jobs[VECTOR_INDEXER] = indexer
-    memories = MemoryStore(indexer)
+    analyzer: PartitionAnalyzer | None = None  # only a process that writes counts its writes
+    if ("writeback" in served or "compaction" in served) and settings.analyze.enabled:
+        analyzed = settings.analyze
+        analyzer = PartitionAnalyzer(
+            routed,
+            quiet_seconds=analyzed.quiet_seconds,
+            threshold=analyzed.threshold,
+            scale_factor=analyzed.scale_factor,
+        )
+        app.jobs[PARTITION_ANALYZER] = analyzer
+    memories = MemoryStore(indexer, analyzer)
     if "retrieval" in served:
         _wire_retrieval(app, meter, memories)
     if "writeback" in served or "compaction" in served:

@@ -777,6 +777,33 @@ class VectorIndexSettings(BaseModel):
     )
 
 
+class AnalyzeSettings(BaseModel):
+    """Planner statistics after a burst of writes (`memplane.server.storage.statistics`):
+    a server that wrote memories into a workspace ANALYZEs its partition once the writes
+    pause, by autovacuum's own threshold, instead of waiting for autovacuum's next round."""
+
+    enabled: bool = Field(default=True, description="Analyze written workspaces' partitions (false: autovacuum only).")
+    quiet_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=3_600,
+        description="Seconds without a write to a due workspace before its partition is analyzed.",
+    )
+    threshold: int = Field(
+        default=50,
+        ge=0,
+        description="Rows written before a partition is due, plus scale_factor of its rows (PostgreSQL's "
+        "autovacuum_analyze_threshold).",
+    )
+    scale_factor: float = Field(
+        default=0.1,
+        ge=0,
+        le=100,
+        description="Fraction of a partition's rows written before it is due (PostgreSQL's "
+        "autovacuum_analyze_scale_factor).",
+    )
+
+
 class GroupCommitSettings(BaseModel):
     """Group commit of concurrent small adds (`memplane.server.writeback.group_commit`):
     while a workspace has *max_inflight* inserts in flight from this process, the adds that
@@ -826,3 +853,4 @@ class Settings(BaseSettings):
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     vector_index: VectorIndexSettings = Field(default_factory=VectorIndexSettings)
+    analyze: AnalyzeSettings = Field(default_factory=AnalyzeSettings)

@@ -33,6 +33,7 @@ from memplane.server.storage.inserts import (
 )
 from memplane.server.storage.lexemes import count_changed, removal_cte
 from memplane.server.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.server.storage.statistics import PartitionAnalyzer
 from memplane.server.storage.vector_index import VectorIndexer
 
 
@@ -52,13 +53,20 @@ class MemoryStore:
     the *indexer* of a process that writes: it decides whether an insert's rows wait
     outside the HNSW graph (`VectorIndexer.defers`, migration 0020) and is told of each
     deferred insert once it has committed (`memplane.server.storage.commits`); without
-    one (a process that does not write) every insert enters the graph."""
+    one (a process that does not write) every insert enters the graph. Its *analyzer*
+    (None: none) is told of every insert once it has committed, and keeps the
+    partition's planner statistics current (`memplane.server.storage.statistics`)."""
 
-    def __init__(self, indexer: VectorIndexer | None = None) -> None:
+    def __init__(self, indexer: VectorIndexer | None = None, analyzer: PartitionAnalyzer | None = None) -> None:
         self._indexer = indexer
+        self._analyzer = analyzer
 
     def _in_graph(self, workspace: Workspace, count: int) -> bool:
-        """Whether *count* new rows enter the graph in their own statement; notes the insert."""
+        """Whether *count* new rows enter the graph in their own statement; notes the insert
+        (for the indexer when they do not, and for the analyzer)."""
+        if self._analyzer is not None:
+            analyzer, written = self._analyzer, workspace.key
+            after_commit(lambda: analyzer.wrote(written, count))
         if self._indexer is None:
             return True
         indexer, key = self._indexer, workspace.key
