@@ -168,30 +168,34 @@ _ROLES = {
 }
 
 
-async def workspace_key(pg_dsn: str, name: str) -> int:
-    """The partition key of the workspace named *name*, read as the database owner."""
+async def owner_value(pg_dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """The first column of *query*'s first row (None: no row), read as the database owner
+    (no row-level security)."""
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute("SELECT key FROM workspaces WHERE name = %s", (name,))
+        cur = await conn.execute(query, params)
         row = await cur.fetchone()
-    assert row is not None, f"no workspace {name!r}"
-    return int(row[0])
+    return None if row is None else row[0]
+
+
+async def workspace_key(pg_dsn: str, name: str) -> int:
+    """The partition key of the workspace named *name*, read as the database owner."""
+    key = await owner_value(pg_dsn, "SELECT key FROM workspaces WHERE name = %s", (name,))
+    assert key is not None, f"no workspace {name!r}"
+    return int(key)
 
 
 async def workspace_blob_count(pg_dsn: str, workspace: str) -> int:
     """Stored tool outputs (tool_result_blobs rows) of the workspace named *workspace*,
     read as the database owner (no row-level security)."""
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute(
+    return int(
+        await owner_value(
+            pg_dsn,
             "SELECT count(*) FROM tool_result_blobs b JOIN workspaces w ON w.key = b.workspace_key WHERE w.name = %s",
             (workspace,),
         )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row[0])
+    )
 
 
 # Five sessions of (what the user says, the assistant's reply): three facts about the user, and

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import psycopg
 import pytest
 
 from memplane.client import AsyncMemplaneClient
@@ -16,7 +15,7 @@ from memplane.server.app import PARTITION_ANALYZER, App
 from memplane.server.storage.statistics import DEFAULT_THRESHOLD, PartitionAnalyzer
 from memplane.server.storage.workspaces import partition_name
 from tests.fix_server import TestWorkspace
-from tests.support import mem, workspace_key
+from tests.support import mem, owner_value, workspace_key
 
 LATER = 3_600.0  # seconds: a "now" past any quiet period
 
@@ -28,18 +27,14 @@ async def _add_one_at_a_time(client: AsyncMemplaneClient, count: int, start: int
 
 async def _manual_analyzes(pg_dsn: str, table: str) -> int:
     """ANALYZE runs on *table* that were not autovacuum's (pg_stat_user_tables.analyze_count)."""
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s", (table,))
-        row = await cur.fetchone()
-    return int(row[0]) if row is not None else 0
+    query = "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s"
+    return int(await owner_value(pg_dsn, query, (table,)) or 0)
 
 
 async def _reltuples(pg_dsn: str, table: str) -> float:
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
-        cur = await conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table,))
-        row = await cur.fetchone()
-    assert row is not None, f"no table {table}"
-    return float(row[0])
+    rows = await owner_value(pg_dsn, "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table,))
+    assert rows is not None, f"no table {table}"
+    return float(rows)
 
 
 def _private(app: App) -> PartitionAnalyzer:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from datetime import UTC, datetime, time
 from typing import Any
 
 from memplane import convert
-from memplane.domain.ranking import Knob, knob_types
+from memplane.domain.ranking import BOOST_NAMES, Knob, knob_types
 from memplane.errors import FieldViolation, InvalidArgumentError
 from memplane.server.admin.auth import Authenticator
 from memplane.server.api.handler import Context, rpc, workspace_of
@@ -146,7 +145,7 @@ class RetrievalServicer(retrieval_pb2_grpc.RetrievalServiceServicer):
                     lexical=_signal(h.lexical),
                     query_index=h.query_index,
                     rerank=_signal(h.rerank),
-                    boosts=retrieval_pb2.ScoreBoosts(**dataclasses.asdict(h.boosts)),
+                    boosts=retrieval_pb2.ScoreBoosts(**{n: getattr(h.boosts, n) for n in BOOST_NAMES}),
                     context=[
                         retrieval_pb2.ContextTurn(
                             offset=c.turn.offset,

@@ -6,9 +6,9 @@ has just received its memories one add at a time has none yet (or those of a muc
 table), and PostgreSQL plans the statement blind until autovacuum's next round looks at
 the partition — up to `autovacuum_naptime` (one minute by default) after it crossed
 autovacuum's analyze threshold. Measured on LoCoMo's ten conversations written one memory
-per AddMemories call, searched at 8 clients right after: 7.6-10 ms of PostgreSQL CPU per
-search before the partition's first ANALYZE, 6.1-6.5 ms after it; a VACUUM without
-ANALYZE gained nothing beyond the noise (`docs/benchmarks/peers.md`).
+per AddMemories call and searched at 8 clients ~15 s after, in alternating runs with this
+job off and on: 8.2-8.8 ms of PostgreSQL CPU per search without it, 6.9-7.3 ms with it; a
+VACUUM without ANALYZE gained nothing beyond the noise (`docs/benchmarks/peers.md`).
 
 What: every committed insert of memories is counted per workspace (`wrote`, called after
 the commit: `memplane.server.storage.commits`). A workspace is *due* once the rows written
@@ -18,9 +18,10 @@ defaults for `autovacuum_analyze_threshold` (50) and `autovacuum_analyze_scale_f
 (0.1) — and it is analyzed when no write of it has come for *quiet_seconds*, or at once
 when the rows written reach `threshold + rows` (a long steady import gets statistics as
 its table doubles, not only at its end). The ANALYZE is of the one partition, SKIP_LOCKED
-(a workspace being deleted is skipped, not waited for), on the workspace's cluster, as
-the connection's own role (the tables' owner). It resets the partition's
-`n_mod_since_analyze`, so autovacuum does not analyze it again for the same writes.
+(a partition another session locks, as a workspace being deleted, is skipped, not waited
+for, and left to autovacuum), on the workspace's cluster, as the connection's own role
+(the tables' owner). It resets the partition's `n_mod_since_analyze`, so autovacuum does
+not analyze it again for the same writes.
 
 A failed ANALYZE (the database down) keeps the workspace's count for the next try; a
 workspace deleted meanwhile is forgotten. Each writing process counts its own writes.
