@@ -240,6 +240,7 @@ async def build_app(settings: Settings, services: Sequence[str] = SERVICES, *, e
             quiet_seconds=analyzed.quiet_seconds,
             threshold=analyzed.threshold,
             scale_factor=analyzed.scale_factor,
+            lock_timeout_ms=analyzed.lock_timeout_ms,
         )
         app.jobs[PARTITION_ANALYZER] = analyzer
     memories = MemoryStore(indexer, analyzer)

@@ -802,6 +802,13 @@ class AnalyzeSettings(BaseModel):
         description="Fraction of a partition's rows written before it is due (PostgreSQL's "
         "autovacuum_analyze_scale_factor).",
     )
+    lock_timeout_ms: int = Field(
+        default=100,
+        ge=1,
+        le=60_000,
+        description="Milliseconds an ANALYZE may wait for a lock another session holds on the partition before "
+        "it gives up and is tried again later.",
+    )
 
 
 class GroupCommitSettings(BaseModel):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -117,10 +117,16 @@ class InsertOutcome:
 
 
 class PendingInsert:
-    """An insert sent to the server (in pipeline mode, not yet answered)."""
+    """An insert of *rows* memories sent to the server (in pipeline mode, not yet
+    answered); *stored*, if given, is called once with the rows it stored (claimed, less
+    the duplicates not stored) when its outcome is read."""
 
-    def __init__(self, cursor: AsyncCursor[dict[str, Any]] | None) -> None:
+    def __init__(
+        self, cursor: AsyncCursor[dict[str, Any]] | None, rows: int = 0, stored: Callable[[int], None] | None = None
+    ) -> None:
         self._cursor = cursor
+        self._rows = rows
+        self._stored = stored
 
     async def outcome(self) -> InsertOutcome:
         """The insert's `InsertOutcome`. Read it once, when the results arrived: after the
@@ -129,7 +135,11 @@ class PendingInsert:
             return InsertOutcome(True, {})
         row = await fetch_one(self._cursor)
         ords, ids = row["duplicate_ords"] or [], row["duplicate_ids"] or []
-        return InsertOutcome(bool(row["claimed"]), {int(o) - 1: str(i) for o, i in zip(ords, ids, strict=True)})
+        outcome = InsertOutcome(bool(row["claimed"]), {int(o) - 1: str(i) for o, i in zip(ords, ids, strict=True)})
+        if self._stored is not None:
+            stored, self._stored = self._stored, None
+            stored(self._rows - len(outcome.duplicates) if outcome.claimed else 0)
+        return outcome
 
     async def claimed(self) -> bool:
         """`outcome().claimed`: whether the request record was claimed and the rows written."""
@@ -148,6 +158,7 @@ async def insert_memories(
     record: RequestRecord | None = None,
     dedupe: bool = False,
     in_graph: bool = True,
+    stored: Callable[[int], None] | None = None,
 ) -> PendingInsert:
     """Send the insert of *memories* (from `new_memories(items)`, in order) with ADD events
     and the workspace's counters, and *record* if given. Nothing is waited for: in a
@@ -173,6 +184,7 @@ async def insert_memories(
 
     *in_graph*: the rows enter the workspace's HNSW graph in this statement; False leaves
     them to the vector indexer (`memplane.server.storage.vector_index`, migration 0020).
+    *stored*: told the rows stored when the outcome is read (`PendingInsert`).
     """
     if not memories:
         return PendingInsert(None)
@@ -187,7 +199,7 @@ async def insert_memories(
         dedupe=dedupe,
         in_graph=in_graph,
     )
-    return PendingInsert(await conn.execute(_INSERT, params))
+    return PendingInsert(await conn.execute(_INSERT, params), len(memories), stored)
 
 
 def insert_statement(function: str = INSERT_FUNCTION) -> str:

@@ -7,7 +7,7 @@ commit or roll back together) and under row-level security.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -54,19 +54,29 @@ class MemoryStore:
     outside the HNSW graph (`VectorIndexer.defers`, migration 0020) and is told of each
     deferred insert once it has committed (`memplane.server.storage.commits`); without
     one (a process that does not write) every insert enters the graph. Its *analyzer*
-    (None: none) is told of every insert once it has committed, and keeps the
-    partition's planner statistics current (`memplane.server.storage.statistics`)."""
+    (None: none) is told the rows each insert stored (read from its outcome: duplicates
+    and replays store none) once it has committed, and keeps the partition's planner
+    statistics current (`memplane.server.storage.statistics`)."""
 
     def __init__(self, indexer: VectorIndexer | None = None, analyzer: PartitionAnalyzer | None = None) -> None:
         self._indexer = indexer
         self._analyzer = analyzer
 
+    def _stored(self, workspace: Workspace) -> Callable[[int], None] | None:
+        """What tells the analyzer the rows an insert stored, once its transaction has
+        committed (None without an analyzer)."""
+        analyzer, key = self._analyzer, workspace.key
+        if analyzer is None:
+            return None
+
+        def stored(rows: int) -> None:
+            if rows > 0:
+                after_commit(lambda: analyzer.wrote(key, rows))
+
+        return stored
+
     def _in_graph(self, workspace: Workspace, count: int) -> bool:
-        """Whether *count* new rows enter the graph in their own statement; notes the insert
-        (for the indexer when they do not, and for the analyzer)."""
-        if self._analyzer is not None:
-            analyzer, written = self._analyzer, workspace.key
-            after_commit(lambda: analyzer.wrote(written, count))
+        """Whether *count* new rows enter the graph in their own statement; notes the insert."""
         if self._indexer is None:
             return True
         indexer, key = self._indexer, workspace.key
@@ -99,6 +109,8 @@ class MemoryStore:
         await insert_memories(
             conn, workspace, items, memories, actor=actor, request_id=request_id, now=now, in_graph=in_graph
         )
+        if (stored := self._stored(workspace)) is not None:
+            stored(len(memories))  # all of them, or the transaction fails
         return memories
 
     async def insert_deduplicated(
@@ -126,6 +138,7 @@ class MemoryStore:
             now=now,
             dedupe=True,
             in_graph=self._in_graph(workspace, len(items)),
+            stored=self._stored(workspace),
         )
         return memories, (await pending.outcome()).duplicates
 
@@ -161,6 +174,7 @@ class MemoryStore:
             record=record,
             dedupe=dedupe,
             in_graph=self._in_graph(workspace, len(items)),
+            stored=self._stored(workspace),
         )
         return memories, pending
 

@@ -17,14 +17,16 @@ since its last ANALYZE here reach `threshold + scale_factor * rows` (rows: the p
 defaults for `autovacuum_analyze_threshold` (50) and `autovacuum_analyze_scale_factor`
 (0.1) — and it is analyzed when no write of it has come for *quiet_seconds*, or at once
 when the rows written reach `threshold + rows` (a long steady import gets statistics as
-its table doubles, not only at its end). The ANALYZE is of the one partition, SKIP_LOCKED
-(a partition another session locks, as a workspace being deleted, is skipped, not waited
-for, and left to autovacuum), on the workspace's cluster, as the connection's own role
-(the tables' owner). It resets the partition's `n_mod_since_analyze`, so autovacuum does
-not analyze it again for the same writes.
+its table doubles, not only at its end). The ANALYZE is of the one partition, on the
+workspace's cluster, as the connection's own role (the tables' owner), with a short
+lock timeout (LOCK_TIMEOUT_MS): a partition another session locks (a workspace being
+deleted, a concurrent ANALYZE) is not waited for. It resets the partition's
+`n_mod_since_analyze`, so autovacuum does not analyze it again for the same writes.
 
-A failed ANALYZE (the database down) keeps the workspace's count for the next try; a
-workspace deleted meanwhile is forgotten. Each writing process counts its own writes.
+A failed ANALYZE (a lock not granted, the statement cancelled or past its timeout, the
+database down) keeps the workspace's count for the next try, after a doubling wait; a
+workspace deleted meanwhile is forgotten. Each writing process counts its own writes,
+once they are stored (duplicates and replayed requests store none).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from memplane.errors import UnavailableError, WorkspaceDeletedError
+from memplane.errors import DeadlineExceededError, UnavailableError, WorkspaceDeletedError
 from memplane.server.background import cancel
 from memplane.server.storage.routing import TenantDatabase
 from memplane.server.storage.workspaces import partition_name
@@ -51,6 +53,11 @@ DEFAULT_THRESHOLD = 50
 DEFAULT_SCALE_FACTOR = 0.1
 
 RETRY_MAX_SECONDS = 30.0  # the longest wait between rounds while ANALYZEs keep failing (doubling from quiet_seconds)
+
+# An ANALYZE does not queue behind another session's lock (a workspace being deleted, a
+# concurrent ANALYZE): past this it fails (SQLSTATE 55P03) and is tried again later.
+LOCK_TIMEOUT_MS = 100
+_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 
 # The partition's row estimate after its ANALYZE (no row: the partition is gone).
 _RELTUPLES = "SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = to_regclass(%s)"
@@ -74,7 +81,9 @@ class PartitionAnalyzer:
     """The background job (`memplane.server.background.Job`) that keeps each written
     workspace's planner statistics current (see the module docstring). `wrote(key, rows)`
     after a commit; `start()` needs a running event loop; `start()` and `await stop()` are
-    idempotent. *clock* is the monotonic clock in seconds (tests give their own)."""
+    idempotent. *lock_timeout_ms*: how long its ANALYZE may wait for a lock before it
+    fails (and is tried again later). *clock* is the monotonic clock in seconds (tests give
+    their own). Raises `ValueError` for a setting out of range."""
 
     def __init__(
         self,
@@ -83,15 +92,17 @@ class PartitionAnalyzer:
         quiet_seconds: float = 1.0,
         threshold: int = DEFAULT_THRESHOLD,
         scale_factor: float = DEFAULT_SCALE_FACTOR,
+        lock_timeout_ms: int = LOCK_TIMEOUT_MS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if quiet_seconds <= 0 or threshold < 0 or scale_factor < 0:
-            raise ValueError("quiet_seconds must be > 0, threshold and scale_factor >= 0")
+        if quiet_seconds <= 0 or threshold < 0 or scale_factor < 0 or lock_timeout_ms < 1:
+            raise ValueError("quiet_seconds must be > 0, threshold and scale_factor >= 0, lock_timeout_ms >= 1")
         self._db = db
         self._quiet = quiet_seconds
         self._threshold = threshold
         self._scale = scale_factor
         self._clock = clock
+        self._lock_timeout = f"{lock_timeout_ms}ms"
         self._written: dict[int, _Written] = {}
         self._rows: dict[int, float] = {}  # reltuples after the workspace's last ANALYZE here
         self._wake = asyncio.Event()
@@ -135,7 +146,7 @@ class PartitionAnalyzer:
             except (WorkspaceDeletedError, psycopg.errors.UndefinedTable):
                 self._forget(key)
                 continue
-            except (UnavailableError, psycopg.Error) as error:
+            except (UnavailableError, DeadlineExceededError, psycopg.Error) as error:
                 self.stats.failures += 1
                 _log.debug("ANALYZE of workspace %d failed (%s); kept for the next try", key, error)
                 continue
@@ -150,8 +161,9 @@ class PartitionAnalyzer:
     async def _analyze(self, key: int) -> float:
         """ANALYZE the workspace's memories partition; its reltuples after."""
         table = partition_name("memories", key)
-        async with self._db.autocommit(key) as conn:
-            await conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(sql.Identifier(table)))
+        async with self._db.autocommit(key) as conn, conn.transaction():
+            await conn.execute(_LOCK_TIMEOUT, (self._lock_timeout,))
+            await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
             cur = await conn.execute(_RELTUPLES, (table,))
             row = await cur.fetchone()
         if row is None:
