@@ -27,12 +27,15 @@ FULL_NAMES = {
 # configured, so a write-back process runs no extraction workers.
 STARTED = {
     "retrieval": "invalidation listener, search counter",
-    "writeback": "invalidation listener, vector indexer, retention sweeper, idempotency sweeper, job listener",
-    "compaction": "invalidation listener, vector indexer, blob cleaner",
+    "writeback": (
+        "invalidation listener, vector indexer, partition analyzer, retention sweeper, idempotency sweeper, "
+        "job listener"
+    ),
+    "compaction": "invalidation listener, vector indexer, partition analyzer, blob cleaner",
     "admin": "invalidation listener",
     ",".join(SERVICES): (
-        "invalidation listener, vector indexer, search counter, retention sweeper, idempotency sweeper, job listener, "
-        "blob cleaner"
+        "invalidation listener, vector indexer, partition analyzer, search counter, retention sweeper, "
+        "idempotency sweeper, job listener, blob cleaner"
     ),
 }
 
