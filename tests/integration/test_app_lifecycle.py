@@ -18,6 +18,7 @@ from memplane.server.app import (
     IDEMPOTENCY_SWEEPER,
     INVALIDATION_LISTENER,
     JOB_LISTENER,
+    PARTITION_ANALYZER,
     RETENTION_SWEEPER,
     SEARCH_COUNTER,
     SERVICES,
@@ -34,10 +35,17 @@ WRITEBACK_JOBS = [RETENTION_SWEEPER, IDEMPOTENCY_SWEEPER, EXTRACTION_WORKERS, JO
 # service set -> (jobs started, in order; the asyncio tasks they run)
 STARTED = {
     ("retrieval",): [INVALIDATION_LISTENER, SEARCH_COUNTER],
-    ("writeback",): [INVALIDATION_LISTENER, VECTOR_INDEXER, *WRITEBACK_JOBS],
-    ("compaction",): [INVALIDATION_LISTENER, VECTOR_INDEXER, BLOB_CLEANER],
+    ("writeback",): [INVALIDATION_LISTENER, VECTOR_INDEXER, PARTITION_ANALYZER, *WRITEBACK_JOBS],
+    ("compaction",): [INVALIDATION_LISTENER, VECTOR_INDEXER, PARTITION_ANALYZER, BLOB_CLEANER],
     ("admin",): [INVALIDATION_LISTENER],
-    SERVICES: [INVALIDATION_LISTENER, VECTOR_INDEXER, SEARCH_COUNTER, *WRITEBACK_JOBS, BLOB_CLEANER],
+    SERVICES: [
+        INVALIDATION_LISTENER,
+        VECTOR_INDEXER,
+        PARTITION_ANALYZER,
+        SEARCH_COUNTER,
+        *WRITEBACK_JOBS,
+        BLOB_CLEANER,
+    ],
 }
 TASKS = {
     INVALIDATION_LISTENER: {"memplane-invalidation"},
@@ -47,6 +55,7 @@ TASKS = {
     JOB_LISTENER: {"memplane-job-listener"},
     BLOB_CLEANER: {"memplane-sweep-expired-tool-result-blobs"},
     VECTOR_INDEXER: {"memplane-vector-indexer"},
+    PARTITION_ANALYZER: {"memplane-partition-analyzer"},
     SEARCH_COUNTER: {"memplane-search-counter"},
 }
 
