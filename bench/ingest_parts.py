@@ -22,6 +22,12 @@ What it measures (per call, one memory, in alternating rounds)
                     function, no row-level security, no bookkeeping)
     raw INSERT      bench/ingest_sql.py's INSERT into a plain table (id, user_id, content,
                     metadata, vector, generated tsvector, created_at; HNSW, GIN, btree)
+  Then the vector indexer's UPDATE (`memplane.server.storage.vector_index`, the statement
+  that later puts a deferred memory into its workspace's HNSW graph), over the rows the
+  variants left, in its batches: per memory, with the graph insert and without it (the
+  HNSW index dropped), so the graph insert's share of the UPDATE shows (issue 31;
+  decision 0006's "graph of its own" would save the rest). The server's own indexer is held
+  off for the run (its scan an hour away), so it does not index these rows itself.
   --no-hnsw drops the HNSW indexes of both tables first. The function's variants leave
   their rows out of the graph either way (so does the plain INSERT: its rows have
   vector_indexed false); the raw INSERT pays its graph insert unless --no-hnsw, and that
@@ -30,7 +36,7 @@ What it measures (per call, one memory, in alternating rounds)
 Data: LoCoMo turns as texts with random unit vectors (the vectors' values do not change
   what a part costs; with --no-hnsw they are not indexed at all).
 
-    python bench/ingest_parts.py [--calls 1600] [--rounds 4] [--no-hnsw]
+    python bench/ingest_parts.py [--calls 1600] [--rounds 4] [--no-hnsw] [--indexed 1000]
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg.rows import dict_row
 
 from memplane.domain.models import NewMemory, Scope, Workspace
+from memplane.server.settings import VectorIndexSettings
 from memplane.server.storage.binary_arrays import register_array_dumpers
 from memplane.server.storage.inserts import (
     INSERT_FUNCTION,
@@ -60,6 +67,7 @@ from memplane.server.storage.inserts import (
     insert_statement,
     new_memories,
 )
+from memplane.server.storage.vector_index import BATCH_SIZE, INDEX_BATCH
 
 _PLAIN = (
     "INSERT INTO memories (workspace_key, id, user_id, agent_id, session_id, type, name, description, content,"
@@ -76,6 +84,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=1_600, help="calls per variant, over all rounds")
     p.add_argument("--rounds", type=int, default=4, help="alternating rounds")
     p.add_argument("--no-hnsw", action="store_true", help="drop the HNSW indexes of both tables first")
+    p.add_argument("--indexed", type=int, default=1_000, help="memories the indexer's UPDATE is timed over, each way")
     return p.parse_args()
 
 
@@ -123,7 +132,8 @@ async def main() -> None:
         vector = rng.standard_normal(384).astype(np.float32)
         return f"user-{i % 100:04d}", f"{turns[i % len(turns)]} ({i})", vector / np.linalg.norm(vector)
 
-    async with bench_server() as stack:
+    held_off = VectorIndexSettings(interval_seconds=60, scan_interval_seconds=3600)  # the backlog is this bench's
+    async with bench_server(vector_index=held_off) as stack:
         dsn, workspace = stack.app.db.dsn, stack.workspace
         await create_raw_table(dsn, workspace.embedding_dimensions)
         conn, backend = await connect(dsn)
@@ -135,13 +145,7 @@ async def main() -> None:
                 await conn.execute(text)
                 await conn.execute(f"GRANT EXECUTE ON FUNCTION {INSERT_FUNCTION}_{name} TO memplane_tenant")
             if args.no_hnsw:
-                cur = await conn.execute(
-                    "SELECT c.oid::regclass::text AS idx FROM pg_class c JOIN pg_am a ON a.oid = c.relam"
-                    " JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid"
-                    " WHERE a.amname = 'hnsw' AND t.relkind = 'r'"
-                )
-                for row in await cur.fetchall():
-                    await conn.execute(f"DROP INDEX {row['idx']}")  # partition indexes of the scratch database
+                await drop_hnsw(conn)
 
             def function_call(function: str, *, record: bool, dedupe: bool) -> Callable[[], Awaitable[None]]:
                 statement = insert_statement(function)
@@ -174,6 +178,11 @@ async def main() -> None:
                 "raw INSERT (ingest_sql.py)": (raw, raw_backend),
             }
             figures = await measure(conn, parts, calls=args.calls, rounds=args.rounds)
+            indexer: dict[str, tuple[float, float]] = {}
+            if not args.no_hnsw:
+                indexer["with its graph insert"] = await index_cost(conn, backend, workspace.key, args.indexed)
+                await drop_hnsw(conn)
+            indexer["without (HNSW dropped)"] = await index_cost(conn, backend, workspace.key, args.indexed)
         finally:
             await conn.close()
             await raw_conn.close()
@@ -184,7 +193,45 @@ async def main() -> None:
         ["variant", "backend CPU ms", "÷ raw INSERT", "WAL bytes"],
         [[name, cpu, cpu / raw_cpu, wal] for name, (cpu, wal) in figures.items()],
     )
+    print_table(
+        f"The vector indexer's UPDATE per memory ({args.indexed:,} of the rows above, {BATCH_SIZE} per statement)",
+        ["UPDATE", "backend CPU ms", "WAL bytes"],
+        [[name, cpu, wal] for name, (cpu, wal) in indexer.items()],
+    )
     closing_banner()
+
+
+async def drop_hnsw(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Drop every HNSW index of a plain table or partition (this bench's scratch database)."""
+    cur = await conn.execute(
+        "SELECT c.oid::regclass::text AS idx FROM pg_class c JOIN pg_am a ON a.oid = c.relam"
+        " JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class t ON t.oid = i.indrelid"
+        " WHERE a.amname = 'hnsw' AND t.relkind = 'r'"
+    )
+    for row in await cur.fetchall():
+        await conn.execute(f"DROP INDEX {row['idx']}")
+
+
+async def index_cost(
+    conn: psycopg.AsyncConnection[Any], backend: psutil.Process, workspace_key: int, rows: int
+) -> tuple[float, float]:
+    """The indexer's statement over up to *rows* of the workspace's backlog, in its
+    batches: (backend CPU ms, WAL bytes) per memory indexed. Raises `RuntimeError` when the
+    backlog holds none."""
+    lsn = (await fetch_one(conn, "SELECT pg_current_wal_insert_lsn()::text AS l"))["l"]
+    before = backend.cpu_times()
+    done = 0
+    while done < rows:
+        cur = await conn.execute(INDEX_BATCH, {"ws": workspace_key, "batch": min(BATCH_SIZE, rows - done)})
+        if cur.rowcount <= 0:
+            break
+        done += cur.rowcount
+    after = backend.cpu_times()
+    if done == 0:
+        raise RuntimeError("no backlog left to index: raise --calls or lower --indexed")
+    wal = await fetch_one(conn, "SELECT pg_current_wal_insert_lsn() - %s::pg_lsn AS d", (lsn,))
+    cpu = (after.user + after.system - before.user - before.system) * 1000 / done
+    return cpu, float(wal["d"]) / done
 
 
 async def insert_one(

@@ -17,8 +17,10 @@ backlog (counted by this process since its last pass) is under *max_backlog*. A 
 batch, or any write while the indexer is behind, enters the graph in its own statement,
 as before migration 0020: a bulk load's graph inserts cost the same inline, and indexing
 its rows afterwards would rewrite each of them (the flag's UPDATE is a new row version
-and an entry in every index of the partition) — about twice the database time; and a
-backlog the indexer cannot catch up with would make every search scan it exactly.
+and an entry in every index of the partition: little CPU beside its graph insert, but
+about as much WAL again as the insert, and a dead row version for vacuum, per memory:
+bench/ingest_parts.py); and a backlog the indexer cannot catch up with would make every
+search scan it exactly.
 
 Which workspaces to visit: those this process deferred a write of (`mark`, called once
 the write has committed: `memplane.server.storage.commits`, so a pass finds its rows),
@@ -49,7 +51,7 @@ BATCH_SIZE = 256  # rows per transaction: short row locks, bounded WAL per commi
 INDEX_MARKER = "memplane: vector indexing"  # names the statement in pg_stat_activity
 RETRY_MAX_SECONDS = 30.0  # the longest wait between passes while they keep failing (the wait doubles from interval)
 
-_INDEX_BATCH = """/* memplane: vector indexing */
+INDEX_BATCH = """/* memplane: vector indexing */
 UPDATE memories m SET vector_indexed = true
 FROM (SELECT id FROM memories WHERE workspace_key = %(ws)s AND NOT vector_indexed
       ORDER BY created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED) due
@@ -81,7 +83,7 @@ async def index_backlog(db: TenantDatabase, workspace_key: int, *, batch_size: i
     total = 0
     while True:
         async with db.tenant(workspace_key, lock_timeout_ms=BACKGROUND_LOCK_TIMEOUT_MS) as conn:
-            cur = await conn.execute(_INDEX_BATCH, {"ws": workspace_key, "batch": batch_size})
+            cur = await conn.execute(INDEX_BATCH, {"ws": workspace_key, "batch": batch_size})
             count = cur.rowcount
         total += count
         if count < batch_size:
