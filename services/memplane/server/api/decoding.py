@@ -4,9 +4,11 @@ gRPC decodes a request with the method's generated `FromString` before any servi
 runs; a `DecodeError` there (malformed protobuf, invalid UTF-8 in a proto3 string field,
 nesting past upb's limit of 100 message levels — metadata nested 40 levels is 120) would
 reach grpcio's own handler: UNKNOWN, and a traceback logged per request.
-`DecodingInterceptor` wraps the request deserializer of every method (health and
-reflection included) so such a body becomes a marker the wrapped behaviour turns into
-INVALID_ARGUMENT with a `BadRequest` violation. protobuf reports no position, so
+`GuardedRegistrar` wraps the request deserializer of every method (health and
+reflection included) as the service registers it, so such a body becomes a marker the
+wrapped behaviour turns into INVALID_ARGUMENT with a `BadRequest` violation. (Done once
+per method at registration, not by a server interceptor: an interceptor's coroutine and
+wrapping ran on every call.) protobuf reports no position, so
 `locate_violation` walks the wire format (https://protobuf.dev/programming-guides/encoding/)
 to name the field: the deepest length-delimited field that fails to decode on its own.
 A request stream (reflection's) is aborted when the handler reads the message that does
@@ -16,7 +18,7 @@ not decode; the ones before it were answered.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -220,39 +222,71 @@ def _refusing_stream(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
-class DecodingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Guards the request deserializer of every method (see the module): a unary request
-    is refused before the handler runs, a streamed one when the handler reads it."""
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        deserializer = guarded(handler.request_deserializer)
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                _refusing_stream(handler.stream_stream),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                _refusing_stream(handler.stream_unary),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _refusing(handler.unary_unary),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.unary_stream_rpc_method_handler(
-            _refusing(handler.unary_stream),  # type: ignore[arg-type]
+def guard(handler: grpc.RpcMethodHandler[Any, Any] | None) -> grpc.RpcMethodHandler[Any, Any] | None:
+    """*handler* with its request deserializer `guarded` and its behaviour refusing what
+    did not decode (see the module): a unary request is refused before the behaviour runs,
+    a streamed one when the behaviour reads it. None, or a handler without a request
+    deserializer, is returned as it is."""
+    if handler is None or handler.request_deserializer is None:
+        return handler
+    deserializer = guarded(handler.request_deserializer)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            _refusing_stream(handler.stream_stream),
             request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            _refusing_stream(handler.stream_unary),
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            _refusing(handler.unary_unary),
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.unary_stream_rpc_method_handler(
+        _refusing(handler.unary_stream),  # type: ignore[arg-type]
+        request_deserializer=deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class _GuardedGeneric(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A generic handler whose handlers are `guard`ed, each once: the first call of a
+    method wraps it, later calls reuse that wrapping."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler[Any, Any]) -> None:
+        self._inner = inner
+        self._guarded: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method: str = handler_call_details.method
+        if method not in self._guarded:
+            handler = self._inner.service(handler_call_details)
+            if handler is None:
+                return None  # an unknown method: nothing kept for it
+            self._guarded[method] = guard(handler)
+        return self._guarded[method]
+
+
+class GuardedRegistrar:
+    """Stands for a `grpc.aio.Server` where a service registers itself (the generated
+    `add_*Servicer_to_server`, health's, reflection's): every method handler it adds is
+    `guard`ed once, here, so no interceptor runs on each call to do it. What is registered
+    goes to *server*; nothing else of the server is reachable through this."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Sequence[grpc.GenericRpcHandler[Any, Any]]) -> None:
+        self._server.add_generic_rpc_handlers([_GuardedGeneric(h) for h in generic_rpc_handlers])
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        guarded_handlers = {name: guard(h) for name, h in method_handlers.items()}
+        self._server.add_registered_method_handlers(service_name, guarded_handlers)  # type: ignore[attr-defined]

@@ -15,15 +15,15 @@ import gc
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from memplane.server.api.admin import AdminServicer
 from memplane.server.api.compaction import CompactionServicer
-from memplane.server.api.decoding import DecodingInterceptor
+from memplane.server.api.decoding import GuardedRegistrar
 from memplane.server.api.retrieval import RetrievalServicer
 from memplane.server.api.tls import ReloadingCertificates, TlsFiles
 from memplane.server.api.writeback import WriteBackServicer
@@ -180,9 +180,7 @@ async def start_server(
     if not names or len(set(names)) < len(names):
         raise ValueError(f"serve each service once, at least one: got {names}")
     server = grpc.aio.server(
-        # Innermost: a request that does not decode is INVALID_ARGUMENT (not grpcio's UNKNOWN),
-        # and the telemetry interceptors around it see that status.
-        interceptors=[*interceptors, DecodingInterceptor()],
+        interceptors=interceptors or None,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -192,14 +190,18 @@ async def start_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
     )
+    # Every method's request is guarded where it is registered (innermost, so a request that
+    # does not decode is INVALID_ARGUMENT, not grpcio's UNKNOWN, and the telemetry
+    # interceptors around it see that status).
+    registrar = cast(grpc.aio.Server, GuardedRegistrar(server))
     for servicer in servicers:
         _, add = _REGISTRATIONS[type(servicer)]
-        add(servicer, server)
+        add(servicer, registrar)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
-    )
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registrar)
+    reflected = [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+    reflector = reflection.aio.ReflectionServicer(reflected)  # type: ignore[attr-defined]  # public: in its __all__
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflector, registrar)
     address = f"{host}:{port}"
     try:
         if tls is None:
