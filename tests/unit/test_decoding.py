@@ -1,15 +1,20 @@
 """`locate_violation` names the field of a request body that does not decode, across
-protobuf's wire types (tests/e2e/test_wire_input.py sends such bodies over gRPC)."""
+protobuf's wire types, and `GuardedRegistrar` guards a service's handlers on both of
+grpc's registration paths (tests/e2e/test_wire_input.py sends such bodies over gRPC)."""
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import message as pb_message
 
 from memplane.errors import FieldViolation
-from memplane.server.api.decoding import guarded, locate_violation
+from memplane.server.api.decoding import GuardedRegistrar, guarded, locate_violation
 from memplane.v1 import admin_pb2, memory_pb2, retrieval_pb2, writeback_pb2
 
 
@@ -72,3 +77,71 @@ def test_guarded_passes_a_good_body_through() -> None:
     request = retrieval_pb2.SearchMemoriesRequest(queries=["spare key"], top_k=3)
     decoded = guarded(retrieval_pb2.SearchMemoriesRequest.FromString)(request.SerializeToString())
     assert decoded == request
+
+
+class _Recorder:
+    """What `GuardedRegistrar` registers into (a grpc.aio.Server's two registration calls)."""
+
+    def __init__(self) -> None:
+        self.generic: list[grpc.GenericRpcHandler[Any, Any]] = []
+        self.registered: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler[Any, Any]]) -> None:
+        self.generic.extend(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.registered.update({f"/{service}/{name}": h for name, h in handlers.items()})
+
+
+@dataclass(frozen=True)
+class _Details:
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+async def _search(
+    request: retrieval_pb2.SearchMemoriesRequest, context: object
+) -> retrieval_pb2.SearchMemoriesResponse:
+    return retrieval_pb2.SearchMemoriesResponse()
+
+
+def _registered_both_ways() -> _Recorder:
+    """A service registered through `GuardedRegistrar` as generated code does: its
+    handlers both as a generic handler and as registered method handlers."""
+    handlers = {
+        "SearchMemories": grpc.unary_unary_rpc_method_handler(
+            _search,
+            request_deserializer=retrieval_pb2.SearchMemoriesRequest.FromString,
+            response_serializer=retrieval_pb2.SearchMemoriesResponse.SerializeToString,
+        )
+    }
+    recorder = _Recorder()
+    registrar = GuardedRegistrar(recorder)  # type: ignore[arg-type]
+    registrar.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("memplane.v1.RetrievalService", handlers)])
+    registrar.add_registered_method_handlers("memplane.v1.RetrievalService", handlers)
+    return recorder
+
+
+METHOD = "/memplane.v1.RetrievalService/SearchMemories"
+UNDECODABLE = _field(1, 2, b"\xff")  # queries[0] is not UTF-8
+
+
+@pytest.mark.parametrize("path", ["generic", "registered"])
+def test_a_registered_method_refuses_a_body_that_does_not_decode(path: str) -> None:
+    recorder = _registered_both_ways()
+    handler = recorder.generic[0].service(_Details(METHOD)) if path == "generic" else recorder.registered[METHOD]
+    assert handler is not None
+    assert handler.request_deserializer is not None
+    marker = handler.request_deserializer(UNDECODABLE)
+    assert not isinstance(marker, retrieval_pb2.SearchMemoriesRequest)
+    assert marker.error.violations[0].field == "queries[0]"
+    good = retrieval_pb2.SearchMemoriesRequest(queries=["spare key"], top_k=3)
+    assert handler.request_deserializer(good.SerializeToString()) == good
+
+
+def test_the_generic_path_wraps_a_method_once_and_an_unknown_one_not_at_all() -> None:
+    generic = _registered_both_ways().generic[0]
+    assert generic.service(_Details(METHOD)) is generic.service(_Details(METHOD))
+    assert generic.service(_Details("/memplane.v1.RetrievalService/Nope")) is None

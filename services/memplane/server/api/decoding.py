@@ -222,12 +222,12 @@ def _refusing_stream(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
-def guard(handler: grpc.RpcMethodHandler[Any, Any] | None) -> grpc.RpcMethodHandler[Any, Any] | None:
+def guard(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
     """*handler* with its request deserializer `guarded` and its behaviour refusing what
     did not decode (see the module): a unary request is refused before the behaviour runs,
-    a streamed one when the behaviour reads it. None, or a handler without a request
-    deserializer, is returned as it is."""
-    if handler is None or handler.request_deserializer is None:
+    a streamed one when the behaviour reads it. A handler without a request deserializer
+    (raw bytes) is returned as it is."""
+    if handler.request_deserializer is None:
         return handler
     deserializer = guarded(handler.request_deserializer)
     if handler.stream_stream is not None:
@@ -261,7 +261,7 @@ class _GuardedGeneric(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
     def __init__(self, inner: grpc.GenericRpcHandler[Any, Any]) -> None:
         self._inner = inner
-        self._guarded: dict[str, grpc.RpcMethodHandler[Any, Any] | None] = {}
+        self._guarded: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         method: str = handler_call_details.method
