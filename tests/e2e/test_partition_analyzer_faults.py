@@ -137,6 +137,20 @@ def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.endswith("statistics") and r.levelno >= logging.ERROR]
 
 
+@contextlib.asynccontextmanager
+async def _job(app: App, caplog: pytest.LogCaptureFixture, **kwargs: float) -> AsyncIterator[PartitionAnalyzer]:
+    """A `_private` analyzer running as the job. After the test's body: it is still
+    running and nothing was logged at ERROR. Stopped however the body ends."""
+    analyzer = _private(app, **kwargs)
+    analyzer.start()
+    try:
+        yield analyzer
+        assert analyzer.running
+        assert _errors(caplog) == []
+    finally:
+        await analyzer.stop()
+
+
 # -- the database connection lost or cancelled mid-ANALYZE ----------------------------------
 
 
@@ -173,9 +187,7 @@ async def test_the_running_job_survives_a_terminated_analyze_and_retries(
     app: App, workspace: TestWorkspace, pg_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     key, table = await _seed(workspace, pg_dsn)
-    analyzer = _private(app, quiet_seconds=0.2)
-    analyzer.start()
-    try:
+    async with _job(app, caplog, quiet_seconds=0.2) as analyzer:
         async with _statistics_locked(pg_dsn, table):
             analyzer.wrote(key, DEFAULT_THRESHOLD)  # doubled: analyzed at once
             pid = await _analyze_backend(pg_dsn, table)
@@ -185,11 +197,7 @@ async def test_the_running_job_survives_a_terminated_analyze_and_retries(
             assert analyzer.stats.analyzed == 0
         # The lock gone: the job's retry (after its back-off) analyzes the workspace.
         await _until(lambda: analyzer.stats.analyzed == 1, "the job's retry analyzes the workspace")
-        assert analyzer.running
         assert analyzer.due(time.monotonic() + LATER) == []
-        assert _errors(caplog) == []
-    finally:
-        await analyzer.stop()
 
 
 async def test_a_cancelled_analyze_does_not_stop_the_round_nor_log_an_error(
@@ -199,21 +207,14 @@ async def test_a_cancelled_analyze_does_not_stop_the_round_nor_log_an_error(
     key, table = await _seed(first, pg_dsn)
     other, _ = await _seed(second, pg_dsn)
     assert key < other  # `due` lists by key: the cancelled one comes first in the round
-    analyzer = _private(app, quiet_seconds=60.0)
-    analyzer.start()
-    try:
-        async with _statistics_locked(pg_dsn, table):
-            analyzer.wrote(key, DEFAULT_THRESHOLD)
-            analyzer.wrote(other, DEFAULT_THRESHOLD)
-            pid = await _analyze_backend(pg_dsn, table)
-            assert await owner_value(pg_dsn, "SELECT pg_cancel_backend(%s)", (pid,))
-            await _until(lambda: analyzer.stats.failures >= 1, "the job counts the failure")
-            # The round goes on to the other workspace (its retry of the first waits 60 s).
-            await _until(lambda: analyzer.stats.analyzed == 1, "the round's other workspace is analyzed", PROMPT)
-        assert analyzer.running
-        assert _errors(caplog) == []
-    finally:
-        await analyzer.stop()
+    async with _job(app, caplog, quiet_seconds=60.0) as analyzer, _statistics_locked(pg_dsn, table):
+        analyzer.wrote(key, DEFAULT_THRESHOLD)
+        analyzer.wrote(other, DEFAULT_THRESHOLD)
+        pid = await _analyze_backend(pg_dsn, table)
+        assert await owner_value(pg_dsn, "SELECT pg_cancel_backend(%s)", (pid,))
+        await _until(lambda: analyzer.stats.failures >= 1, "the job counts the failure")
+        # The round goes on to the other workspace (its retry of the first waits 60 s).
+        await _until(lambda: analyzer.stats.analyzed == 1, "the round's other workspace is analyzed", PROMPT)
 
 
 # -- another session's locks ----------------------------------------------------------------
@@ -280,9 +281,7 @@ async def test_a_deletion_during_an_analyze_waits_for_it_and_completes(
     analyzed = await workspace_factory()
     doomed = analyzed if whose == "its own" else await workspace_factory()
     key, table = await _seed(analyzed, pg_dsn)
-    analyzer = _private(app)
-    analyzer.start()
-    try:
+    async with _job(app, caplog) as analyzer:
         async with _statistics_locked(pg_dsn, table):
             analyzer.wrote(key, DEFAULT_THRESHOLD)
             await _analyze_backend(pg_dsn, table)
@@ -301,11 +300,7 @@ async def test_a_deletion_during_an_analyze_waits_for_it_and_completes(
             await deleting
         await _until(lambda: analyzer.stats.analyzed == 1, "the ANALYZE in flight is counted")
         assert analyzer.due(time.monotonic() + LATER) == []
-        assert analyzer.running
         assert analyzer.stats.failures == 0
-        assert _errors(caplog) == []
-    finally:
-        await analyzer.stop()
 
 
 # -- deletion races --------------------------------------------------------------------------
@@ -315,9 +310,7 @@ async def test_workspaces_deleted_under_the_running_job_are_forgotten_without_an
     app: App, workspace_factory: WorkspaceFactory, pg_dsn: str, admin_client: AsyncMemplaneClient,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    analyzer = _private(app, quiet_seconds=0.05)
-    analyzer.start()
-    try:
+    async with _job(app, caplog, quiet_seconds=0.05) as analyzer:
         made = [await workspace_factory() for _ in range(6)]
         keys = [await workspace_key(pg_dsn, ws.name) for ws in made]
         # Half told of their writes as the deletion starts (the job's ANALYZE races the
@@ -329,11 +322,7 @@ async def test_workspaces_deleted_under_the_running_job_are_forgotten_without_an
             await admin_client.delete_workspace(ws.name)
             analyzer.wrote(key, DEFAULT_THRESHOLD + 1)
         await _until(lambda: analyzer.due(time.monotonic() + LATER) == [], "nothing deleted is left due")
-        assert analyzer.running
         assert analyzer.stats.failures == 0
-        assert _errors(caplog) == []
-    finally:
-        await analyzer.stop()
 
 
 # -- stopping ---------------------------------------------------------------------------------
@@ -452,31 +441,20 @@ async def test_an_add_refused_by_the_quota_is_not_counted(
 # under its request id — are not counted: the count is read from the insert's outcome (it
 # once counted the items sent, so a user could make the server ANALYZE a partition
 # without storing a row).
-async def test_duplicates_not_stored_are_not_counted(
-    counting: tuple[PartitionAnalyzer, str], workspace: TestWorkspace, pg_dsn: str
+@pytest.mark.parametrize(
+    "request_id",
+    [pytest.param("", id="duplicates under a new request id"), pytest.param("analyzer-replay-1", id="a replay")],
+)
+async def test_the_same_items_added_again_store_nothing_and_are_not_counted(
+    counting: tuple[PartitionAnalyzer, str], workspace: TestWorkspace, pg_dsn: str, request_id: str
 ) -> None:
     analyzer, target = counting
     key = await workspace_key(pg_dsn, workspace.name)
     vectors = unit_vectors(30, seed=30)
     items = [mem(f"same note {i}", user_id="u", embedding=v) for i, v in enumerate(vectors)]
     async with AsyncMemplaneClient(target, workspace.key) as client:
-        await client.add_memories(items)
-        reply = await client.add_memories_reply(items)
-    assert list(reply.duplicate_indexes) == list(range(30)), "the second add stored nothing"
-    assert int(await owner_value(pg_dsn, "SELECT count(*) FROM memories WHERE workspace_key = %s", (key,))) == 30
-    assert analyzer.due(time.monotonic() + LATER) == [], "30 rows stored, 60 counted"
-
-
-async def test_a_replayed_request_is_not_counted_again(
-    counting: tuple[PartitionAnalyzer, str], workspace: TestWorkspace, pg_dsn: str
-) -> None:
-    analyzer, target = counting
-    key = await workspace_key(pg_dsn, workspace.name)
-    vectors = unit_vectors(30, seed=31)
-    items = [mem(f"replayed note {i}", user_id="u", embedding=v) for i, v in enumerate(vectors)]
-    async with AsyncMemplaneClient(target, workspace.key) as client:
-        first = await client.add_memories(items, request_id="analyzer-replay-1")
-        again = await client.add_memories(items, request_id="analyzer-replay-1")
-    assert [m.id for m in again] == [m.id for m in first], "a replay, not a second write"
+        first = await client.add_memories_reply(items, request_id=request_id)
+        again = await client.add_memories_reply(items, request_id=request_id)
+    assert [m.id for m in again.memories] == [m.id for m in first.memories], "answered with the stored memories"
     assert int(await owner_value(pg_dsn, "SELECT count(*) FROM memories WHERE workspace_key = %s", (key,))) == 30
     assert analyzer.due(time.monotonic() + LATER) == [], "30 rows stored, 60 counted"
