@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import psutil  # type: ignore[import-untyped]
-from _harness import closing_banner, common_args, environment_banner, free_port, log, print_table, serve_process
+from _harness import closing_banner, common_args, environment_banner, free_port, log, pct, print_table, serve_process
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 WARMUP_CALLS = 300
@@ -97,7 +97,7 @@ async def main(args: argparse.Namespace) -> None:
             log(f"round {r + 1} of {args.rounds}")
             for name, (target, pid) in servers.items() if r % 2 == 0 else reversed(servers.items()):
                 figures[name].append(await measure(target, pid, args.calls))
-    medians = {name: (_median([w for w, _ in f]), _median([c for _, c in f])) for name, f in figures.items()}
+    medians = {name: (pct([w for w, _ in f], 50), pct([c for _, c in f], 50)) for name, f in figures.items()}
     floor = medians["bare grpc.aio + HealthServicer"][1]
     print_table(
         f"Health/Check, {args.calls:,} calls per server in each of {args.rounds} rounds (median of rounds)",
@@ -105,10 +105,6 @@ async def main(args: argparse.Namespace) -> None:
         [[name, wall, cpu, cpu / floor] for name, (wall, cpu) in medians.items()],
     )
     closing_banner()
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
 
 
 if __name__ == "__main__":
