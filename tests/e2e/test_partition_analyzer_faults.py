@@ -244,13 +244,13 @@ async def test_a_partition_locked_by_another_session_is_not_waited_for_and_tried
     assert await analyzer.analyze_due(time.monotonic() + LATER) == [key], "the lock gone: analyzed"
 
 
-async def test_a_deletions_lock_on_the_parent_tables_is_not_waited_for(
+async def test_a_lock_on_the_parent_tables_and_their_partitions_is_not_waited_for(
     app: App, workspace: TestWorkspace, pg_dsn: str
 ) -> None:
-    """A workspace deletion holds every partitioned parent ACCESS EXCLUSIVE
-    (`workspaces._ddl`), and LOCK TABLE recurses into every partition: the ANALYZE of a
-    partition must not queue behind that (every tenant statement would queue behind it in
-    turn); it fails within its lock timeout and is tried again once the lock is gone."""
+    """A LOCK TABLE of a parent without ONLY (a migration's, an administrator's) holds
+    every partition ACCESS EXCLUSIVE too: the ANALYZE of a partition must not queue behind
+    that (every tenant statement would queue behind it in turn); it fails within its lock
+    timeout and is tried again once the lock is gone."""
     key, _ = await _seed(workspace, pg_dsn)
     analyzer = _private(app, lock_timeout_ms=LOCK_TIMEOUT_MS)
     analyzer.wrote(key, DEFAULT_THRESHOLD)
@@ -267,32 +267,27 @@ async def test_a_deletions_lock_on_the_parent_tables_is_not_waited_for(
     assert await analyzer.analyze_due(time.monotonic() + LATER) == [key], "the lock gone: analyzed"
 
 
-@pytest.mark.parametrize("whose", ["its own", "another"])
-async def test_a_deletion_during_an_analyze_waits_for_it_and_completes(
-    app: App, workspace_factory: WorkspaceFactory, pg_dsn: str, admin_client: AsyncMemplaneClient,
-    caplog: pytest.LogCaptureFixture, whose: str,
+async def test_a_deletion_during_an_analyze_of_its_partition_waits_for_it_and_completes(
+    app: App, workspace: TestWorkspace, pg_dsn: str, admin_client: AsyncMemplaneClient,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    """An ANALYZE holds its partition SHARE UPDATE EXCLUSIVE while it runs. A workspace
-    deletion locks every partitioned parent ACCESS EXCLUSIVE first (`workspaces._ddl`),
-    and LOCK TABLE recurses into every workspace's partitions: a deletion of *any*
-    workspace — this one or another — waits for the ANALYZE (DDL_LOCK_TIMEOUT a try,
-    retried, ~20 s in all) and must complete once it ends, leaving the analyzer nothing
-    due and no error."""
-    analyzed = await workspace_factory()
-    doomed = analyzed if whose == "its own" else await workspace_factory()
-    key, table = await _seed(analyzed, pg_dsn)
+    """An ANALYZE holds its partition SHARE UPDATE EXCLUSIVE while it runs. The deletion of
+    its workspace locks that workspace's partitions (`workspaces._outwait_vacuum`, then its
+    DDL's tries, ~20 s in all), so it waits for the ANALYZE and must complete once it ends,
+    leaving the analyzer nothing due and no error."""
+    key, table = await _seed(workspace, pg_dsn)
     async with _job(app, caplog) as analyzer:
         async with _statistics_locked(pg_dsn, table):
             analyzer.wrote(key, DEFAULT_THRESHOLD)
             await _analyze_backend(pg_dsn, table)
-            deleting = asyncio.create_task(admin_client.delete_workspace(doomed.name))
+            deleting = asyncio.create_task(admin_client.delete_workspace(workspace.name))
             query = (
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LOCK TABLE \"memories\"%%'"
-                " AND wait_event_type = 'Lock'"
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND wait_event_type = 'Lock'"
+                " AND query LIKE 'LOCK TABLE %%'"
             )
             async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
                 async with asyncio.timeout(PROMPT * 4):  # the deletion queued behind the ANALYZE
-                    while not (await (await conn.execute(query)).fetchone())[0]:  # type: ignore[index]  # noqa: ASYNC110
+                    while not (await (await conn.execute(query, (f'%"{table}"%',))).fetchone())[0]:  # type: ignore[index]  # noqa: ASYNC110
                         await asyncio.sleep(POLL)  # pg_stat_activity raises no event
             assert not deleting.done()
         # The ANALYZE ends with the row lock: the deletion's next try goes through.
@@ -300,6 +295,32 @@ async def test_a_deletion_during_an_analyze_waits_for_it_and_completes(
             await deleting
         await _until(lambda: analyzer.stats.analyzed == 1, "the ANALYZE in flight is counted")
         assert analyzer.due(time.monotonic() + LATER) == []
+        assert analyzer.stats.failures == 0
+
+
+async def test_a_deletion_of_another_workspace_does_not_wait_for_an_analyze(
+    app: App, workspace_factory: WorkspaceFactory, pg_dsn: str, admin_client: AsyncMemplaneClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The deletion of a workspace locks the parent tables ONLY and its own partitions
+    (`workspaces._lock_parents`): an ANALYZE of another workspace's partition, however long,
+    holds nothing it needs, so it completes while the ANALYZE still runs (a LOCK TABLE of
+    the parents that recursed into every partition queued behind it, and so did every
+    creation and deletion on the cluster)."""
+    analyzed = await workspace_factory()
+    doomed = await workspace_factory()
+    key, table = await _seed(analyzed, pg_dsn)
+    async with _job(app, caplog) as analyzer:
+        async with _statistics_locked(pg_dsn, table):
+            analyzer.wrote(key, DEFAULT_THRESHOLD)
+            await _analyze_backend(pg_dsn, table)
+            try:
+                async with asyncio.timeout(PROMPT):
+                    await admin_client.delete_workspace(doomed.name)
+            except TimeoutError:
+                pytest.fail(f"the deletion of another workspace waited for the ANALYZE of {table}")
+            assert await _analyze_backends(pg_dsn, table) == 1, "the ANALYZE still runs"
+        await _until(lambda: analyzer.stats.analyzed == 1, "the ANALYZE in flight is counted")
         assert analyzer.stats.failures == 0
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 
 import pytest
+from psycopg import sql
 
 from memplane.domain.models import NewMemory
 from memplane.errors import NotFoundError, UnavailableError
@@ -85,3 +86,33 @@ async def test_ddl_that_cannot_lock_gives_up_unavailable_and_writes_nothing(
         for n in (name, kept.name):
             with contextlib.suppress(NotFoundError):
                 await app.admin.delete_workspace(n)
+
+
+async def test_vacuum_or_analyze_of_another_workspace_blocks_no_create_or_delete(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VACUUM and ANALYZE (autovacuum's, or the partition analyzer's) hold one workspace's
+    partition in SHARE UPDATE EXCLUSIVE for as long as they run, seconds on a big one.
+    Creating and deleting *other* workspaces lock only the parent tables and their own
+    partitions, so they go ahead at the first try beside it."""
+    monkeypatch.setattr(workspaces, "DDL_LOCK_ATTEMPTS", 1)  # no waiting it out
+    busy = await app.admin.create_workspace(random_workspace_name())
+    gone = await app.admin.create_workspace(random_workspace_name())
+    made = None
+    try:
+        async with app.db.admin() as vacuum:  # stands for a VACUUM of busy's partitions, open across the calls
+            for table in workspaces.PARTITIONED_TABLES:
+                partition = workspaces.partition_name(table, busy.key)
+                await vacuum.execute(
+                    sql.SQL("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE").format(sql.Identifier(partition))
+                )
+            made = await app.admin.create_workspace(random_workspace_name())
+            await app.admin.delete_workspace(gone.name)
+        with pytest.raises(NotFoundError):
+            await app.admin.get_workspace(gone.name)
+        assert (await app.admin.get_workspace(made.name)).key == made.key
+    finally:
+        for ws in (busy, gone, made):
+            if ws is not None:
+                with contextlib.suppress(NotFoundError):
+                    await app.admin.delete_workspace(ws.name)

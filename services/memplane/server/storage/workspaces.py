@@ -20,9 +20,12 @@ from memplane.server.storage.placement import Cluster, Placement
 PARTITIONED_TABLES = ("memories", "memory_events", "transcript_messages", "lexeme_df", "extraction_jobs")
 
 # Creating or dropping a workspace's partitions: how long one wait for the parent tables
-# may last (below PostgreSQL's deadlock_timeout, 1 s) and how many tries (~20 s in all).
+# may last (below PostgreSQL's deadlock_timeout, 1 s) and how many tries (~20 s in all);
+# how long a drop waits for the workspace's own partitions (above deadlock_timeout, so an
+# autovacuum holding one is cancelled: `_outwait_vacuum`).
 DDL_LOCK_TIMEOUT = "200ms"
 DDL_LOCK_ATTEMPTS = 25
+OWN_LOCK_TIMEOUT = "2s"
 
 T = TypeVar("T")
 
@@ -166,6 +169,7 @@ class WorkspaceStore:
         if target is None or target.db is self._db:
 
             async def create_here(conn: Connection) -> Workspace:
+                await _lock_parents(conn)
                 row = await insert(conn)
                 await _create_parts(conn, int(row["key"]), embedding_dimensions)
                 return _workspace(row | {"placement": target.name if target is not None else ""})
@@ -191,6 +195,7 @@ class WorkspaceStore:
         key = int(row["key"])
 
         async def create_there(conn: Connection) -> None:
+            await _lock_parents(conn)
             copy = {k: Jsonb(v) if isinstance(v, dict) else v for k, v in row.items()}
             await conn.execute(
                 sql.SQL("INSERT INTO workspaces ({}) OVERRIDING SYSTEM VALUE VALUES ({})").format(
@@ -280,10 +285,9 @@ class WorkspaceStore:
         its row on the control cluster, with its keys and placement); return its memory
         count. Touches no other workspace. Raises `NotFoundError`; `UnavailableError` when
         its cluster or the control cluster is down (a retry completes it)."""
-        if self._placement is None:
-            return await _ddl(self._db, lambda conn: _drop(conn, name))
         workspace = await self.get(name)
         there = await self._cluster(workspace.key)
+        await _outwait_vacuum(there, workspace.key)
         if there is self._db:
             count = await _ddl(self._db, lambda conn: _drop(conn, name))
         else:
@@ -295,7 +299,8 @@ class WorkspaceStore:
                 cur = await conn.execute("DELETE FROM workspaces WHERE name = %s RETURNING key", (name,))
                 if await cur.fetchone() is None:
                     raise NotFoundError("workspace", name)
-        self._placement.forget(workspace.key)
+        if self._placement is not None:
+            self._placement.forget(workspace.key)
         return count
 
     async def usage(self, name: str) -> WorkspaceUsage:
@@ -365,7 +370,10 @@ async def _create_parts(conn: Connection, key: int, embedding_dimensions: int) -
 
 async def _drop(conn: Connection, name: str) -> int:
     """Drop workspace *name*'s partitions, row (and counters, by cascade) and event-id
-    sequence in the caller's DDL transaction; its memory count. Raises `NotFoundError`."""
+    sequence in the caller's DDL transaction; its memory count. Locks the parents, then
+    its row, then its own partitions: the order of a tenant's statement (parent, then
+    partitions), so the DDL closes no lock cycle with one. Raises `NotFoundError`."""
+    await _lock_parents(conn)
     cur = await conn.execute(
         "SELECT w.key, (SELECT s.memory_count FROM workspace_stats s WHERE s.workspace_key = w.key)"
         " AS memory_count FROM workspaces w WHERE w.name = %s FOR UPDATE OF w",
@@ -375,32 +383,67 @@ async def _drop(conn: Connection, name: str) -> int:
     if row is None:
         raise NotFoundError("workspace", name)
     key = int(row["key"])
+    await conn.execute(_lock_own(key, "ACCESS EXCLUSIVE"))
     for table in PARTITIONED_TABLES:
-        await conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(partition_name(table, key))))
+        await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(partition_name(table, key))))
     await conn.execute("DELETE FROM workspaces WHERE key = %s", (key,))  # and its counters (cascade)
     await conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(event_sequence_name(key))))
     return int(row["memory_count"] or 0)
 
 
+async def _outwait_vacuum(db: Database, key: int) -> None:
+    """Before a drop: hold workspace *key*'s partitions SHARE UPDATE EXCLUSIVE for a moment,
+    waiting up to OWN_LOCK_TIMEOUT, longer than PostgreSQL's deadlock_timeout, after which
+    PostgreSQL cancels an autovacuum that blocks the wait (the drop's own tries, each cut
+    off sooner, never would, and a VACUUM of a big partition can outlast all of them). The
+    mode conflicts with VACUUM, ANALYZE and DDL only, never with a tenant's read or write,
+    so the wait blocks no tenant. Best effort: a lock not had in time, or partitions
+    already gone, leave it to the drop."""
+    try:
+        async with db.admin() as conn:
+            await conn.execute("SELECT set_config('lock_timeout', %s, true)", (OWN_LOCK_TIMEOUT,))
+            await conn.execute(_lock_own(key, "SHARE UPDATE EXCLUSIVE"))
+    except psycopg.errors.UndefinedTable:
+        pass
+    except UnavailableError as error:
+        if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+            raise
+
+
 async def _ddl(db: Database, body: Callable[[Connection], Awaitable[T]]) -> T:
-    """Run *body* in an admin transaction on *db* that first holds every partitioned parent
-    table (creating or dropping a partition locks its parent ACCESS EXCLUSIVE, which
-    every tenant statement also locks, shared, in an order of its own). Each wait is
-    bounded by DDL_LOCK_TIMEOUT, below PostgreSQL's deadlock_timeout (1 s): where the
-    DDL would close a lock cycle with a tenant's search or write, the DDL gives up
-    first and is retried, so the deadlock detector never aborts the tenant's
-    statement. Raises `UnavailableError` after DDL_LOCK_ATTEMPTS."""
-    parents = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
-        sql.SQL(", ").join(map(sql.Identifier, PARTITIONED_TABLES))
-    )
+    """Run *body* in an admin transaction on *db* whose lock waits are each bounded by
+    DDL_LOCK_TIMEOUT, below PostgreSQL's deadlock_timeout (1 s): where the DDL would close
+    a lock cycle with a tenant's search or write, the DDL gives up first and is retried,
+    so the deadlock detector never aborts the tenant's statement. *body* takes its locks
+    (`_lock_parents` first). Raises `UnavailableError` after
+    DDL_LOCK_ATTEMPTS."""
     for attempt in range(DDL_LOCK_ATTEMPTS):
         try:
             async with db.admin() as conn:
                 await conn.execute("SELECT set_config('lock_timeout', %s, true)", (DDL_LOCK_TIMEOUT,))
-                await conn.execute(parents)
                 return await body(conn)
         except UnavailableError as error:
             if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
                 raise
         await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # back off before the next try
     raise UnavailableError("the workspace tables stayed locked by running statements; retry")
+
+
+async def _lock_parents(conn: Connection) -> None:
+    """Hold every partitioned parent table, ONLY the parents (creating or dropping a
+    partition locks its parent ACCESS EXCLUSIVE, which every tenant statement also locks,
+    shared, in an order of its own). Without ONLY the lock would recurse into every
+    workspace's partitions, and one VACUUM or ANALYZE of any of them (SHARE UPDATE
+    EXCLUSIVE, for seconds) would hold up every creation and deletion."""
+    await conn.execute(
+        sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            sql.SQL(", ").join(sql.SQL("ONLY {}").format(sql.Identifier(t)) for t in PARTITIONED_TABLES)
+        )
+    )
+
+
+def _lock_own(key: int, mode: str) -> sql.Composed:
+    """LOCK TABLE of workspace *key*'s partitions in *mode* (a PostgreSQL lock mode)."""
+    return sql.SQL("LOCK TABLE {} IN {} MODE").format(
+        sql.SQL(", ").join(sql.Identifier(partition_name(t, key)) for t in PARTITIONED_TABLES), sql.SQL(mode)
+    )
