@@ -118,13 +118,23 @@ def _canary(kube: KubeCluster, runner: KopfRunner) -> str:
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     deadline = time.monotonic() + CANARY_SECONDS
     try:
+        nudges = 0
         while not runner.future.done() and time.monotonic() < deadline:
             # kubectl wait watches the object; the slice only lets the loop look at the thread.
             done = kube.kubectl(
                 "wait", "--for=condition=Ready", "memoryworkspace/canary", "-n", namespace, "--timeout=10s", check=False
             )
             if done.returncode == 0:
+                if nudges:  # on record: whether the nudge below is what moved it
+                    warnings.warn(f"the canary was Ready after {nudges} namespace nudge(s)", stacklevel=1)
                 return ""
+            # Seen in a full run (kopf 1.45): an operator that starts no watcher at all, not
+            # even the cluster-wide one, until the next namespace event (the canary's
+            # namespace deleted a minute later, its watchers started that instant). A change
+            # to the namespace is such an event; if the operator is merely slow it changes
+            # nothing.
+            nudges += 1
+            kube.kubectl("annotate", "namespace", namespace, f"memplane.io/canary-nudge={nudges}", "--overwrite")
         state = kube.kubectl("get", "memoryworkspace/canary", "-n", namespace, "-o", "yaml", check=False).stdout
         exited = f"the operator exited: {runner.future.result()!r}\n" if runner.future.done() else ""
         return f"the canary MemoryWorkspace was not Ready in {CANARY_SECONDS:.0f} s\n{exited}--- object\n{state}"
