@@ -183,9 +183,19 @@ async def okapi(app: App, ws: Workspace, text: str) -> tuple[dict[str, float], i
     return expected, max((r["tf"] for r in rows if r["lexeme"] in query), default=0)
 
 
+@pytest.fixture(params=["ts_rank", "unnest"])
+def bm25_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each of BM25's two computations of the term frequencies (`search_bm25.BM25`): from
+    ts_rank (a query of at most BM25_RANK_TERMS lexemes, all the tests' queries) and from
+    the unnested tsvectors (the limit set to 0 here)."""
+    if request.param == "unnest":
+        monkeypatch.setattr(search_sql, "BM25_RANK_TERMS", 0)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("prefilter", [False, True])
 async def test_bm25_equals_okapi_over_the_stored_tsvectors(
-    app: App, tenant_factory: TenantFactory, prefilter: bool
+    app: App, tenant_factory: TenantFactory, prefilter: bool, bm25_path: str
 ) -> None:
     ws, _ = await seeded(app, tenant_factory)
     text = "Melanie's pottery class at the lake"
@@ -382,18 +392,29 @@ async def test_lexical_candidates_function_answers_only_for_the_transactions_wor
     assert other["n"] == 0  # their memories match too, but this transaction is not theirs
 
 
-async def test_bm25_counts_repeated_lexemes_and_lengths(app: App, tenant_factory: TenantFactory) -> None:
-    # Term frequencies above one, lengths that differ, and a query lexeme no memory holds.
+async def test_bm25_counts_repeated_lexemes_and_lengths(
+    app: App, tenant_factory: TenantFactory, bm25_path: str
+) -> None:
+    # Term frequencies above one, up to the 255 positions to_tsvector keeps of a lexeme (the
+    # ts_rank path recovers each from a sum of 1/j^2), lengths that differ, and a query
+    # lexeme no memory holds.
     texts = [
         "lake lake lake and the lake house",
         "the lake",
         "a pottery class by the lake, pottery every week, pottery again",
         "nothing to see here at all today",
+        " ".join(["kiln"] * 17),
+        " ".join(["kiln glaze"] * 100),
+        " ".join(["kiln"] * 300),  # 255 positions kept
     ] + [f"filler memory number {i} about the weather" for i in range(20)]
     ws, _ = await seeded(app, tenant_factory, texts)
     text = "pottery lake zeppelin"
     expected, most = await okapi(app, ws, text)
     assert most == 4  # "lake" four times
+    kiln, kiln_most = await okapi(app, ws, "kiln")
+    assert kiln_most == 255  # to_tsvector keeps at most MAXNUMPOS - 1 positions of a lexeme
+    hits = await run(app, ws, spec(use_vector=False), "kiln", None)
+    assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(kiln, rel=1e-9)
     hits = await run(app, ws, spec(use_vector=False), text, None)
     assert {h.memory.id: h.lexical[0] for h in hits if h.lexical} == pytest.approx(expected, rel=1e-9)
     assert [h.memory.id for h in hits] == sorted(expected, key=lambda i: (-expected[i], i))

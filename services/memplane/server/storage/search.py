@@ -55,6 +55,7 @@ from memplane.domain.ranking import BOOST_NAMES, Boosts, FusionMethod, Ranking
 from memplane.server.storage.database import Connection
 from memplane.server.storage.filters import Params, compile_filter
 from memplane.server.storage.rows import MEMORY_COLUMNS, memory_from_row
+from memplane.server.storage.search_bm25 import BM25, BM25_RANK_TERMS, TERM_QUERY, ZETA_2
 from memplane.server.storage.search_boosts import CONTEXT_COLUMN, boosts_from_row, term_values, top_cte
 from memplane.server.storage.search_rm3 import rm3_ctes
 
@@ -225,18 +226,6 @@ def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, ter
     ).format(name=ident, where=where, tsquery=tsquery)
 
 
-BM25 = (
-    "{name} AS (SELECT c.id, sum(t.qw * t.idf * cardinality(u.positions) * (%(k1)s + 1)"
-    "   / (cardinality(u.positions) + %(k1)s * (1 - %(b)s + %(b)s * c.lexical_length / stats.avgdl)))"
-    "   AS score FROM {cand} c CROSS JOIN LATERAL unnest(ts_filter(setweight(c.lexical, 'A',"
-    "     (SELECT array_agg(lexeme) FROM {terms})), '{{a}}')) u JOIN {terms} t ON t.lexeme = u.lexeme"
-    "   CROSS JOIN stats GROUP BY c.id ORDER BY score DESC, c.id LIMIT %(depth)s)"
-)
-"""Okapi BM25 of the candidates in CTE {cand} over the lexemes of CTE {terms} (lexeme, idf
-and a query weight qw, 1 for a query's own lexemes), the depth best (ts_filter keeps the
-query's lexemes of each tsvector)."""
-
-
 def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.Composable:
     first = "bm25_0" if spec.prf_terms > 0 else "bm25"
     parts = [
@@ -250,8 +239,9 @@ def _lexical_ctes(spec: SearchSpec, where: sql.Composable, whole: bool) -> sql.C
             "   greatest(s.lexical_length_sum::float8 / greatest(s.memory_count, 1), 1) AS avgdl"
             "   FROM workspace_stats s WHERE s.workspace_key = %(ws)s),"
             " w AS MATERIALIZED (SELECT df.lexeme, df.df, ln(1 + (stats.n - df.df + 0.5) / (df.df + 0.5)) AS idf,"
-            "   1::float8 AS qw, sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative FROM df, stats)"
-        ),
+            "   1::float8 AS qw, sum(df.df) OVER (ORDER BY df.df, df.lexeme) AS cumulative, {query} AS query"
+            "   FROM df, stats)"
+        ).format(query=sql.SQL(TERM_QUERY.format(lexeme="df.lexeme"))),
         lexical_candidates(spec, where, whole, "w", "cand"),
         sql.SQL(BM25).format(name=sql.Identifier(first), cand=sql.Identifier("cand"), terms=sql.Identifier("w")),
     ]
@@ -458,6 +448,8 @@ def _bound(spec: SearchSpec, flt: MemoryFilter, now: datetime) -> tuple[str, Par
         k1=spec.k1,
         b=spec.b,
         max_lexemes=MAX_QUERY_LEXEMES,
+        rank_terms=BM25_RANK_TERMS,
+        zeta_2=ZETA_2,
         lexical_budget=spec.lexical_budget,
         lexical_cap=spec.lexical_cap,
         ts_config=TS_CONFIG,

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
+from memplane.server.storage.search_bm25 import TERM_QUERY
+
 _RM3 = sql.SQL(
     "fb AS MATERIALIZED (SELECT b.id, b.score / nullif(sum(b.score) OVER (), 0) AS p"
     "   FROM (SELECT id, score FROM bm25_0 ORDER BY score DESC, id LIMIT %(prf_docs)s) b),"
@@ -35,7 +37,7 @@ _RM3 = sql.SQL(
     " dfx AS MATERIALIZED (SELECT qx.lexeme, qx.qw, coalesce(sum(d.df), 0)::float8 AS df FROM qx"
     "   LEFT JOIN lexeme_df d ON d.workspace_key = %(ws)s AND d.lexeme = qx.lexeme GROUP BY qx.lexeme, qx.qw),"
     " wx AS MATERIALIZED (SELECT dfx.lexeme, dfx.df, dfx.qw, ln(1 + (stats.n - dfx.df + 0.5) / (dfx.df + 0.5)) AS idf,"
-    "   sum(dfx.df) OVER (ORDER BY dfx.df, dfx.lexeme) AS cumulative FROM dfx, stats),"
+    "   sum(dfx.df) OVER (ORDER BY dfx.df, dfx.lexeme) AS cumulative, {query} AS query FROM dfx, stats),"
     " {candidates}"
 )
 
@@ -45,4 +47,4 @@ def rm3_ctes(candidates: sql.Composable) -> sql.Composable:
     candidates (`memplane.server.storage.search.lexical_candidates` over "wx"); they read the first
     pass `bm25_0`, `lex` and `stats`, and need the parameters prf_docs, prf_terms and
     prf_weight besides the search's own."""
-    return _RM3.format(candidates=candidates)
+    return _RM3.format(candidates=candidates, query=sql.SQL(TERM_QUERY.format(lexeme="dfx.lexeme")))
