@@ -207,10 +207,13 @@ def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, ter
     if spec.prefilter:
         if terms != "w":  # the expanded query's candidates: the same rows
             return sql.SQL("{name} AS (SELECT * FROM cand)").format(name=ident)
+        # Inlined into each of BM25's two branches (only one runs) rather than copied into
+        # a work table first, as a CTE read twice would be; with RM3 the expanded query
+        # reads the same rows again, and the copy is kept.
         return sql.SQL(
-            "{name} AS (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
+            "{name} AS {materialized} (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
             "  WHERE m.workspace_key = %(ws)s AND {where})"
-        ).format(name=ident, where=where)
+        ).format(name=ident, where=where, materialized=sql.SQL("" if spec.prf_terms > 0 else "NOT MATERIALIZED"))
     tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
     if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
