@@ -116,3 +116,39 @@ async def test_vacuum_or_analyze_of_another_workspace_blocks_no_create_or_delete
             if ws is not None:
                 with contextlib.suppress(NotFoundError):
                     await app.admin.delete_workspace(ws.name)
+
+
+async def test_a_deletion_whose_own_partitions_stay_held_answers_unavailable_and_drops_nothing(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A VACUUM of the workspace's own partitions that outlasts the wait before the drop
+    (`_outwait_vacuum`, here 100 ms; an autovacuum would be cancelled, a manual VACUUM or an
+    ANALYZE is not) and the drop's tries: UNAVAILABLE, the workspace whole; once the lock
+    goes, the deletion goes through."""
+    monkeypatch.setattr(workspaces, "OWN_LOCK_TIMEOUT", "100ms")
+    monkeypatch.setattr(workspaces, "DDL_LOCK_ATTEMPTS", 2)
+    ws = await app.admin.create_workspace(random_workspace_name())
+    try:
+        async with app.db.admin() as vacuum:
+            await vacuum.execute(workspaces._lock_own(ws.key, "SHARE UPDATE EXCLUSIVE"))
+            with pytest.raises(UnavailableError, match="locked"):
+                await app.admin.delete_workspace(ws.name)
+        assert (await app.admin.get_workspace(ws.name)).key == ws.key
+        async with app.db.admin() as conn:
+            cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL AS kept", (f"memories_w{ws.key}",))
+            assert (await cur.fetchone() or {}).get("kept") is True
+        await app.admin.delete_workspace(ws.name)
+        with pytest.raises(NotFoundError):
+            await app.admin.get_workspace(ws.name)
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await app.admin.delete_workspace(ws.name)
+
+
+async def test_the_wait_before_a_drop_passes_over_partitions_already_gone(app: App) -> None:
+    """On a placed workspace whose cluster's part went before (a deletion cut short) the
+    wait finds no partition to lock: nothing to wait for, no error, the drop goes on."""
+    async with app.db.admin() as conn:
+        cur = await conn.execute("SELECT coalesce(max(key), 0) + 1000 AS key FROM workspaces")
+        unused = int((await cur.fetchone() or {"key": 0})["key"])
+    await workspaces._outwait_vacuum(app.db, unused)  # raises nothing

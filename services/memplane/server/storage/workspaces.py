@@ -169,7 +169,6 @@ class WorkspaceStore:
         if target is None or target.db is self._db:
 
             async def create_here(conn: Connection) -> Workspace:
-                await _lock_parents(conn)
                 row = await insert(conn)
                 await _create_parts(conn, int(row["key"]), embedding_dimensions)
                 return _workspace(row | {"placement": target.name if target is not None else ""})
@@ -195,7 +194,6 @@ class WorkspaceStore:
         key = int(row["key"])
 
         async def create_there(conn: Connection) -> None:
-            await _lock_parents(conn)
             copy = {k: Jsonb(v) if isinstance(v, dict) else v for k, v in row.items()}
             await conn.execute(
                 sql.SQL("INSERT INTO workspaces ({}) OVERRIDING SYSTEM VALUE VALUES ({})").format(
@@ -370,10 +368,10 @@ async def _create_parts(conn: Connection, key: int, embedding_dimensions: int) -
 
 async def _drop(conn: Connection, name: str) -> int:
     """Drop workspace *name*'s partitions, row (and counters, by cascade) and event-id
-    sequence in the caller's DDL transaction; its memory count. Locks the parents, then
-    its row, then its own partitions: the order of a tenant's statement (parent, then
-    partitions), so the DDL closes no lock cycle with one. Raises `NotFoundError`."""
-    await _lock_parents(conn)
+    sequence in the caller's DDL transaction (the parents already held: `_ddl`); its memory
+    count. Its row, then its own partitions: after the parents, the order of a tenant's
+    statement (parent, then partition), so the DDL closes no lock cycle with one. Raises
+    `NotFoundError`."""
     cur = await conn.execute(
         "SELECT w.key, (SELECT s.memory_count FROM workspace_stats s WHERE s.workspace_key = w.key)"
         " AS memory_count FROM workspaces w WHERE w.name = %s FOR UPDATE OF w",
@@ -401,32 +399,43 @@ async def _outwait_vacuum(db: Database, key: int) -> None:
     already gone, leave it to the drop."""
     try:
         async with db.admin() as conn:
-            await conn.execute("SELECT set_config('lock_timeout', %s, true)", (OWN_LOCK_TIMEOUT,))
+            await _lock_timeout(conn, OWN_LOCK_TIMEOUT)
             await conn.execute(_lock_own(key, "SHARE UPDATE EXCLUSIVE"))
     except psycopg.errors.UndefinedTable:
         pass
     except UnavailableError as error:
-        if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+        if not _lock_refused(error):
             raise
 
 
 async def _ddl(db: Database, body: Callable[[Connection], Awaitable[T]]) -> T:
-    """Run *body* in an admin transaction on *db* whose lock waits are each bounded by
+    """Run *body* in an admin transaction on *db* that first holds every partitioned parent
+    table (`_lock_parents`). Each lock wait, the parents' and *body*'s, is bounded by
     DDL_LOCK_TIMEOUT, below PostgreSQL's deadlock_timeout (1 s): where the DDL would close
     a lock cycle with a tenant's search or write, the DDL gives up first and is retried,
-    so the deadlock detector never aborts the tenant's statement. *body* takes its locks
-    (`_lock_parents` first). Raises `UnavailableError` after
-    DDL_LOCK_ATTEMPTS."""
+    so the deadlock detector never aborts the tenant's statement. Raises
+    `UnavailableError` after DDL_LOCK_ATTEMPTS."""
     for attempt in range(DDL_LOCK_ATTEMPTS):
         try:
             async with db.admin() as conn:
-                await conn.execute("SELECT set_config('lock_timeout', %s, true)", (DDL_LOCK_TIMEOUT,))
+                await _lock_timeout(conn, DDL_LOCK_TIMEOUT)
+                await _lock_parents(conn)
                 return await body(conn)
         except UnavailableError as error:
-            if not isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+            if not _lock_refused(error):
                 raise
         await asyncio.sleep(min(0.05 * 2**attempt, 1.0))  # back off before the next try
     raise UnavailableError("the workspace tables stayed locked by running statements; retry")
+
+
+async def _lock_timeout(conn: Connection, interval: str) -> None:
+    """Bound each lock wait of *conn*'s transaction by *interval* (a PostgreSQL interval, "200ms")."""
+    await conn.execute("SELECT set_config('lock_timeout', %s, true)", (interval,))
+
+
+def _lock_refused(error: UnavailableError) -> bool:
+    """Whether *error* is a lock wait that ran past its lock_timeout."""
+    return isinstance(error.__cause__, psycopg.errors.LockNotAvailable)
 
 
 async def _lock_parents(conn: Connection) -> None:
