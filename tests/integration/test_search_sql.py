@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from psycopg import sql
 
 from memplane.domain.filters import Condition, MemoryFilter, Operator
 from memplane.domain.models import ConversationMessage, MessageRole, NewMemory, Scope, Workspace
@@ -19,6 +20,7 @@ from memplane.domain.ranking import Ranking, knob_types
 from memplane.server.app import App
 from memplane.server.retrieval.fusion import FusionMethod, fuse
 from memplane.server.storage import search as search_sql
+from memplane.server.storage import search_bm25
 from memplane.server.storage.retention import delete_expired_memories
 from memplane.server.storage.search import SearchRow, SearchSpec
 from memplane.text.segment import segment
@@ -439,3 +441,21 @@ async def test_rm3_expansion_reaches_memories_sharing_only_feedback_lexemes(
     assert len(expanded) > len(plain)
     off = await run(app, ws, spec(**lexical, prf_terms=0, prf_docs=2, prf_weight=0.5), text, None)
     assert [(r.memory.id, r.score) for r in off] == [(r.memory.id, r.score) for r in plain]
+
+
+@pytest.mark.parametrize("lexeme", ["o'brien", "c:\\windows", "x:*", "a & b", "!", "''"])
+async def test_a_term_query_matches_its_lexeme_verbatim_and_nothing_else(app: App, lexeme: str) -> None:
+    """The tsquery BM25 ranks a lexeme with (`search_bm25.TERM_QUERY`; its quoting is the
+    lexical candidates' OR query's too): quotes, backslashes and operator characters are
+    the lexeme's own, never tsquery syntax (a prefix `:*`, an `&`)."""
+    query = sql.SQL(search_bm25.TERM_QUERY.format(lexeme="%(lexeme)s"))
+    async with app.db.admin() as conn:
+        cur = await conn.execute(
+            sql.SQL(
+                "SELECT array_to_tsvector(ARRAY[%(lexeme)s]) @@ {query} AS own,"
+                " array_to_tsvector(ARRAY['xylophone', 'a', 'b', 'o', 'brien']) @@ {query} AS other"
+            ).format(query=query),
+            {"lexeme": lexeme},
+        )
+        row = await cur.fetchone()
+    assert row == {"own": True, "other": False}

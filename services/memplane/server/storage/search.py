@@ -55,7 +55,7 @@ from memplane.domain.ranking import BOOST_NAMES, Boosts, FusionMethod, Ranking
 from memplane.server.storage.database import Connection
 from memplane.server.storage.filters import Params, compile_filter
 from memplane.server.storage.rows import MEMORY_COLUMNS, memory_from_row
-from memplane.server.storage.search_bm25 import BM25, BM25_RANK_TERMS, TERM_QUERY, ZETA_2
+from memplane.server.storage.search_bm25 import BM25, BM25_RANK_TERMS, QUOTED_LEXEME, TERM_QUERY, ZETA_2
 from memplane.server.storage.search_boosts import CONTEXT_COLUMN, boosts_from_row, term_values, top_cte
 from memplane.server.storage.search_rm3 import rm3_ctes
 
@@ -160,13 +160,13 @@ class ContextTurn:
     content: str
 
 
-# The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input:
-# backslashes doubled, quotes doubled, inside single quotes (taken verbatim, never operators).
+# The OR tsquery of the lexemes of CTE w that pass {cond}, each quoted for tsquery input
+# (`QUOTED_LEXEME`).
 _TSQUERY = sql.SQL(
-    "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE array_to_string(array_agg("
-    r"'''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || ''''"
-    "), ' | ')::tsquery END FROM {terms} w {cond})"
+    "(SELECT CASE WHEN count(*) = 0 THEN NULL ELSE array_to_string(array_agg({quoted}), ' | ')::tsquery END"
+    " FROM {terms} w {cond})"
 )
+_QUOTED = sql.SQL(QUOTED_LEXEME.format(lexeme="w.lexeme"))
 
 
 _RAREST = sql.SQL("WHERE w.cumulative <= %(lexical_budget)s OR w.cumulative = w.df")  # or the rarest one
@@ -214,7 +214,7 @@ def lexical_candidates(spec: SearchSpec, where: sql.Composable, whole: bool, ter
             "{name} AS {materialized} (SELECT m.id, m.lexical, m.lexical_length FROM memories m"
             "  WHERE m.workspace_key = %(ws)s AND {where})"
         ).format(name=ident, where=where, materialized=sql.SQL("" if spec.prf_terms > 0 else "NOT MATERIALIZED"))
-    tsquery = _TSQUERY.format(terms=sql.Identifier(terms), cond=_RAREST)
+    tsquery = _TSQUERY.format(quoted=_QUOTED, terms=sql.Identifier(terms), cond=_RAREST)
     if whole:
         # Row-level security keeps a tenant's `@@` off the GIN index (not leakproof):
         # memplane_lexical_candidates (migration 0010) reads it as the owner, for this

@@ -46,5 +46,9 @@ BM25_RANK_TERMS lexemes, each (candidate, lexeme) pair's term frequency from ts_
 (above); past it, each candidate's tsvector cut to the query's lexemes (ts_filter
 keeps those setweight marked) and unnested."""
 
-TERM_QUERY = r"('''' || replace(replace({lexeme}, '\', '\\'), '''', '''''') || '''')::tsquery"
-"""A tsquery matching exactly the lexeme *lexeme* (quoted: no parsing, no dictionary)."""
+QUOTED_LEXEME = r"'''' || replace(replace({lexeme}, '\', '\\'), '''', '''''') || ''''"
+"""The lexeme *lexeme* as tsquery input: inside single quotes, its backslashes and quotes
+doubled, so the tsquery holds it verbatim (never operators, no dictionary)."""
+
+TERM_QUERY = "(" + QUOTED_LEXEME + ")::tsquery"
+"""A tsquery matching exactly the lexeme *lexeme*."""
